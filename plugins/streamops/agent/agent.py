@@ -1,0 +1,234 @@
+"""The agent inside a stage's driver: metrics listener, heartbeat, command poller.
+
+It reports; it never decides. Writes go through one background writer so that a slow or
+absent database delays reports instead of stalling Spark's listener bus or killing the stage.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from streamops.agent.metrics import FileSourceBacklog, SinkStats, StageContext, progress_to_metrics
+from streamops.store import db
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("streamops.agent")
+
+
+class BufferedWriter(threading.Thread):
+    """Executes `(query name, params)` in order; keeps up to `max_buffer` while the database is away."""
+
+    def __init__(self, engine: Engine, stage_id: str, max_buffer: int = 20_000):
+        super().__init__(name=f"writer-{stage_id}", daemon=True)
+        self.engine, self.stage_id = engine, stage_id
+        self.inbox: queue.Queue = queue.Queue()
+        self.pending: collections.deque = collections.deque(maxlen=max_buffer)
+        self._closing = threading.Event()
+        self.dropped = 0
+
+    def submit(self, name: str, params: dict[str, Any]) -> None:
+        self.inbox.put((name, params))
+
+    def run(self) -> None:
+        backoff, last_warning = 0.5, 0.0
+        while not (self._closing.is_set() and self.inbox.empty() and not self.pending):
+            try:
+                item = self.inbox.get(timeout=0.5)
+                if len(self.pending) == self.pending.maxlen:
+                    self.dropped += 1
+                self.pending.append(item)
+            except queue.Empty:
+                pass
+            try:
+                self._flush()
+                backoff = 0.5
+            except DBAPIError as e:
+                if time.monotonic() - last_warning > 30:
+                    log.warning("stage %s: database unreachable, %d reports buffered: %s",
+                                self.stage_id, len(self.pending), str(e.orig).strip().splitlines()[0])
+                    last_warning = time.monotonic()
+                if self._closing.is_set() and self._give_up_at < time.monotonic():
+                    log.error("stage %s: dropping %d unsent reports at shutdown", self.stage_id, len(self.pending))
+                    return
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10)
+
+    def _flush(self) -> None:
+        while self.pending:
+            name, params = self.pending[0]
+            with self.engine.begin() as conn:
+                conn.execute(db.query(name), params)
+            self.pending.popleft()
+
+    def close(self, timeout_s: float = 10) -> None:
+        self._give_up_at = time.monotonic() + timeout_s
+        self._closing.set()
+        self.join(timeout_s + 2)
+
+
+def _listener_class():
+    # Imported lazily: `streamops` never imports pyspark at module import time.
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class MetricsListener(StreamingQueryListener):
+        def __init__(self, agent: StageAgent):
+            self.agent = agent
+
+        def onQueryStarted(self, event) -> None:
+            log.info("stage %s: query %s started (run %s)", self.agent.ctx.stage_id, event.name, event.runId)
+
+        def onQueryProgress(self, event) -> None:
+            if event.progress.name == self.agent.main_query_name:
+                try:
+                    self.agent.on_progress(json.loads(event.progress.json))
+                except Exception:  # a report must never break the stage
+                    log.exception("stage %s: could not record progress", self.agent.ctx.stage_id)
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            if event.exception:
+                log.error("stage %s: query %s failed: %s", self.agent.ctx.stage_id, event.id, event.exception.splitlines()[0])
+
+    return MetricsListener
+
+
+class StageAgent:
+    def __init__(
+        self,
+        spark: SparkSession,
+        ctx: StageContext,
+        input_dir: Path,
+        checkpoint: Path,
+        engine: Engine | None = None,
+        heartbeat_s: float = 5.0,
+        poll_s: float = 1.0,
+    ):
+        self.spark, self.ctx = spark, ctx
+        self.engine = engine or db.engine()
+        self.heartbeat_s, self.poll_s = heartbeat_s, poll_s
+        self.main_query_name = ctx.stage_id
+        self.backlog = FileSourceBacklog(input_dir, checkpoint)
+        self.writer = BufferedWriter(self.engine, ctx.stage_id)
+        self.listener = _listener_class()(self)
+        self.stop_requested = threading.Event()
+        self.stop_reason: str | None = None
+        self.stop_command_id: int | None = None
+        self.last_batch_id: int | None = None
+        self.queries: list[StreamingQuery] = []
+        self._sink_stats: dict[int, SinkStats] = {}
+        self._rows_per_file: float | None = None
+        self._seen_files = 0
+        self._threads: list[threading.Thread] = []
+        self._closing = threading.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def attach(self) -> None:
+        self.spark.streams.addListener(self.listener)
+        self.writer.start()
+        if self.ctx.deployment_id is None:  # an in-process run (tests): no run row to beat for or command
+            return
+        for target, name in ((self._heartbeat_loop, "heartbeat"), (self._command_loop, "commands")):
+            t = threading.Thread(target=target, name=f"{name}-{self.ctx.stage_id}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def detach(self) -> None:
+        """Remove the listener before the session stops: a listener left registered when Python
+        exits makes the JVM log py4j 'Connection refused' for every late event."""
+        self.spark.streams.removeListener(self.listener)
+        self._closing.set()
+        for t in self._threads:
+            t.join(self.heartbeat_s + 2)
+        if self.ctx.deployment_id is not None:
+            self._beat()
+        self.writer.close()
+
+    def request_stop(self, reason: str, command_id: int | None = None) -> None:
+        if not self.stop_requested.is_set():
+            log.info("stage %s: stop requested (%s)", self.ctx.stage_id, reason)
+            self.stop_reason, self.stop_command_id = reason, command_id
+            self.stop_requested.set()
+
+    def stop_at_batch_boundary(self, deadline_s: float = 30.0) -> bool:
+        """Wait until no trigger is running, then stop every query. Returns whether the stop
+        landed between batches (True) or had to interrupt one at the deadline (False)."""
+        main = self.queries[0] if self.queries else None
+        deadline = time.monotonic() + deadline_s
+        at_boundary = True
+        while main is not None and main.isActive and main.status.get("isTriggerActive"):
+            if time.monotonic() > deadline:
+                at_boundary = False
+                break
+            time.sleep(0.05)
+        for q in self.queries:
+            q.stop()
+        log.info("stage %s: stopped %s after batch %s", self.ctx.stage_id,
+                 "at a batch boundary" if at_boundary else "mid-batch (deadline)", self.last_batch_id)
+        return at_boundary
+
+    # -- reports ---------------------------------------------------------------------------
+    def on_commit(self, stats: SinkStats) -> None:
+        self._sink_stats[stats.batch_id] = stats
+
+    def on_progress(self, progress: dict[str, Any]) -> None:
+        batch_id = int(progress["batchId"])
+        rows = int(progress.get("numInputRows") or 0)
+        seen = self.backlog._seen()
+        if seen > self._seen_files and rows:
+            per_file = rows / (seen - self._seen_files)
+            self._rows_per_file = per_file if self._rows_per_file is None else 0.8 * self._rows_per_file + 0.2 * per_file
+        self._seen_files = seen
+        row = progress_to_metrics(
+            progress, self.ctx, self._sink_stats.pop(batch_id, None), self.backlog.measure(self._rows_per_file)
+        )
+        self.writer.submit("metrics_insert", row)
+        self.last_batch_id = batch_id
+        log.info("stage %s: batch %d in=%d rows %.0f ms, p95=%s ms, backlog=%s files",
+                 self.ctx.stage_id, batch_id, rows, row["batch_duration_ms"],
+                 None if row["latency_p95_ms"] is None else round(row["latency_p95_ms"]), row["backlog_files"])
+
+    def _beat(self) -> None:
+        main = self.queries[0] if self.queries else None
+        self.writer.submit("heartbeat_upsert", {
+            "deployment_id": self.ctx.deployment_id, "stage_id": self.ctx.stage_id,
+            "query_active": bool(main and main.isActive),
+            "trigger_active": bool(main and main.isActive and main.status.get("isTriggerActive")),
+            "last_batch_id": self.last_batch_id,
+            "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped}),
+        })
+
+    def _heartbeat_loop(self) -> None:
+        while True:
+            try:
+                self._beat()
+            except Exception:
+                log.exception("stage %s: heartbeat failed", self.ctx.stage_id)
+            if self._closing.wait(self.heartbeat_s):
+                return
+
+    def _command_loop(self) -> None:
+        params = {"stage_id": self.ctx.stage_id, "deployment_id": self.ctx.deployment_id}
+        while not self._closing.wait(self.poll_s):
+            try:
+                with self.engine.begin() as conn:
+                    for cmd in conn.execute(db.query("commands_open"), params):
+                        conn.execute(db.query("command_ack"), {"id": cmd.id, "deployment_id": self.ctx.deployment_id})
+                        if cmd.command == "stop":
+                            self.request_stop(f"stop command {cmd.id}", cmd.id)
+            except DBAPIError as e:
+                log.warning("stage %s: cannot poll commands: %s", self.ctx.stage_id, str(e.orig).strip().splitlines()[0])

@@ -1,0 +1,288 @@
+"""`streamops`: the command line of the platform."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from streamops import registry
+from streamops.paths import state_dir
+
+app = typer.Typer(help="Operations platform for streaming Spark applications.", no_args_is_help=True,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+db_app = typer.Typer(help="The PostgreSQL database: embedded cluster and schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(msg: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {msg}")
+    raise typer.Exit(code)
+
+
+def _load_registry() -> registry.Registry:
+    try:
+        return registry.load()
+    except registry.RegistryError as e:
+        _fail(f"invalid registry:\n{e}", 2)
+
+
+def _say(msg: str) -> None:
+    console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {msg}")
+
+
+@app.callback()
+def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="log at INFO level")) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# -- db ----------------------------------------------------------------------------------------
+@db_app.command("up")
+def db_up() -> None:
+    """Start the embedded cluster (unless STREAMOPS_DATABASE_URL is set) and apply the schema."""
+    from streamops.store import db, embedded, migrate
+
+    try:
+        if not os.environ.get("STREAMOPS_DATABASE_URL"):
+            cluster, reused = embedded.up()
+            _say(f"embedded PostgreSQL {'already running' if reused else 'started'} on 127.0.0.1:{cluster.port} "
+                 f"(data {cluster.datadir})")
+        applied = migrate.apply(db.engine())
+    except (embedded.EmbeddedPgError, migrate.MigrationError, db.DatabaseUnavailable) as e:
+        _fail(str(e))
+    _say(f"schema: {len(applied)} migration(s) applied" + (f": {', '.join(m.path.name for m in applied)}" if applied else ", up to date"))
+    console.print(db.libpq_url(db.database_url()))
+
+
+@db_app.command("down")
+def db_down() -> None:
+    """Stop the embedded cluster (data is kept)."""
+    from streamops.store import embedded
+
+    _say("embedded PostgreSQL stopped" if embedded.down() else "embedded PostgreSQL was not running")
+
+
+@db_app.command("status")
+def db_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no output; exit 0 only if running")) -> None:
+    """Report the database and print its connection URL (for psql and reporting tools)."""
+    from streamops.store import db, embedded
+
+    if os.environ.get("STREAMOPS_DATABASE_URL"):
+        if not quiet:
+            console.print(f"external database (STREAMOPS_DATABASE_URL)\n{db.libpq_url(db.database_url())}")
+        return
+    c = embedded.load_record()
+    running = c is not None and embedded.is_running(c)
+    if quiet:
+        raise typer.Exit(0 if running else 1)
+    if c is None:
+        _fail("embedded PostgreSQL was never created; run `streamops db up`", 1)
+    console.print(f"embedded PostgreSQL: {'[green]running[/]' if running else '[red]stopped[/]'}; "
+                  f"port {c.port}; data {c.datadir}; log {c.logfile}")
+    console.print(c.url("streamops"))
+    if not running:
+        raise typer.Exit(1)
+
+
+# -- registry and stages -----------------------------------------------------------------------
+@app.command()
+def deploy(app_name: str = typer.Argument(..., metavar="APP", help="app name from apps.yaml"),
+           start: bool = typer.Option(False, "--start", help="also start every stage that is not running")) -> None:
+    """Validate apps.yaml and sync APP's pools, app and stage rows into PostgreSQL."""
+    from streamops.execute import stages
+
+    reg = _load_registry()
+    try:
+        synced = stages.sync_registry(reg, [app_name])
+    except registry.RegistryError as e:
+        _fail(str(e), 2)
+    _say(f"registry synced: app {app_name} with stages {', '.join(synced)}")
+    if start:
+        for sid in synced:
+            _start(sid, reg, None, None, 180)
+
+
+def _start(ref: str, reg, cores, partitions, wait_s) -> None:
+    from streamops.execute import stages
+
+    try:
+        with console.status(f"starting {ref} …"):
+            res = stages.start_stage(ref, reg, cores=cores, state_partitions=partitions, wait_s=wait_s, progress=_say)
+    except (stages.AdmissionRefused, registry.RegistryError, RuntimeError, TimeoutError) as e:
+        _fail(str(e))
+    if res.already_running:
+        _say(f"{res.stage_id} is already running (deployment {res.deployment_id}, pid {res.pid})")
+
+
+@app.command()
+def start(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or a unique stage name)"),
+          cores: Optional[int] = typer.Option(None, help="override the registry's initial cores"),
+          partitions: Optional[int] = typer.Option(None, help="override the state partitions (first run only)"),
+          wait: float = typer.Option(180, help="seconds to wait for the driver to run; 0 = do not wait")) -> None:
+    """Start a stage's driver (a detached local[cores] process), after checking the pool has room."""
+    _start(stage, _load_registry(), cores, partitions, wait)
+
+
+@app.command()
+def stop(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or a unique stage name)"),
+         deadline: float = typer.Option(60, help="seconds to wait for a graceful stop before SIGTERM")) -> None:
+    """Stop a stage at a batch boundary; SIGTERM after --deadline, then SIGKILL."""
+    from streamops.execute import stages
+
+    try:
+        stages.stop_stage(stage, _load_registry(), deadline_s=deadline, progress=_say)
+    except (stages.StageNotRunning, registry.RegistryError) as e:
+        _fail(str(e))
+
+
+# -- generator ---------------------------------------------------------------------------------
+@app.command()
+def gen(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage whose input directory to feed"),
+        trace: str = typer.Option("constant:rate=100", help="rate trace, e.g. 'ramp:start_rate=200,doubling_s=500'"),
+        duration: float = typer.Option(60, help="seconds to generate"),
+        seed: int = typer.Option(1, help="seed: same seed and start, same files"),
+        garbage: float = typer.Option(0.0, help="fraction of malformed records (0.01 = 1 %)"),
+        tick: float = typer.Option(1.0, help="seconds per published file"),
+        fast: bool = typer.Option(False, help="write all files at once instead of pacing in real time"),
+        background: bool = typer.Option(False, help="detach and log under .streamops/logs")) -> None:
+    """Write replayable JSON files into a stage's input directory at a rate that follows a trace."""
+    from streamops import generator
+
+    reg = _load_registry()
+    try:
+        app_name, name, st = reg.stage(stage)
+        generator.parse_trace(trace)
+    except (registry.RegistryError, ValueError) as e:
+        _fail(str(e), 2)
+    sid = registry.stage_id(app_name, name)
+    if background:
+        _spawn_generator(sid, sys.argv)
+        return
+    out = registry.resolve_path(st.source.path)
+    _say(f"{sid}: writing {st.input_kind} records to {out} ({trace}, {duration:.0f}s, seed {seed})")
+
+    def on_tick(entry: dict) -> None:
+        if entry["tick"] % 10 == 0:
+            _say(f"{sid}: tick {entry['tick']}: {entry['rows']} rows ({entry['garbage']} malformed) → {entry['file']}")
+
+    stop_event = __import__("threading").Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
+    try:
+        summary = generator.generate(out, st.input_kind, trace, seed=seed, duration_s=duration, tick_s=tick,
+                                     garbage_fraction=garbage, realtime=not fast, on_tick=on_tick,
+                                     stop_event=stop_event, start=None if not fast else datetime.now(timezone.utc))
+    except KeyboardInterrupt:
+        _say(f"{sid}: generator interrupted")
+        return
+    _say(f"{sid}: {summary.files} files, {summary.rows} rows ({summary.garbage} malformed) in {summary.elapsed:.1f}s")
+
+
+def _spawn_generator(sid: str, argv: list[str]) -> None:
+    logs = state_dir() / "logs"
+    logs.mkdir(exist_ok=True)
+    log_path = logs / f"gen-{sid}.log"
+    args = [a for a in argv[1:] if a != "--background"]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "streamops.cli", *args], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    run_dir = state_dir() / "run"
+    run_dir.mkdir(exist_ok=True)
+    (run_dir / f"gen-{sid}.pid").write_text(f"{proc.pid}\n")
+    _say(f"{sid}: generator running in the background (pid {proc.pid}, log {log_path})")
+
+
+# -- status ------------------------------------------------------------------------------------
+def _fmt(v, spec: str = "", none: str = "–") -> str:
+    return none if v is None else format(v, spec)
+
+
+def status_table() -> Table:
+    from streamops.store import db
+
+    with db.engine().connect() as conn:
+        rows = conn.execute(db.query("stage_status")).all()
+    t = Table(title=f"streamops stages · {datetime.now():%H:%M:%S}", header_style="bold",
+              caption="in/s, out/s: rows per second over the last minute · backlog: input files not yet read · "
+                      "beat: heartbeat age · quar.: quarantined records")
+    for col, just in [("stage", "left"), ("state", "left"), ("pool", "left"), ("cores", "right"), ("parts", "right"),
+                      ("in/s", "right"), ("out/s", "right"), ("p95 ms", "right"), ("backlog", "right"),
+                      ("batch", "right"), ("beat", "right"), ("quar.", "right")]:
+        t.add_column(col, justify=just)
+    colors = {"running": "green", "starting": "yellow", "stopping": "yellow", "failed": "red", "refused": "red"}
+    for r in rows:
+        hb = r.heartbeat_age_s
+        hb_txt = _fmt(hb, ".0f") + "s" if hb is not None else "–"
+        if hb is not None and r.status == "running" and hb > 15:
+            hb_txt = f"[red]{hb_txt}[/]"
+        t.add_row(r.stage_id, f"[{colors.get(r.status, 'dim')}]{r.status}[/]", r.pool, str(r.cores), str(r.partitions),
+                  _fmt(r.in_rps, ",.0f"), _fmt(r.out_rps, ",.0f"), _fmt(r.latency_p95_ms, ",.0f"),
+                  _fmt(r.backlog_files), _fmt(r.batch_id), hb_txt, str(r.quarantined))
+    return t
+
+
+@app.command()
+def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
+           interval: float = typer.Option(2.0, help="seconds between refreshes with --watch")) -> None:
+    """A table per stage: run state, cores, partitions, rows/s in and out, p95 latency, backlog,
+    heartbeat age and quarantined records."""
+    from streamops.store import db
+
+    try:
+        if not watch:
+            console.print(status_table())
+            return
+        with Live(status_table(), console=console, refresh_per_second=4) as live:
+            while True:
+                time.sleep(interval)
+                live.update(status_table())
+    except db.DatabaseUnavailable as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded PostgreSQL")) -> None:
+    """Stop every running stage and background generator."""
+    from streamops.execute import stages
+    from streamops.store import db, embedded
+
+    run_dir = state_dir() / "run"
+    for pid_file in sorted(run_dir.glob("gen-*.pid")) if run_dir.exists() else []:
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            _say(f"generator {pid_file.stem.removeprefix('gen-')} stopped")
+        except (ProcessLookupError, ValueError):
+            pass
+        pid_file.unlink()
+    try:
+        reg = _load_registry()
+        with db.engine().connect() as conn:
+            live = [r.stage_id for r in conn.execute(db.query("stage_status")) if r.status in ("starting", "running", "stopping")]
+        for sid in live:
+            try:
+                stages.stop_stage(sid, reg, progress=_say)
+            except stages.StageNotRunning:
+                pass
+    except db.DatabaseUnavailable:
+        pass
+    if db_too:
+        _say("embedded PostgreSQL stopped" if embedded.down() else "embedded PostgreSQL was not running")
+
+
+if __name__ == "__main__":
+    app()

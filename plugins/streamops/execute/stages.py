@@ -1,0 +1,224 @@
+"""Start and stop stage runs: registry sync, admission, the `deployments` ledger, graceful stop."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from sqlalchemy import Connection, text
+
+from streamops import registry
+from streamops.execute.launcher import launcher_for
+from streamops.paths import data_dir
+from streamops.registry import Registry, Stage, stage_id
+from streamops.store import db
+
+log = logging.getLogger("streamops.execute")
+
+Progress = Callable[[str], None]
+
+
+class AdmissionRefused(RuntimeError):
+    """The pool has too few free cores; the refusal is recorded in `deployments`."""
+
+
+class StageNotRunning(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class StartResult:
+    stage_id: str
+    deployment_id: int
+    pid: int | None
+    already_running: bool
+    log_path: str | None
+
+
+@dataclass(frozen=True)
+class StopResult:
+    stage_id: str
+    deployment_id: int
+    outcome: str  # graceful | sigterm | sigkill | already-dead
+    seconds: float
+
+
+def checkpoint_for(sid: str) -> str:
+    return str(data_dir() / "checkpoints" / sid)
+
+
+def sync_registry(reg: Registry, apps: list[str] | None = None) -> list[str]:
+    """Upsert pools, the given apps (default: all) and their stages. Returns the stage ids synced."""
+    names = apps or list(reg.apps)
+    unknown = [a for a in names if a not in reg.apps]
+    if unknown:
+        raise registry.RegistryError(f"no app {unknown[0]!r} in the registry; known apps: {', '.join(reg.apps)}")
+    synced = []
+    with db.engine().begin() as conn:
+        for name, pool in reg.pools.items():
+            conn.execute(db.query("pool_upsert"), {
+                "name": name, "master": pool.master, "cores": pool.cores,
+                "network_delay_ms": json.dumps(pool.network_delay_ms),
+            })
+        for a in names:
+            app = reg.apps[a]
+            conn.execute(db.query("app_upsert"), {
+                "name": a, "r_max_ms": app.r_max_ms,
+                "maintenance_window": app.maintenance_window.model_dump_json(),
+                "spec": app.model_dump_json(exclude={"stages"}),
+            })
+            for s, st in app.stages.items():
+                sid = stage_id(a, s)
+                conn.execute(db.query("stage_upsert"), {
+                    "stage_id": sid, "app": a, "name": s, "workload": st.workload, "pool": st.pool,
+                    "cores": st.cores.initial, "min_cores": st.cores.min, "max_cores": st.cores.max,
+                    "state_partitions": st.state_partitions, "trigger_ms": st.trigger_interval_ms,
+                    "spec": st.model_dump_json(),
+                })
+                synced.append(sid)
+    return synced
+
+
+def _pool_lock(conn: Connection, pool: str) -> None:
+    # Admission reads then writes the pool's core budget: serialize it per pool.
+    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('pool:' || :p))"), {"p": pool})
+
+
+def _reap_if_dead(conn: Connection, dep) -> bool:
+    """A live row whose process is gone is marked failed. Returns whether the run is really alive."""
+    if launcher_for(dep.master).is_alive(dep.pid, dep.driver_id):
+        return True
+    if dep.status == "starting" and dep.pid is None:
+        return True  # being launched by another caller right now
+    conn.execute(db.query("deployment_finished"), {
+        "id": dep.id, "status": "failed", "reason": "driver process gone (found by start/stop)", "exit_code": None,
+    })
+    return False
+
+
+def start_stage(
+    ref: str,
+    reg: Registry | None = None,
+    *,
+    cores: int | None = None,
+    state_partitions: int | None = None,
+    wait_s: float = 120.0,
+    progress: Progress = lambda _: None,
+) -> StartResult:
+    reg = reg or registry.load()
+    app, name, st = reg.stage(ref)
+    sid = stage_id(app, name)
+    sync_registry(reg, [app])
+    cores = cores or st.cores.initial
+    partitions = state_partitions or st.state_partitions
+    pool = reg.pools[st.pool]
+    launcher = launcher_for(pool.master)
+
+    with db.engine().begin() as conn:
+        _pool_lock(conn, st.pool)
+        live = conn.execute(db.query("live_deployment"), {"stage_id": sid}).first()
+        if live is not None and _reap_if_dead(conn, live):
+            return StartResult(sid, live.id, live.pid, True, live.log_path)
+        used = conn.execute(db.query("pool_cores_in_use"), {"pool": st.pool}).scalar_one()
+        refused = None
+        if used + cores > pool.cores:
+            refused = (f"pool {st.pool!r} has {pool.cores - used} free of {pool.cores} cores; "
+                       f"stage {sid} needs {cores}")
+        dep_id = conn.execute(db.query("deployment_insert"), {
+            "stage_id": sid, "pool": st.pool, "cores": cores, "state_partitions": partitions,
+            "config": json.dumps({"app": app, "stage": name, "spec": st.model_dump(mode="json")}),
+            "launcher": launcher.kind, "checkpoint": checkpoint_for(sid),
+            "status": "refused" if refused else "starting", "reason": refused,
+        }).scalar_one()
+    if refused:
+        log.warning("stage %s: start refused: %s", sid, refused)
+        raise AdmissionRefused(f"start of {sid} refused: {refused} (recorded as deployment {dep_id})")
+
+    env = {"STREAMOPS_DATABASE_URL": db.database_url()}
+    launched = launcher.launch(dep_id, sid, env)
+    with db.engine().begin() as conn:
+        conn.execute(db.query("deployment_launched"), {
+            "id": dep_id, "pid": launched.pid, "driver_id": launched.driver_id, "log_path": launched.log_path,
+        })
+    log.info("stage %s: launched deployment %d (pid %s, %d cores, %d partitions, pool %s)",
+             sid, dep_id, launched.pid, cores, partitions, st.pool)
+    progress(f"{sid}: driver pid {launched.pid} starting (log {launched.log_path})")
+    if wait_s > 0:
+        _wait_running(sid, dep_id, launched.pid, launcher, wait_s, progress)
+    return StartResult(sid, dep_id, launched.pid, False, launched.log_path)
+
+
+def _wait_running(sid: str, dep_id: int, pid: int | None, launcher, wait_s: float, progress: Progress) -> None:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        with db.engine().connect() as conn:
+            dep = conn.execute(db.query("deployment_get"), {"id": dep_id}).one()
+        if dep.status == "running":
+            progress(f"{sid}: running (deployment {dep_id})")
+            return
+        if dep.status in ("failed", "stopped") or not launcher.is_alive(pid, dep.driver_id):
+            raise RuntimeError(f"stage {sid}: driver exited during start-up ({dep.stop_reason or 'no reason recorded'}); "
+                               f"see {dep.log_path}")
+        time.sleep(0.5)
+    raise TimeoutError(f"stage {sid}: driver not running after {wait_s:.0f}s; it keeps starting in the background")
+
+
+def stop_stage(
+    ref: str,
+    reg: Registry | None = None,
+    *,
+    deadline_s: float = 60.0,
+    kill_after_s: float = 15.0,
+    requested_by: str = "cli",
+    progress: Progress = lambda _: None,
+) -> StopResult:
+    """Ask the driver to stop at a batch boundary; SIGTERM after `deadline_s`, SIGKILL after `kill_after_s` more."""
+    reg = reg or registry.load()
+    app, name, _ = reg.stage(ref)
+    sid = stage_id(app, name)
+    started = time.monotonic()
+    with db.engine().begin() as conn:
+        dep = conn.execute(db.query("live_deployment"), {"stage_id": sid}).first()
+        if dep is None:
+            raise StageNotRunning(f"stage {sid} is not running")
+        launcher = launcher_for(dep.master)
+        if not _reap_if_dead(conn, dep):
+            return StopResult(sid, dep.id, "already-dead", 0.0)
+        conn.execute(db.query("deployment_stopping"), {"id": dep.id})
+        conn.execute(db.query("stop_command_insert"), {
+            "stage_id": sid, "deployment_id": dep.id, "args": json.dumps({"deadline_s": deadline_s}),
+            "requested_by": requested_by,
+        })
+    progress(f"{sid}: stop requested (deployment {dep.id}, pid {dep.pid}); waiting for a batch boundary")
+
+    outcome = "graceful"
+    if not _wait_exit(launcher, dep.pid, deadline_s):
+        outcome = "sigterm"
+        progress(f"{sid}: no stop within {deadline_s:.0f}s, sending SIGTERM")
+        launcher.terminate(dep.pid)
+        if not _wait_exit(launcher, dep.pid, kill_after_s):
+            outcome = "sigkill"
+            progress(f"{sid}: still alive, sending SIGKILL")
+            launcher.terminate(dep.pid, force=True)
+            _wait_exit(launcher, dep.pid, 10)
+    with db.engine().begin() as conn:
+        # The driver records its own clean stop; this only fills in when it could not.
+        conn.execute(db.query("deployment_finished"), {
+            "id": dep.id, "status": "stopped", "reason": f"stop by {requested_by}: {outcome}", "exit_code": None,
+        })
+    seconds = time.monotonic() - started
+    log.info("stage %s: deployment %d stopped (%s) in %.1fs", sid, dep.id, outcome, seconds)
+    progress(f"{sid}: stopped ({outcome}) in {seconds:.1f}s")
+    return StopResult(sid, dep.id, outcome, seconds)
+
+
+def _wait_exit(launcher, pid: int | None, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not launcher.is_alive(pid, None):
+            return True
+        time.sleep(0.25)
+    return not launcher.is_alive(pid, None)

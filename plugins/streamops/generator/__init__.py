@@ -1,0 +1,28 @@
+"""Replayable-source generator: JSON-lines input files for streaming Spark stages.
+
+    from streamops.generator import generate, parse_trace
+    generate(out_dir, "web", parse_trace("ramp:start_rate=200,doubling_s=500"), seed=1, duration_s=600)
+"""
+
+from .records import KINDS, REQUIRED_FIELDS, garbage_line, make_records, parse_valid, taxi_cell
+from .traces import TRACE_KINDS, Trace, TraceSpec, make_trace, parse_trace
+from .writer import GenerateSummary, Generator, generate, read_manifest, read_valid_records
+
+__all__ = [
+    "KINDS",
+    "REQUIRED_FIELDS",
+    "TRACE_KINDS",
+    "GenerateSummary",
+    "Generator",
+    "Trace",
+    "TraceSpec",
+    "garbage_line",
+    "generate",
+    "make_records",
+    "make_trace",
+    "parse_trace",
+    "parse_valid",
+    "read_manifest",
+    "read_valid_records",
+    "taxi_cell",
+]

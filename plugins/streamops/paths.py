@@ -1,0 +1,31 @@
+"""Where things live: the repo, the private state directory, the registry file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# plugins/streamops/paths.py -> repo root is two levels above the package.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def state_dir() -> Path:
+    """`.streamops/` in the repo (or $STREAMOPS_HOME): pids, logs, checkpoints, the embedded cluster's record."""
+    d = Path(os.environ.get("STREAMOPS_HOME", REPO_ROOT / ".streamops"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def registry_path() -> Path:
+    return Path(os.environ.get("STREAMOPS_APPS", REPO_ROOT / "apps.yaml"))
+
+
+def sql_dir() -> Path:
+    return REPO_ROOT / "sql"
+
+
+def data_dir() -> Path:
+    """Root for stage inputs, checkpoints and file sinks unless a stage names absolute paths."""
+    d = state_dir() / "data"
+    d.mkdir(parents=True, exist_ok=True)
+    return d

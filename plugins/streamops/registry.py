@@ -1,0 +1,223 @@
+"""`apps.yaml` → frozen, validated models of pools, apps and stages.
+
+Every error names the app, the stage and the field, and says what was expected, e.g.
+`app 'taxi', stage 'top10', field 'cores.min': Input should be greater than or equal to 1 (got 0)`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from croniter import croniter
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from streamops.paths import data_dir, registry_path
+
+# Workload → the record family its generator writes (streamops.generator kinds).
+WORKLOAD_INPUT = {
+    "identity": "web",
+    "repartition": "web",
+    "wordcount": "web",
+    "fixwindow": "web",
+    "taxi_top10": "taxi",
+    "patterns": "patterns",
+}
+STATEFUL_WORKLOADS = {"wordcount", "fixwindow", "taxi_top10", "patterns"}
+
+
+class RegistryError(ValueError):
+    """apps.yaml is unreadable or invalid; the message lists every problem, one per line."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Pool(_Frozen):
+    master: str = "local"
+    cores: int = Field(ge=1)
+    network_delay_ms: dict[str, float] = Field(default_factory=dict)
+
+
+class MaintenanceWindow(_Frozen):
+    cron: str = Field(description="when the window opens, a cron expression in UTC")
+    duration_min: int = Field(gt=0, le=24 * 60)
+    max_actions: int = Field(default=2, ge=0, description="disruptive actions allowed per window")
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, v: str) -> str:
+        if not croniter.is_valid(v):
+            raise ValueError(f"not a cron expression: {v!r} (expected e.g. '0 3 * * *')")
+        return v
+
+
+class Cores(_Frozen):
+    initial: int = Field(ge=1)
+    min: int = Field(default=1, ge=1)
+    max: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Cores:
+        if not self.min <= self.initial <= self.max:
+            raise ValueError(f"expected min <= initial <= max, got {self.min} <= {self.initial} <= {self.max}")
+        return self
+
+
+class FileSource(_Frozen):
+    kind: Literal["files"] = "files"
+    path: str = Field(description="input directory; relative paths are under .streamops/data")
+    max_files_per_trigger: int = Field(default=50, ge=1)
+
+
+class KafkaSource(_Frozen):
+    # Needs the spark-sql-kafka jar on the pool; it cannot be fetched on machines without Maven.
+    kind: Literal["kafka"]
+    bootstrap_servers: str
+    topic: str
+
+
+class PostgresSink(_Frozen):
+    kind: Literal["postgres"] = "postgres"
+
+
+class ParquetSink(_Frozen):
+    kind: Literal["parquet"]
+    path: str
+
+
+class Policy(_Frozen):
+    kind: Literal["edf", "threshold3", "ds2"] = "threshold3"
+    params: dict[str, float] = Field(default_factory=dict)
+
+
+class Stage(_Frozen):
+    workload: Literal["identity", "repartition", "wordcount", "fixwindow", "taxi_top10", "patterns"]
+    source: FileSource | KafkaSource = Field(discriminator="kind")
+    sink: PostgresSink | ParquetSink = Field(default_factory=PostgresSink, discriminator="kind")
+    cores: Cores
+    state_partitions: int = Field(default=4, ge=1, le=1024)
+    trigger_interval_ms: int = Field(default=1000, ge=100)
+    pool: str
+    policy: Policy = Field(default_factory=Policy)
+    params: dict[str, Any] = Field(default_factory=dict, description="workload knobs, e.g. cpu_cost")
+
+    @property
+    def input_kind(self) -> str:
+        return WORKLOAD_INPUT[self.workload]
+
+    @property
+    def stateful(self) -> bool:
+        return self.workload in STATEFUL_WORKLOADS
+
+
+class App(_Frozen):
+    r_max_ms: int = Field(gt=0, description="SLO: end-to-end response-time bound")
+    maintenance_window: MaintenanceWindow
+    description: str = ""
+    stages: dict[str, Stage] = Field(min_length=1)
+
+
+class Registry(_Frozen):
+    pools: dict[str, Pool] = Field(min_length=1)
+    apps: dict[str, App] = Field(default_factory=dict)
+
+    def stage(self, ref: str) -> tuple[str, str, Stage]:
+        """Resolve `app.stage`, or a bare stage name that is unique across apps."""
+        if "." in ref:
+            app, name = ref.split(".", 1)
+            if app in self.apps and name in self.apps[app].stages:
+                return app, name, self.apps[app].stages[name]
+        else:
+            hits = [(a, ref, app.stages[ref]) for a, app in self.apps.items() if ref in app.stages]
+            if len(hits) == 1:
+                return hits[0]
+            if len(hits) > 1:
+                raise RegistryError(f"stage {ref!r} is ambiguous: use one of {[f'{a}.{s}' for a, s, _ in hits]}")
+        known = [f"{a}.{s}" for a, app in self.apps.items() for s in app.stages]
+        raise RegistryError(f"no stage {ref!r} in the registry; known stages: {', '.join(known) or 'none'}")
+
+    def stages(self) -> list[tuple[str, str, Stage]]:
+        return [(a, s, st) for a, app in self.apps.items() for s, st in app.stages.items()]
+
+
+def stage_id(app: str, stage: str) -> str:
+    return f"{app}.{stage}"
+
+
+def resolve_path(p: str) -> Path:
+    path = Path(p)
+    return path if path.is_absolute() else data_dir() / path
+
+
+def _where(loc: tuple) -> str:
+    """('apps', 'taxi', 'stages', 'top10', 'cores', 'min') → "app 'taxi', stage 'top10', field 'cores.min'"."""
+    parts, rest = [], list(loc)
+    if rest[:1] == ["apps"] and len(rest) >= 2:
+        parts.append(f"app {rest[1]!r}")
+        rest = rest[2:]
+        if rest[:1] == ["stages"] and len(rest) >= 2:
+            parts.append(f"stage {rest[1]!r}")
+            rest = rest[2:]
+    elif rest[:1] == ["pools"] and len(rest) >= 2:
+        parts.append(f"pool {rest[1]!r}")
+        rest = rest[2:]
+    # Discriminated unions add the tag ("files", "postgres") to the path; it is noise to a reader.
+    rest = [str(r) for r in rest if r not in ("files", "kafka", "postgres", "parquet", "function-after")]
+    if rest:
+        parts.append(f"field {'.'.join(rest)!r}")
+    return ", ".join(parts) or "top level"
+
+
+def _format(e: ValidationError, source: str) -> str:
+    lines = []
+    for err in e.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        got = "" if err["type"] == "missing" else f" (got {err['input']!r})"
+        if err["type"] == "extra_forbidden":
+            msg, got = "unknown field (check the spelling)", ""
+        lines.append(f"{source}: {_where(err['loc'])}: {msg}{got}")
+    return "\n".join(lines)
+
+
+def _cross_check(reg: Registry, source: str) -> None:
+    problems = []
+    for a, s, st in reg.stages():
+        where = f"{source}: app {a!r}, stage {s!r}"
+        if st.pool not in reg.pools:
+            problems.append(f"{where}, field 'pool': no pool {st.pool!r}; expected one of {sorted(reg.pools)}")
+        elif st.cores.max > reg.pools[st.pool].cores:
+            problems.append(
+                f"{where}, field 'cores.max': {st.cores.max} exceeds pool {st.pool!r} capacity "
+                f"({reg.pools[st.pool].cores} cores)"
+            )
+    for name, pool in reg.pools.items():
+        for other in pool.network_delay_ms:
+            if other not in reg.pools:
+                problems.append(f"{source}: pool {name!r}, field 'network_delay_ms': no pool {other!r}")
+    if problems:
+        raise RegistryError("\n".join(problems))
+
+
+def parse(data: Any, source: str = "apps.yaml") -> Registry:
+    if not isinstance(data, dict):
+        raise RegistryError(f"{source}: top level: expected a mapping with 'pools' and 'apps', got {type(data).__name__}")
+    try:
+        reg = Registry.model_validate(data)
+    except ValidationError as e:
+        raise RegistryError(_format(e, source)) from None
+    _cross_check(reg, source)
+    return reg
+
+
+def load(path: Path | None = None) -> Registry:
+    path = path or registry_path()
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise RegistryError(f"{path}: registry file not found (set STREAMOPS_APPS or create apps.yaml)") from None
+    except yaml.YAMLError as e:
+        raise RegistryError(f"{path}: not valid YAML: {e}") from None
+    return parse(data, path.name)

@@ -1,0 +1,224 @@
+"""A private PostgreSQL cluster for development, demos and tests.
+
+It uses the server binaries already on the machine and listens on loopback only.
+`initdb` refuses to run as root, so as root the cluster runs as the unprivileged
+`postgres` user; its data directory must then be somewhere that user can reach.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from streamops.paths import REPO_ROOT, state_dir
+
+DATABASES = ("streamops", "airflow")
+SUPERUSER = "postgres"
+RECORD_NAME = "pg.json"
+
+
+class EmbeddedPgError(RuntimeError):
+    """The embedded cluster cannot be created, started or reached."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    bindir: str
+    datadir: str
+    port: int
+    run_as: str | None  # unprivileged OS user that owns the cluster, when we are root
+
+    @property
+    def logfile(self) -> str:
+        return str(Path(self.datadir).parent / "postgres.log")
+
+    def url(self, database: str = "streamops") -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+
+def find_bindir() -> Path:
+    """Newest `/usr/lib/postgresql/<v>/bin`, else `pg_ctl` on PATH; `STREAMOPS_PG_BIN` overrides."""
+    override = os.environ.get("STREAMOPS_PG_BIN")
+    candidates = [Path(override)] if override else []
+    versioned = Path("/usr/lib/postgresql").glob("*/bin")
+    candidates += sorted(versioned, key=lambda p: _version_key(p.parent.name), reverse=True)
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        candidates.append(Path(on_path).parent)
+    for c in candidates:
+        if (c / "initdb").exists() and (c / "pg_ctl").exists():
+            return c
+    raise EmbeddedPgError(
+        "PostgreSQL server binaries not found (no /usr/lib/postgresql/*/bin/initdb): "
+        "run `apt-get install postgresql`, or set STREAMOPS_DATABASE_URL=postgresql://USER@HOST:PORT/streamops "
+        "to use an existing server."
+    )
+
+
+def _version_key(name: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", name)) or (0,)
+
+
+def _owner() -> str | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(SUPERUSER)
+    except KeyError as e:
+        raise EmbeddedPgError(
+            "running as root, and initdb refuses root, but there is no unprivileged `postgres` user: "
+            "create one (`useradd --system postgres`) or set STREAMOPS_DATABASE_URL."
+        ) from e
+    return SUPERUSER
+
+
+def _as_owner(cmd: list[str], owner: str | None) -> list[str]:
+    return ["runuser", "-u", owner, "--", *cmd] if owner else cmd
+
+
+def _reachable_by(owner: str | None, path: Path) -> bool:
+    if owner is None:
+        return True
+    return subprocess.run(_as_owner(["test", "-x", str(path)], owner), capture_output=True).returncode == 0
+
+
+def _record_path() -> Path:
+    return state_dir() / RECORD_NAME
+
+
+def load_record() -> Cluster | None:
+    p = _record_path()
+    if not p.exists():
+        return None
+    return Cluster(**json.loads(p.read_text()))
+
+
+def _save_record(c: Cluster) -> None:
+    _record_path().write_text(json.dumps(asdict(c), indent=2) + "\n")
+
+
+def _pick_datadir(owner: str | None) -> Path:
+    """`.streamops/pg`, unless the cluster's owner cannot traverse the checkout (a 0700 home)."""
+    preferred = state_dir() / "pg"
+    if _reachable_by(owner, state_dir()):
+        return preferred / "data"
+    digest = hashlib.sha1(str(REPO_ROOT).encode()).hexdigest()[:12]
+    return Path("/var/tmp") / f"streamops-{digest}" / "data"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def _pg_ctl(c: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = _as_owner([str(Path(c.bindir) / "pg_ctl"), "-D", c.datadir, *args], c.run_as)
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise EmbeddedPgError(f"{' '.join(cmd)} failed: {res.stderr.strip() or res.stdout.strip()} (log: {c.logfile})")
+    return res
+
+
+def is_running(c: Cluster) -> bool:
+    return Path(c.datadir).exists() and _pg_ctl(c, "status", check=False).returncode == 0
+
+
+def _initdb(c: Cluster) -> None:
+    data = Path(c.datadir)
+    data.parent.mkdir(parents=True, exist_ok=True)
+    if c.run_as:
+        pw = pwd.getpwnam(c.run_as)
+        os.chown(data.parent, pw.pw_uid, pw.pw_gid)
+    cmd = [str(Path(c.bindir) / "initdb"), "-D", c.datadir, "-A", "trust", "-U", SUPERUSER, "-E", "UTF8", "--no-instructions"]
+    res = subprocess.run(_as_owner(cmd, c.run_as), capture_output=True, text=True)
+    if res.returncode != 0:
+        raise EmbeddedPgError(f"initdb failed: {res.stderr.strip()}")
+
+
+def _start(c: Cluster) -> None:
+    # TCP on loopback only: no Unix socket, so no socket-path length or permission trouble.
+    opts = (
+        f"-p {c.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
+        "-c max_connections=200 -c synchronous_commit=off -c shared_buffers=256MB"
+    )
+    _pg_ctl(c, "-o", opts, "-l", c.logfile, "-w", "-t", "60", "start")
+
+
+def _ensure_databases(c: Cluster) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(c.url("postgres"))
+    conn.autocommit = True  # CREATE DATABASE cannot run inside a transaction
+    try:
+        with conn.cursor() as cur:
+            for db in DATABASES:
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
+                if cur.fetchone() is None:
+                    cur.execute(f'CREATE DATABASE "{db}"')
+    finally:
+        conn.close()
+
+
+def up() -> tuple[Cluster, bool]:
+    """Start (or reuse) the embedded cluster. Returns the cluster and whether it was already running."""
+    c = load_record()
+    if c and is_running(c):
+        _ensure_databases(c)
+        return c, True
+    owner = _owner()
+    bindir = str(find_bindir())
+    if c is None or not Path(c.datadir).exists():
+        datadir = _pick_datadir(owner)
+        c = Cluster(bindir=bindir, datadir=str(datadir), port=_free_port(), run_as=owner)
+        if not (Path(c.datadir) / "PG_VERSION").exists():
+            _initdb(c)
+    else:
+        port = c.port if _port_free(c.port) else _free_port()
+        c = Cluster(bindir=bindir, datadir=c.datadir, port=port, run_as=c.run_as)
+    _save_record(c)
+    _start(c)
+    _wait_accepting(c)
+    _ensure_databases(c)
+    return c, False
+
+
+def _wait_accepting(c: Cluster, timeout_s: float = 30) -> None:
+    import psycopg2
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            psycopg2.connect(c.url("postgres"), connect_timeout=2).close()
+            return
+        except psycopg2.OperationalError:
+            if time.monotonic() > deadline:
+                raise EmbeddedPgError(f"cluster did not accept connections within {timeout_s}s (log: {c.logfile})")
+            time.sleep(0.2)
+
+
+def down() -> bool:
+    """Stop the cluster if it runs. Returns whether it was running."""
+    c = load_record()
+    if c is None or not is_running(c):
+        return False
+    _pg_ctl(c, "-m", "fast", "-w", "stop")
+    return True

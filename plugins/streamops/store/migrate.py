@@ -1,0 +1,91 @@
+"""Apply `sql/schema/NNN_name.sql` in order, once each, each in its own transaction."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine, text
+
+from streamops.paths import sql_dir
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+# Any constant works; it only has to be the same for every process that migrates.
+_LOCK_KEY = 0x5354524D  # "STRM"
+
+_BOOKKEEPING = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+class MigrationError(RuntimeError):
+    """A schema file failed; its transaction was rolled back."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+
+    @property
+    def sql(self) -> str:
+        return self.path.read_text()
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def discover(directory: Path | None = None) -> list[Migration]:
+    directory = directory or sql_dir() / "schema"
+    found = []
+    for p in sorted(directory.glob("*.sql")):
+        m = _NAME.match(p.name)
+        if not m:
+            raise ValueError(f"{p}: migration files are named NNN_name.sql (three digits, lower-case name)")
+        found.append(Migration(int(m.group(1)), m.group(2), p))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise ValueError(f"{directory}: two migrations share a version number: {versions}")
+    return found
+
+
+def apply(engine: Engine, directory: Path | None = None) -> list[Migration]:
+    """Apply pending migrations; returns those applied now. Safe to run concurrently and repeatedly."""
+    applied_now = []
+    for m in discover(directory):
+        # One transaction per file: a failing file leaves no trace, and earlier files stay applied.
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+            conn.exec_driver_sql(_BOOKKEEPING)
+            row = conn.execute(
+                text("SELECT checksum FROM schema_migrations WHERE version = :v"), {"v": m.version}
+            ).first()
+            if row is not None:
+                if row.checksum != m.checksum:
+                    log.warning("migration %s was edited after it was applied; add a new migration instead", m.path.name)
+                continue
+            try:
+                # The raw cursor with no parameters: `%` in plpgsql format() strings stays literal.
+                conn.connection.cursor().execute(m.sql)
+            except Exception as e:
+                cause = getattr(e, "orig", e)
+                raise MigrationError(f"migration {m.path.name} failed and was rolled back: {cause}".strip()) from e
+            conn.execute(
+                text("INSERT INTO schema_migrations (version, name, checksum) VALUES (:v, :n, :c)"),
+                {"v": m.version, "n": m.name, "c": m.checksum},
+            )
+            applied_now.append(m)
+            log.info("applied migration %s", m.path.name)
+    return applied_now

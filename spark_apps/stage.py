@@ -1,0 +1,102 @@
+"""Build a stage's Spark session and start its queries. Used by `run_stage.py` and by tests.
+
+A stage runs two queries on the same replayable source: the main one (parse → workload →
+idempotent sink) and a side one that writes malformed records to `quarantine`. The main
+query also counts malformed records (`observe`) so that its metrics row carries them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from spark_apps.workloads import WORKLOADS
+from spark_apps.workloads.parse import burn_cpu, parse_records
+from streamops.agent.metrics import SinkStats, StageContext
+from streamops.agent.sinks import ParquetSink, PostgresUpsertSink, QuarantineSink
+from streamops.registry import Stage, resolve_path
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def session_conf(cores: int, state_partitions: int) -> dict[str, str]:
+    return {
+        "spark.master": f"local[{cores}]",
+        # Offline state repartition (spark._streamingCheckpointManager) needs RocksDB state.
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.shuffle.partitions": str(state_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.sql.adaptive.enabled": "false",  # not supported in streaming; silences a warning per query
+        "spark.driver.memory": "1g",
+    }
+
+
+def build_session(app_name: str, cores: int, state_partitions: int) -> SparkSession:
+    builder = SparkSession.builder.appName(app_name)
+    for k, v in session_conf(cores, state_partitions).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def quarantine_checkpoint(checkpoint: Path) -> Path:
+    return checkpoint.with_name(checkpoint.name + ".quarantine")
+
+
+def start_stage_queries(
+    spark: SparkSession,
+    stage: Stage,
+    ctx: StageContext,
+    input_dir: Path,
+    checkpoint: Path,
+    on_commit: Callable[[SinkStats], None] | None = None,
+    available_now: bool = False,
+) -> list[StreamingQuery]:
+    """Start [main, quarantine]. `available_now` drains the input and stops (tests)."""
+    workload = WORKLOADS[stage.workload]
+    spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
+    Path(input_dir).mkdir(parents=True, exist_ok=True)
+    lines = (
+        spark.readStream.format("text")
+        .option("maxFilesPerTrigger", stage.source.max_files_per_trigger)
+        .load(str(input_dir))
+    )
+    records = parse_records(lines, workload.input_kind)
+    counted = records.observe(
+        "input_quality",
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.when(F.col("reason").isNotNull(), 1).otherwise(0)).alias("malformed"),
+    )
+    valid = burn_cpu(counted.where(F.col("reason").isNull()), int(stage.params.get("cpu_cost", 0)))
+    output = workload.build(valid, stage.params)
+
+    if stage.sink.kind == "parquet":
+        sink = ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit)
+    else:
+        sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit)
+
+    def trigger(writer):
+        if available_now:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=f"{ctx.trigger_interval_ms} milliseconds")
+
+    main = trigger(
+        output.writeStream.queryName(ctx.stage_id)
+        .outputMode(workload.output_mode)
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+    ).start()
+    side = trigger(
+        records.where(F.col("reason").isNotNull())
+        .select("source_file", "raw", "reason")
+        .writeStream.queryName(f"{ctx.stage_id}#quarantine")
+        .foreachBatch(QuarantineSink(ctx.stage_id, ctx.deployment_id))
+        .option("checkpointLocation", str(quarantine_checkpoint(Path(checkpoint))))
+    ).start()
+    return [main, side]

@@ -1,0 +1,3 @@
+UPDATE deployments
+SET status = 'running', running_at = now(), driver_id = :driver_id, pid = :pid, host = :host
+WHERE id = :id AND status IN ('starting', 'running')

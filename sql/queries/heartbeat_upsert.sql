@@ -1,0 +1,5 @@
+INSERT INTO heartbeats (deployment_id, stage_id, beat_at, query_active, trigger_active, last_batch_id, info)
+VALUES (:deployment_id, :stage_id, now(), :query_active, :trigger_active, :last_batch_id, CAST(:info AS jsonb))
+ON CONFLICT (deployment_id) DO UPDATE
+    SET beat_at = now(), query_active = EXCLUDED.query_active, trigger_active = EXCLUDED.trigger_active,
+        last_batch_id = EXCLUDED.last_batch_id, info = EXCLUDED.info

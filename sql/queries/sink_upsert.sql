@@ -1,0 +1,8 @@
+-- Idempotent sink write (psycopg2 execute_values fills the VALUES list). A replayed batch carries the
+-- same version and changes nothing; an older version (late replica, stale replay) never wins.
+INSERT INTO sink_outputs AS t (stage_id, key, value, event_ts, version, batch_id)
+VALUES %s
+ON CONFLICT (stage_id, key) DO UPDATE
+    SET value = EXCLUDED.value, event_ts = EXCLUDED.event_ts, version = EXCLUDED.version,
+        batch_id = EXCLUDED.batch_id, written_at = now()
+    WHERE t.version < EXCLUDED.version

@@ -1,0 +1,32 @@
+-- One row per registered stage: its latest run, latest batch metrics, heartbeat age and quarantine count.
+WITH latest_run AS (
+    SELECT DISTINCT ON (stage_id) * FROM deployments ORDER BY stage_id, started_at DESC, id DESC
+),
+latest_batch AS (
+    SELECT DISTINCT ON (m.stage_id) m.*
+    FROM stage_metrics m JOIN latest_run r ON r.id = m.deployment_id
+    WHERE m.ts > now() - interval '1 day'
+    ORDER BY m.stage_id, m.ts DESC
+),
+recent AS (  -- rates over the last minute are steadier than one batch's
+    SELECT stage_id, sum(input_rows) / 60.0 AS in_rps, sum(output_rows) / 60.0 AS out_rps
+    FROM stage_metrics WHERE ts > now() - interval '60 seconds' GROUP BY stage_id
+),
+q AS (SELECT stage_id, count(*) AS quarantined FROM quarantine GROUP BY stage_id)
+SELECT s.stage_id, s.app, s.workload, s.pool,
+       COALESCE(r.status, 'never started') AS status,
+       r.id AS deployment_id, r.pid,
+       COALESCE(r.cores, s.cores) AS cores,
+       COALESCE(r.state_partitions, s.state_partitions) AS partitions,
+       rc.in_rps, rc.out_rps,
+       b.batch_id, b.latency_p95_ms, b.backlog_files, b.backlog_rows, b.batch_duration_ms,
+       EXTRACT(EPOCH FROM now() - h.beat_at) AS heartbeat_age_s,
+       COALESCE(q.quarantined, 0) AS quarantined,
+       r.stop_reason
+FROM stages s
+LEFT JOIN latest_run r ON r.stage_id = s.stage_id
+LEFT JOIN latest_batch b ON b.stage_id = s.stage_id
+LEFT JOIN recent rc ON rc.stage_id = s.stage_id
+LEFT JOIN heartbeats h ON h.deployment_id = r.id
+LEFT JOIN q ON q.stage_id = s.stage_id
+ORDER BY s.app, s.stage_id
