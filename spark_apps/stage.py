@@ -7,6 +7,8 @@ query also counts malformed records (`observe`) so that its metrics row carries 
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -37,6 +39,9 @@ def session_conf(cores: int, state_partitions: int) -> dict[str, str]:
 
 
 def build_session(app_name: str, cores: int, state_partitions: int) -> SparkSession:
+    # Python workers must import streamops: this venv's interpreter, not `python3` on PATH.
+    # In-process PySpark reads only the environment for this (the conf is for spark-submit).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     for k, v in session_conf(cores, state_partitions).items():
         builder = builder.config(k, v)

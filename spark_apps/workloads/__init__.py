@@ -14,6 +14,7 @@ from typing import Any, Callable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from streamops.generator.records import CELL_LAT_DEG, CELL_LON_DEG, TAXI_LAT_MIN, TAXI_LON_MIN
 from streamops.registry import STATEFUL_WORKLOADS, WORKLOAD_INPUT
 
 
@@ -86,16 +87,12 @@ def fixwindow(df: DataFrame, params: dict[str, Any]) -> DataFrame:
     )
 
 
-# DEBS 2015 grid: 500 m cells. Degrees per 500 m at NYC's latitude (40.75°N).
-_ORIGIN_LON, _ORIGIN_LAT = -74.05, 40.60
-_CELL_LON, _CELL_LAT = 0.005922, 0.004522
-
-
 def _cell(lon: str, lat: str):
+    """The DEBS 2015 500 m grid cell "x.y"; the same grid as the generator's `taxi_cell`."""
     return F.concat_ws(
         ".",
-        F.floor((F.col(lon) - _ORIGIN_LON) / _CELL_LON).cast("int"),
-        F.floor((F.col(lat) - _ORIGIN_LAT) / _CELL_LAT).cast("int"),
+        F.floor((F.col(lon) - TAXI_LON_MIN) / CELL_LON_DEG).cast("int"),
+        F.floor((F.col(lat) - TAXI_LAT_MIN) / CELL_LAT_DEG).cast("int"),
     )
 
 

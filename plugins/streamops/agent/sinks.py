@@ -71,16 +71,26 @@ def _event_time_stats(df: DataFrame) -> tuple[int, float | None, float | None, f
     return int(r["n"]), q[0], q[1], r["lo"]
 
 
+# Text of psycopg2/libpq errors that mean "the database is away", as seen through Spark's
+# Python worker tracebacks (the exception type does not survive the trip through the JVM).
+_TRANSIENT = ("OperationalError", "could not connect", "server closed the connection",
+              "Connection refused", "the database system is", "terminating connection")
+
+
+def is_transient(e: BaseException) -> bool:
+    return any(marker in str(e) for marker in _TRANSIENT)
+
+
 def retry_idempotent(action: Callable[[], None], what: str, budget_s: float = 300.0) -> None:
-    """Retry an idempotent write with backoff: a database restart delays the batch (backpressure)
-    instead of failing the stage. After `budget_s` the error propagates and the stage fails."""
+    """Retry an idempotent write with backoff while the database is away: a database restart
+    delays the batch (backpressure) instead of failing the stage. Other errors fail at once."""
     deadline, backoff = time.monotonic() + budget_s, 1.0
     while True:
         try:
             action()
             return
         except Exception as e:
-            if time.monotonic() + backoff > deadline:
+            if not is_transient(e) or time.monotonic() + backoff > deadline:
                 raise
             first = next((line for line in str(e).splitlines() if "Error" in line), str(e)[:200])
             log.warning("%s failed, retrying in %.0fs: %s", what, backoff, first.strip())

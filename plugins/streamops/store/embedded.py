@@ -24,6 +24,7 @@ from streamops.paths import REPO_ROOT, state_dir
 DATABASES = ("streamops", "airflow")
 SUPERUSER = "postgres"
 RECORD_NAME = "pg.json"
+PG_ROOT = Path("/usr/lib/postgresql")  # Debian's layout: one bin/ per major version
 
 
 class EmbeddedPgError(RuntimeError):
@@ -49,7 +50,7 @@ def find_bindir() -> Path:
     """Newest `/usr/lib/postgresql/<v>/bin`, else `pg_ctl` on PATH; `STREAMOPS_PG_BIN` overrides."""
     override = os.environ.get("STREAMOPS_PG_BIN")
     candidates = [Path(override)] if override else []
-    versioned = Path("/usr/lib/postgresql").glob("*/bin")
+    versioned = PG_ROOT.glob("*/bin")
     candidates += sorted(versioned, key=lambda p: _version_key(p.parent.name), reverse=True)
     on_path = shutil.which("pg_ctl")
     if on_path:
@@ -81,8 +82,16 @@ def _owner() -> str | None:
     return SUPERUSER
 
 
+def _runuser() -> str:
+    # /usr/sbin is often missing from a non-login PATH.
+    for candidate in (shutil.which("runuser"), "/usr/sbin/runuser", "/sbin/runuser"):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise EmbeddedPgError("running as root needs `runuser` (util-linux) to start PostgreSQL as `postgres`")
+
+
 def _as_owner(cmd: list[str], owner: str | None) -> list[str]:
-    return ["runuser", "-u", owner, "--", *cmd] if owner else cmd
+    return [_runuser(), "-u", owner, "--", *cmd] if owner else cmd
 
 
 def _reachable_by(owner: str | None, path: Path) -> bool:

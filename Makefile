@@ -1,0 +1,57 @@
+# streamops: `make demo` to see it run, `make test` to check it. See README.md.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STREAMOPS := $(VENV)/bin/streamops
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# uv must use the machine's Python 3.11, never download one.
+export UV_PYTHON_DOWNLOADS := never
+
+.PHONY: help venv demo demo-stop test test-fast bench lock clean
+
+help:
+	@echo "make demo       set up .venv, start PostgreSQL, deploy and feed the demo apps, watch status (Ctrl-C to leave)"
+	@echo "make demo-stop  stop the demo's stages, generators and database"
+	@echo "make test       the whole test suite (real PostgreSQL, real Spark); what CI runs"
+	@echo "make lock       recompile requirements.txt from requirements.in"
+
+# The venv is rebuilt when the lock or the package metadata change.
+$(VENV)/.installed: requirements.txt pyproject.toml
+	@scripts/ensure-system-deps.sh
+	@if command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv; then \
+		echo "installing .venv with uv"; \
+		uv venv --quiet --allow-existing --python 3.11 $(VENV) && \
+		VIRTUAL_ENV=$(VENV) uv pip sync --quiet requirements.txt && \
+		VIRTUAL_ENV=$(VENV) uv pip install --quiet --no-deps -e . ; \
+	else \
+		echo "uv unavailable, installing .venv with pip"; \
+		python3.11 -m venv $(VENV) && \
+		$(PY) -m pip install --quiet --no-deps -r requirements.txt && \
+		$(PY) -m pip install --quiet --no-deps -e . ; \
+	fi
+	@touch $@
+
+venv: $(VENV)/.installed
+
+lock:
+	uv pip compile requirements.in --excludes requirements-exclude.txt -o requirements.txt --python-version 3.11
+
+demo: venv
+	@scripts/demo.sh
+
+demo-stop: venv
+	$(STREAMOPS) down --db
+
+# Leaves the database as it found it: stopped if it was stopped.
+test: venv
+	@was_up=0; $(STREAMOPS) db status --quiet && was_up=1; \
+	$(STREAMOPS) db up >/dev/null || exit 1; \
+	$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$was_up = 0 ]; then $(STREAMOPS) db down >/dev/null; fi; \
+	exit $$rc
+
+test-fast: venv
+	$(MAKE) test PYTEST_ARGS="-m 'not e2e'"
+
+clean:
+	rm -rf $(VENV) .streamops

@@ -1,0 +1,99 @@
+"""Shared fixtures: a real PostgreSQL database and a real local Spark session.
+
+Tests never touch the demo's data: they run against a fresh database `streamops_test` on the
+same server (`make test` starts the embedded cluster) and a temporary STREAMOPS_HOME for
+checkpoints, logs and inputs. Stage driver processes inherit both through the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import psycopg2
+import pytest
+from sqlalchemy import text
+
+TEST_DB = "streamops_test"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+
+
+def _server_url() -> str:
+    """The server `make test` brought up: STREAMOPS_DATABASE_URL, else the embedded cluster."""
+    from streamops.store import db
+
+    return db.libpq_url(db.database_url())
+
+
+def _with_database(url: str, name: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
+
+
+def recreate_database(url: str, name: str) -> str:
+    conn = psycopg2.connect(_with_database(url, "postgres"))
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    return _with_database(url, name)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_env():
+    """Point everything (this process and the drivers it starts) at the test database and a temp home."""
+    server = _server_url()
+    url = recreate_database(server, TEST_DB)
+    home = Path(tempfile.mkdtemp(prefix="streamops-test-"))
+    os.chmod(home, 0o755)
+    old = {k: os.environ.get(k) for k in ("STREAMOPS_DATABASE_URL", "STREAMOPS_HOME")}
+    external = bool(old["STREAMOPS_DATABASE_URL"])
+    os.environ["STREAMOPS_DATABASE_URL"] = url
+    os.environ["STREAMOPS_HOME"] = str(home)
+    from streamops.store import db, migrate
+
+    db.engine.cache_clear()
+    migrate.apply(db.engine())
+    yield {"url": url, "server": server, "home": home, "external": external, "old_env": old}
+    db.engine().dispose()
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def engine(test_env):
+    from streamops.store import db
+
+    return db.engine()
+
+
+@pytest.fixture
+def clean_db(engine):
+    """Empty every data table (the schema stays)."""
+    with engine.begin() as conn:
+        conn.execute(text(
+            "TRUNCATE pools, apps, stages, deployments, heartbeats, stage_commands, quarantine, "
+            "stage_metrics, sink_outputs, sink_commits RESTART IDENTITY CASCADE"
+        ))
+    return engine
+
+
+@pytest.fixture(scope="session")
+def spark(test_env):
+    """One local[2] session for every in-process test (the JVM start is the slow part)."""
+    from spark_apps.stage import build_session
+
+    session = build_session("streamops-tests", cores=2, state_partitions=2)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

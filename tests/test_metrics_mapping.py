@@ -1,0 +1,75 @@
+"""Progress → stage_metrics row, from progress JSON saved from a real PySpark 4.3 wordcount run."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from streamops.agent.metrics import (
+    Backlog, FileSourceBacklog, SinkStats, StageContext, latency_from_event_times, progress_to_metrics,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "progress_wordcount_batch0.json"
+CTX = StageContext("hibench.wordcount", 7, cores=2, state_partitions=4, trigger_interval_ms=2000)
+
+
+@pytest.fixture
+def progress() -> dict:
+    return json.loads(FIXTURE.read_text())
+
+
+def test_maps_every_policy_field(progress):
+    sink = SinkStats(0, 3, datetime(2026, 11, 21, tzinfo=timezone.utc), 10.0, 20.0, 30.0)
+    row = progress_to_metrics(progress, CTX, sink, Backlog(files=3, rows=900))
+    assert row["ts"] == datetime(2026, 11, 21, 20, 41, 45, 388000, tzinfo=timezone.utc)
+    assert row["run_id"] == progress["runId"] and row["batch_id"] == 0
+    assert row["input_rows"] == 54
+    assert row["input_rps"] == 0.0 and row["processed_rps"] == 15.9
+    assert row["batch_duration_ms"] == 3394 and row["add_batch_ms"] == 2661
+    assert row["trigger_interval_ms"] == 2000
+    assert row["state_rows"] == 3 and row["state_bytes"] == 12632
+    assert row["quarantined_rows"] == 4, "observed malformed rows are counted"
+    assert row["output_rows"] == 3, "the sink's own count replaces foreachBatch's -1"
+    assert (row["latency_p50_ms"], row["latency_p95_ms"], row["latency_max_ms"]) == (10.0, 20.0, 30.0)
+    assert (row["backlog_files"], row["backlog_rows"]) == (3, 900)
+    assert (row["cores"], row["state_partitions"], row["deployment_id"]) == (2, 4, 7)
+    assert json.loads(row["durations"])["walCommit"] == 26
+
+
+def test_stateless_empty_batch_has_no_state_and_no_nan(progress):
+    progress = {**progress, "stateOperators": [], "numInputRows": 0,
+                "inputRowsPerSecond": float("nan"), "processedRowsPerSecond": float("nan"), "observedMetrics": {}}
+    row = progress_to_metrics(progress, CTX)
+    assert row["state_rows"] is None and row["state_bytes"] is None
+    assert row["input_rps"] is None and row["processed_rps"] is None
+    assert row["quarantined_rows"] == 0 and row["output_rows"] is None
+    assert row["latency_p95_ms"] is None and row["backlog_files"] is None
+
+
+def test_latency_percentiles_come_from_event_time_percentiles():
+    # Commit at t=10 000 ms; the 5th-percentile event time is the 95th-percentile latency.
+    p50, p95, mx = latency_from_event_times(10_000, ets_p05_ms=6_000, ets_p50_ms=9_000, ets_min_ms=1_000)
+    assert (p50, p95, mx) == (1_000, 4_000, 9_000)
+    assert p50 <= p95 <= mx
+    assert latency_from_event_times(10_000, None, None, None) == (None, None, None)
+
+
+def test_file_source_backlog_counts_files_not_yet_in_the_source_log(tmp_path):
+    inputs, log = tmp_path / "in", tmp_path / "ckpt" / "sources" / "0"
+    inputs.mkdir()
+    log.mkdir(parents=True)
+    for i in range(6):
+        (inputs / f"part-{i}.json").write_text("{}\n")
+    (inputs / "_manifest").mkdir()
+    (inputs / ".hidden.tmp").write_text("")
+    backlog = FileSourceBacklog(inputs, tmp_path / "ckpt")
+    assert backlog.measure().files == 6
+    (log / "0").write_text('v1\n{"path":"part-0"}\n{"path":"part-1"}\n')
+    (log / "1").write_text('v1\n{"path":"part-2"}\n')
+    assert backlog.measure(rows_per_file=100) == Backlog(files=3, rows=300)
+    # After compaction the compact file holds everything up to its batch.
+    (log / "2.compact").write_text("v1\n" + "".join(f'{{"path":"part-{i}"}}\n' for i in range(4)))
+    assert backlog.measure().files == 2

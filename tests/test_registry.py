@@ -1,0 +1,126 @@
+"""apps.yaml validation: good files load into frozen models, bad ones name app, stage, field and expectation."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pydantic
+import pytest
+import yaml
+
+from streamops import registry
+
+GOOD = {
+    "pools": {"p1": {"cores": 2, "network_delay_ms": {"p2": 5}}, "p2": {"cores": 4}},
+    "apps": {
+        "taxi": {
+            "r_max_ms": 5000,
+            "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+            "stages": {
+                "top10": {
+                    "workload": "taxi_top10",
+                    "source": {"kind": "files", "path": "taxi/in"},
+                    "cores": {"initial": 1, "min": 1, "max": 2},
+                    "pool": "p1",
+                }
+            },
+        }
+    },
+}
+
+
+def _with(path: list, value) -> dict:
+    data = copy.deepcopy(GOOD)
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if value is _DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+_DELETE = object()
+STAGE = ["apps", "taxi", "stages", "top10"]
+
+
+def test_repo_registry_is_valid():
+    reg = registry.load(Path(__file__).resolve().parents[1] / "apps.yaml")
+    assert {"taxi", "hibench"} <= set(reg.apps)
+    for _, _, st in reg.stages():
+        assert st.source.kind == "files"
+
+
+def test_good_registry_loads_frozen_models_with_defaults():
+    reg = registry.parse(GOOD)
+    app, name, st = reg.stage("top10")
+    assert (app, name) == ("taxi", "top10")
+    assert st.state_partitions == 4 and st.trigger_interval_ms == 1000 and st.sink.kind == "postgres"
+    assert st.policy.kind == "threshold3"
+    with pytest.raises(pydantic.ValidationError):
+        st.pool = "p2"  # frozen
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (_with(STAGE + ["cores", "min"], 0),
+         "app 'taxi', stage 'top10', field 'cores.min': Input should be greater than or equal to 1 (got 0)"),
+        (_with(STAGE + ["cores"], {"initial": 3, "min": 1, "max": 2}),
+         "app 'taxi', stage 'top10', field 'cores': expected min <= initial <= max, got 1 <= 3 <= 2"),
+        (_with(STAGE + ["workload"], "wordcont"),
+         "app 'taxi', stage 'top10', field 'workload': Input should be 'identity', 'repartition', 'wordcount'"),
+        (_with(STAGE + ["pool"], "nowhere"),
+         "app 'taxi', stage 'top10', field 'pool': no pool 'nowhere'; expected one of ['p1', 'p2']"),
+        (_with(STAGE + ["cores"], {"initial": 1, "max": 3}),
+         "app 'taxi', stage 'top10', field 'cores.max': 3 exceeds pool 'p1' capacity (2 cores)"),
+        (_with(["apps", "taxi", "r_max_ms"], "fast"),
+         "app 'taxi', field 'r_max_ms': Input should be a valid integer"),
+        (_with(["apps", "taxi", "maintenance_window", "cron"], "at 3am"),
+         "app 'taxi', field 'maintenance_window.cron': not a cron expression: 'at 3am'"),
+        (_with(STAGE + ["source"], {"kind": "files"}),
+         "app 'taxi', stage 'top10', field 'source.path': Field required"),
+        (_with(STAGE + ["trigger_ms"], 500),
+         "app 'taxi', stage 'top10', field 'trigger_ms': unknown field (check the spelling)"),
+        (_with(["pools", "p1", "cores"], -1),
+         "pool 'p1', field 'cores': Input should be greater than or equal to 1"),
+        (_with(["pools", "p1", "network_delay_ms"], {"p9": 3}),
+         "pool 'p1', field 'network_delay_ms': no pool 'p9'"),
+        (_with(["apps", "taxi", "stages"], {}),
+         "app 'taxi', field 'stages': Dictionary should have at least 1 item"),
+    ],
+)
+def test_bad_entries_name_app_stage_field_and_expectation(data, expected):
+    with pytest.raises(registry.RegistryError) as e:
+        registry.parse(data, "apps.yaml")
+    assert expected in str(e.value), str(e.value)
+
+
+def test_every_problem_is_reported_at_once():
+    data = _with(STAGE + ["cores", "min"], 0)
+    data["apps"]["taxi"]["r_max_ms"] = -5
+    with pytest.raises(registry.RegistryError) as e:
+        registry.parse(data)
+    lines = str(e.value).splitlines()
+    assert len(lines) == 2 and any("r_max_ms" in l for l in lines) and any("cores.min" in l for l in lines)
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(registry.RegistryError, match="registry file not found"):
+        registry.load(tmp_path / "missing.yaml")
+    bad = tmp_path / "apps.yaml"
+    bad.write_text("pools: [unclosed\n")
+    with pytest.raises(registry.RegistryError, match="not valid YAML"):
+        registry.load(bad)
+    bad.write_text(yaml.safe_dump(["a", "list"]))
+    with pytest.raises(registry.RegistryError, match="expected a mapping"):
+        registry.load(bad)
+
+
+def test_stage_lookup_errors_list_known_stages():
+    reg = registry.parse(GOOD)
+    with pytest.raises(registry.RegistryError, match="known stages: taxi.top10"):
+        reg.stage("nope")
+    assert reg.stage("taxi.top10")[1] == "top10"

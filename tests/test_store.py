@@ -1,0 +1,91 @@
+"""Embedded PostgreSQL and schema migrations, against the real server."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from streamops.store import db, embedded, migrate
+from tests.conftest import recreate_database
+
+
+def test_migrations_run_twice_without_harm(test_env):
+    url = recreate_database(test_env["server"], "streamops_test_migrate")
+    eng = create_engine(db.sqlalchemy_url(url))
+    try:
+        first = migrate.apply(eng)
+        assert [m.version for m in first] == [m.version for m in migrate.discover()]
+        assert migrate.apply(eng) == []
+        with eng.connect() as conn:
+            versions = conn.execute(text("SELECT version FROM schema_migrations ORDER BY 1")).scalars().all()
+        assert versions == [m.version for m in first]
+        tables = set(inspect(eng).get_table_names())
+        assert {"apps", "stages", "pools", "deployments", "stage_metrics", "heartbeats",
+                "stage_commands", "quarantine", "sink_outputs", "sink_commits"} <= tables
+    finally:
+        eng.dispose()
+
+
+def test_failed_migration_rolls_back_and_applies_later(test_env, tmp_path):
+    url = recreate_database(test_env["server"], "streamops_test_migrate")
+    eng = create_engine(db.sqlalchemy_url(url))
+    (tmp_path / "001_ok.sql").write_text("CREATE TABLE a (x int);")
+    (tmp_path / "002_half.sql").write_text("CREATE TABLE b (x int);\nINSERT INTO b VALUES ('not a number');")
+    try:
+        with pytest.raises(migrate.MigrationError, match="002_half.sql failed and was rolled back"):
+            migrate.apply(eng, tmp_path)
+        insp = inspect(eng)
+        assert insp.has_table("a") and not insp.has_table("b"), "the failed file must leave no table behind"
+        (tmp_path / "002_half.sql").write_text("CREATE TABLE b (x int);\nINSERT INTO b VALUES (1);")
+        assert [m.name for m in migrate.apply(eng, tmp_path)] == ["half"]
+        assert migrate.apply(eng, tmp_path) == []
+    finally:
+        eng.dispose()
+
+
+def test_badly_named_migration_is_refused(tmp_path):
+    (tmp_path / "1_short.sql").write_text("SELECT 1;")
+    with pytest.raises(ValueError, match="NNN_name.sql"):
+        migrate.discover(tmp_path)
+
+
+def test_metrics_are_partitioned_by_day(engine):
+    with engine.begin() as conn:
+        created = conn.execute(text("SELECT ensure_stage_metrics_partitions(current_date + 10, 2)")).scalar_one()
+        again = conn.execute(text("SELECT ensure_stage_metrics_partitions(current_date + 10, 2)")).scalar_one()
+        parts = conn.execute(text(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'stage_metrics'::regclass")).scalar_one()
+    assert created == 2 and again == 0
+    assert parts >= 5  # yesterday, today, tomorrow, the two above, and the default partition
+
+
+def test_embedded_cluster_is_reused_and_reports_its_url(test_env, monkeypatch):
+    if test_env["external"]:
+        pytest.skip("an external STREAMOPS_DATABASE_URL is in use, not the embedded cluster")
+    # The cluster `make test` started is recorded in the real state dir, not the tests' temp home.
+    monkeypatch.delenv("STREAMOPS_DATABASE_URL")
+    if test_env["old_env"]["STREAMOPS_HOME"]:
+        monkeypatch.setenv("STREAMOPS_HOME", test_env["old_env"]["STREAMOPS_HOME"])
+    else:
+        monkeypatch.delenv("STREAMOPS_HOME")
+    record = embedded.load_record()
+    assert record is not None
+    cluster, reused = embedded.up()
+    assert reused and cluster.port == record.port
+    out = subprocess.run([".venv/bin/streamops", "db", "status"], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    assert out.returncode == 0, out.stderr
+    assert f"postgresql://postgres@127.0.0.1:{cluster.port}/streamops" in out.stdout
+    with create_engine(db.sqlalchemy_url(cluster.url("airflow"))).connect() as conn:
+        assert conn.execute(text("SELECT current_database()")).scalar_one() == "airflow"
+
+
+def test_missing_server_binaries_say_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setattr(embedded, "PG_ROOT", tmp_path)
+    monkeypatch.delenv("STREAMOPS_PG_BIN", raising=False)
+    monkeypatch.setattr(embedded.shutil, "which", lambda _: None)
+    with pytest.raises(embedded.EmbeddedPgError) as e:
+        embedded.find_bindir()
+    assert "apt-get install postgresql" in str(e.value) and "STREAMOPS_DATABASE_URL" in str(e.value)
