@@ -78,7 +78,7 @@ def clean_db(engine):
     with engine.begin() as conn:
         conn.execute(text(
             "TRUNCATE pools, apps, stages, deployments, heartbeats, stage_commands, quarantine, "
-            "stage_metrics, sink_outputs, sink_commits RESTART IDENTITY CASCADE"
+            "stage_metrics, sink_outputs, sink_commits CASCADE"
         ))
     return engine
 

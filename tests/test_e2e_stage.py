@@ -1,0 +1,122 @@
+"""Stage driver processes end to end: start, crash, restart, graceful stop, admission."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from streamops import generator, registry
+from streamops.execute import stages
+from tests import oracles
+
+pytestmark = pytest.mark.e2e
+
+
+def _registry(**stage_overrides) -> registry.Registry:
+    stage = {"workload": "wordcount", "source": {"kind": "files", "path": "e2e/in", "max_files_per_trigger": 2},
+             "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p"}
+    stage.update(stage_overrides)
+    return registry.parse({
+        "pools": {"p": {"cores": 2}},
+        "apps": {"e2e": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                         "stages": {"wc": stage, "other": {**stage, "source": {"kind": "files", "path": "e2e/other"}}}}},
+    })
+
+
+def eventually(cond, timeout_s: float, what: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def _commits(engine, sid: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"),
+                            {"s": sid}).scalar_one()
+
+
+def _deployment(engine, dep_id: int):
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT * FROM deployments WHERE id = :i"), {"i": dep_id}).one()
+
+
+def test_exactly_once_across_kill_minus_9(clean_db):
+    reg = _registry()
+    inputs = registry.resolve_path("e2e/in")
+    generator.generate(inputs, "web", "constant:rate=150", seed=3, duration_s=40, realtime=False)
+    want = oracles.expected("wordcount", generator.read_valid_records(inputs))
+
+    first = stages.start_stage("e2e.wc", reg)
+    eventually(lambda: _commits(clean_db, "e2e.wc") >= 3, 120, "three committed batches")
+    os.kill(first.pid, signal.SIGKILL)
+    eventually(lambda: not stages.launcher_for("local").is_alive(first.pid), 10, "the driver to die")
+    partial = oracles.actual(clean_db, "e2e.wc", "wordcount")
+    assert partial and partial != want, "the crash must land mid-stream"
+
+    second = stages.start_stage("e2e.wc", reg)
+    assert second.deployment_id != first.deployment_id
+    assert _deployment(clean_db, first.deployment_id).status == "failed", "the dead run is recorded as failed"
+    eventually(lambda: oracles.actual(clean_db, "e2e.wc", "wordcount") == want, 180, "the sink to equal the ground truth")
+    time.sleep(3)  # a doubled batch would show up as counts above the truth; give it time to
+    assert oracles.actual(clean_db, "e2e.wc", "wordcount") == want
+    stages.stop_stage("e2e.wc", reg, deadline_s=30)
+
+
+def test_graceful_stop_at_a_batch_boundary_with_a_clean_log(clean_db):
+    reg = _registry()
+    inputs = registry.resolve_path("e2e/in")
+    stop_feeding = threading.Event()
+    feeder = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
+        out_dir=inputs, kind="web", trace="constant:rate=100", seed=5, duration_s=120, stop_event=stop_feeding))
+    feeder.start()
+    try:
+        run = stages.start_stage("e2e.wc", reg)
+        eventually(lambda: _commits(clean_db, "e2e.wc") >= 2, 120, "two committed batches")
+        result = stages.stop_stage("e2e.wc", reg, deadline_s=30)
+    finally:
+        stop_feeding.set()
+        feeder.join(10)
+
+    assert result.outcome == "graceful" and result.seconds < 30
+    dep = _deployment(clean_db, run.deployment_id)
+    assert dep.status == "stopped" and dep.exit_code == 0
+    assert "at a batch boundary" in dep.stop_reason, dep.stop_reason
+    # At a boundary, every planned batch (offsets/N) has its commit (commits/N).
+    ckpt = Path(dep.checkpoint)
+    def last(d): return max(int(p.name) for p in (ckpt / d).iterdir() if p.name.isdigit())
+    assert last("offsets") == last("commits")
+    with clean_db.connect() as conn:
+        cmd = conn.execute(text("SELECT done_at, outcome FROM stage_commands WHERE deployment_id = :d"),
+                           {"d": run.deployment_id}).one()
+    assert cmd.done_at is not None and "batch boundary" in cmd.outcome
+    log = Path(run.log_path).read_text()
+    for bad in ("Connection refused", "Py4JException", "Traceback", " ERROR "):
+        assert bad not in log, f"{bad!r} in the driver log"
+    assert "action=exit status=stopped" in log
+
+
+def test_admission_refuses_a_stage_the_pool_has_no_cores_for(clean_db):
+    reg = _registry(cores={"initial": 2, "max": 2})
+    stages.sync_registry(reg)
+    with clean_db.begin() as conn:  # a live 2-core run of e2e.wc, held by this very process
+        conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, pid) "
+            "VALUES ('e2e.wc', 'p', 2, 2, '{}', 'local', '/nowhere', 'running', :pid)"), {"pid": os.getpid()})
+    again = stages.start_stage("e2e.wc", reg)
+    assert again.already_running, "a second start of a live stage does not double it"
+    with pytest.raises(stages.AdmissionRefused, match="pool 'p' has 0 free of 2 cores; stage e2e.other needs 2"):
+        stages.start_stage("e2e.other", reg)
+    with clean_db.connect() as conn:
+        refused = conn.execute(text("SELECT status, stop_reason FROM deployments WHERE stage_id = 'e2e.other'")).one()
+    assert refused.status == "refused" and "0 free of 2 cores" in refused.stop_reason
