@@ -24,8 +24,8 @@ app = typer.Typer(help="Operations platform for streaming Spark applications.", 
                   context_settings={"help_option_names": ["-h", "--help"]})
 db_app = typer.Typer(help="The PostgreSQL database: embedded cluster and schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-console = Console()
-err = Console(stderr=True)
+console = Console(soft_wrap=True)  # long paths and messages stay on one line
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(msg: str, code: int = 1) -> None:
