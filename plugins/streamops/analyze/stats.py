@@ -1,0 +1,72 @@
+"""A stage's window of metrics, aggregated, and the figures derived from it.
+
+The window aggregate is computed set-based in SQL for every stage at once
+(`sql/queries/stage_windows.sql`), or by the simulator's model; the derivations here are pure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """Aggregates over a stage's recent window (default 2 min, stabilization after a restart excluded)."""
+
+    stage_id: str
+    app: str
+    pool: str
+    cores: int
+    min_cores: int
+    max_cores: int
+    state_partitions: int
+    span_s: float  # wall time the window covers
+    batches: int
+    input_rows: int
+    busy_ms: float  # sum of batch durations: time the stage was processing
+    backlog_rows: float  # at the end of the window
+    backlog_growth_rps: float  # backlog slope over the window (rows/s; > 0 = falling behind)
+    latency_p95_ms: float | None  # worst batch p95 in the window
+    state_bytes: float = 0.0
+    host_cpu: float | None = None  # U_r: CPU utilization of the pool's hosts, 0..1
+    host_mem: float | None = None  # memory utilization of the pool's hosts, 0..1
+    busy_source: str = "batch_busy"  # how busy_ms was measured: batch_busy | executor_tasks
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def input_rate(self) -> float:
+        return self.input_rows / self.span_s if self.span_s > 0 else 0.0
+
+
+def busy_fraction(s: StageStats) -> float:
+    """S: busy time over wall time. With `batch_busy` every replica (core) of a local[n] driver
+    is counted busy while a batch runs, so this is per replica too (EDF's S_alpha)."""
+    if s.span_s <= 0:
+        return 0.0
+    return min(1.0, s.busy_ms / (s.span_s * 1000.0))
+
+
+def true_rate_per_core(s: StageStats) -> float | None:
+    """DS2's true processing rate: rows per busy core-second. None without busy time."""
+    busy_core_s = s.busy_ms / 1000.0 * s.cores
+    if busy_core_s <= 0 or s.input_rows <= 0:
+        return None
+    return s.input_rows / busy_core_s
+
+
+def ds2_target(s: StageStats, catch_up_s: float = 60.0, target_utilization: float = 0.7) -> int:
+    """n* = ceil((input_rate + backlog / catch_up_s) / (rate_per_core × target_utilization)), clamped."""
+    rate = true_rate_per_core(s)
+    if rate is None:
+        return s.cores
+    need = (s.input_rate + max(0.0, s.backlog_rows) / catch_up_s) / (rate * target_utilization)
+    return max(s.min_cores, min(s.max_cores, math.ceil(need - 1e-9)))
+
+
+def load_ratio(s: StageStats, catch_up_s: float = 60.0) -> float:
+    """Demand over capacity: (input + backlog catch-up) / (rate per core × cores). > 1 = overloaded."""
+    rate = true_rate_per_core(s)
+    if rate is None:
+        return 0.0
+    return (s.input_rate + max(0.0, s.backlog_rows) / catch_up_s) / (rate * s.cores)

@@ -1,0 +1,125 @@
+"""The Application Manager: one per app. Collects its stages' requests and *grants* [000].
+
+Pure: (app, options, state, requests, response, now) → (decisions, new state).
+- token_bucket: capacity B; each granted reconfiguration spends a token; tokens are added per
+  control interval by a pluggable generator; scale-outs are chosen greedily by gain/cost.
+- accept_all: EDF's decentralized baseline, grants everything.
+- Controlled windows: scale-ins and migrations are deferred to the app's maintenance window,
+  which has its own budget (max_actions per window), best gain/cost first.
+- Urgent scale-outs (response > R_max and backlog growing) go first, within the bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Callable
+
+from croniter import croniter
+
+from streamops.plan.model import DISRUPTIVE, LOCAL, SCALE_OUT, AppState, Decision, Request
+from streamops.plan.options import AppOptions
+
+TokenGenerator = Callable[[float | None, float, float], float]
+
+
+def edf_step(response_ms: float | None, r_max_ms: float, beta: float) -> float:
+    """EDF: one token per interval if the response time is above β·R_max."""
+    return 1.0 if response_ms is not None and response_ms > beta * r_max_ms else 0.0
+
+
+def proportional(response_ms: float | None, r_max_ms: float, beta: float) -> float:
+    """A rate that rises as the response nears R_max: 0 at β·R_max, 1 at R_max and above."""
+    if response_ms is None:
+        return 0.0
+    return min(1.0, max(0.0, (response_ms / r_max_ms - beta) / (1.0 - beta)))
+
+
+GENERATORS: dict[str, TokenGenerator] = {"edf_step": edf_step, "proportional": proportional}
+
+
+@dataclass(frozen=True)
+class AppView:
+    name: str
+    r_max_ms: float
+    window_cron: str
+    window_minutes: float
+    window_max_actions: int
+
+
+@dataclass(frozen=True)
+class WindowState:
+    open: bool
+    start: datetime | None  # of the open window
+    next_open: datetime
+
+
+def maintenance_window(app: AppView, now: datetime) -> WindowState:
+    prev = croniter(app.window_cron, now).get_prev(datetime)
+    nxt = croniter(app.window_cron, now).get_next(datetime)
+    is_open = now < prev + timedelta(minutes=app.window_minutes)
+    return WindowState(is_open, prev if is_open else None, nxt)
+
+
+def _decide(r: Request, outcome: str, reason: str, before: float, after: float, **kw) -> Decision:
+    return Decision(r, outcome, reason, round(before, 3), round(after, 3), **kw)
+
+
+def application_cycle(
+    app: AppView,
+    opt: AppOptions,
+    state: AppState,
+    requests: list[Request],
+    response_ms: float | None,
+    backlog_growing: bool,
+    now: datetime,
+) -> tuple[list[Decision], AppState]:
+    # End of the previous interval: refill the bucket from the measured response time.
+    gen = GENERATORS[opt.generator]
+    tokens = min(opt.capacity, state.tokens + gen(response_ms, app.r_max_ms, opt.beta))
+    window = maintenance_window(app, now)
+    used = state.window_actions if window.start is not None and window.start == state.window_start else 0
+    urgent = response_ms is not None and response_ms > app.r_max_ms and (backlog_growing or not opt.urgent_needs_growth)
+    decisions: list[Decision] = []
+    granted_stages: set[str] = set()
+
+    def grant(r: Request, reason: str, before: float, after: float, **kw) -> None:
+        decisions.append(_decide(r, "granted", reason, before, after, **kw))
+        granted_stages.add(r.stage_id)
+
+    for r in (r for r in requests if r.action in LOCAL):
+        decisions.append(_decide(r, "granted", "local action: no restart, no token", tokens, tokens))
+
+    reconfigs = sorted((r for r in requests if r.action not in LOCAL), key=lambda r: r.value, reverse=True)
+    if opt.policy == "accept_all":
+        for r in reconfigs:
+            if r.stage_id in granted_stages:
+                decisions.append(_decide(r, "declined", "another action for this stage was granted", tokens, tokens))
+            else:
+                grant(r, "accept_all grants every request", tokens, tokens)
+        return decisions, replace(state, tokens=tokens)
+
+    for r in (r for r in reconfigs if r.action == SCALE_OUT):
+        if r.stage_id in granted_stages:
+            decisions.append(_decide(r, "declined", "another action for this stage was granted", tokens, tokens))
+        elif tokens >= 1.0:
+            grant(r, f"{'urgent: response > R_max and backlog growing; ' if urgent else ''}"
+                     f"best gain/cost {r.value:.3g}, token spent", tokens, tokens - 1.0, urgent=urgent)
+            tokens -= 1.0
+        else:
+            decisions.append(_decide(r, "declined", f"no token ({tokens:.2f} < 1); re-proposed while the condition lasts",
+                                     tokens, tokens, urgent=urgent))
+
+    for r in (r for r in reconfigs if r.action in DISRUPTIVE):
+        if r.stage_id in granted_stages:
+            decisions.append(_decide(r, "declined", "another action for this stage was granted", tokens, tokens))
+        elif window.open and used < app.window_max_actions:
+            used += 1
+            grant(r, f"maintenance window open since {window.start:%H:%M}; action {used} of {app.window_max_actions}",
+                  tokens, tokens)
+        else:
+            why = "window budget spent" if window.open else "disruptive action waits for the maintenance window"
+            decisions.append(_decide(r, "deferred", why, tokens, tokens, defer_until=window.next_open))
+
+    new_state = AppState(tokens=tokens, window_start=window.start or state.window_start, window_actions=used)
+    return decisions, new_state

@@ -1,0 +1,137 @@
+"""The Operator Manager: one per stage. Reads its window, applies its policy, *requests*.
+
+Pure: (stats, options, state, context) → (requests, new state). It never acts.
+Gain (documented in docs/policies.md): the predicted drop in SLO risk, where
+risk(u, latency) = max(0, u − target_utilization) + max(0, latency / R_max − 1) and u is
+demand over capacity. Scale-ins gain 0.1 × the share of cores freed and migrations
+(U_r − U_max) + 0.05, so that EDF's order scale-out > migration > scale-in holds for equal cost.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+from streamops.analyze.fuzzy import bottleneck_score
+from streamops.analyze.stats import StageStats, busy_fraction, ds2_target, load_ratio
+from streamops.plan.model import MIGRATE, PRESTAGE, RELEASE, SCALE_IN, SCALE_OUT, OperatorState, Request
+from streamops.plan.options import OperatorOptions
+
+CostFn = Callable[[str, str, float], float]  # (stage_id, action, state_bytes) → expected downtime ms
+
+
+@dataclass(frozen=True)
+class PoolRoom:
+    free_cores: int
+    delay_ms: float  # network delay from the stage's current pool
+
+
+@dataclass(frozen=True)
+class OperatorContext:
+    r_max_ms: float
+    cost: CostFn
+    pools: dict[str, PoolRoom] = field(default_factory=dict)  # other pools, for migration targets
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+
+def _risk(u: float, latency_ms: float | None, r_max_ms: float, target: float) -> float:
+    lat = 0.0 if latency_ms is None else max(0.0, latency_ms / r_max_ms - 1.0)
+    return max(0.0, u - target) + lat
+
+
+def _snapshot(s: StageStats, **extra) -> dict:
+    return {"cores": s.cores, "S": round(busy_fraction(s), 4), "busy_source": s.busy_source,
+            "input_rate": round(s.input_rate, 2), "backlog_rows": s.backlog_rows,
+            "backlog_growth_rps": round(s.backlog_growth_rps, 2), "latency_p95_ms": s.latency_p95_ms,
+            "host_cpu": s.host_cpu, "state_bytes": s.state_bytes, "window_s": round(s.span_s, 1), **extra}
+
+
+def _request(s: StageStats, action: str, target: int | None, gain: float, ctx: OperatorContext, reason: str,
+             pool: str | None = None, **snap) -> Request:
+    cost = 0.0 if action in (PRESTAGE, RELEASE) else ctx.cost(s.stage_id, action, s.state_bytes)
+    return Request(s.stage_id, action, target, pool, round(gain, 4), round(cost, 1), reason, _snapshot(s, **snap), app=s.app)
+
+
+def _scale_out(s: StageStats, target: int, opt: OperatorOptions, ctx: OperatorContext, reason: str, **snap) -> Request:
+    u = load_ratio(s, opt.catch_up_s)
+    before = _risk(u, s.latency_p95_ms, ctx.r_max_ms, opt.target_utilization)
+    after = _risk(u * s.cores / target, None, ctx.r_max_ms, opt.target_utilization)
+    gain = max(0.01, before - after + (target - s.cores) / s.cores * 0.1)
+    return _request(s, SCALE_OUT, target, gain, ctx, reason, **snap)
+
+
+def _scale_in(s: StageStats, target: int, ctx: OperatorContext, reason: str, **snap) -> Request:
+    return _request(s, SCALE_IN, target, 0.1 * (s.cores - target) / s.cores, ctx, reason, **snap)
+
+
+def pick_migration_target(pools: dict[str, PoolRoom], cores: int, rng: random.Random) -> str | None:
+    """EDF: rank pools by network delay, pick at random with closer pools more likely, skip full ones."""
+    ranked = sorted((p for p, r in pools.items() if r.free_cores >= cores), key=lambda p: pools[p].delay_ms)
+    if not ranked:
+        return None
+    weights = [1.0 / (i + 1) for i in range(len(ranked))]
+    return rng.choices(ranked, weights=weights)[0]
+
+
+def edf(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: OperatorContext):
+    """EDF thresholds [000]: migrate when U_r > U_max; scale out when S > S_out; scale in when
+    sum(S)/(n−1) < c·S_out (sum over the n replicas, each busy S)."""
+    S, n = busy_fraction(s), s.cores
+    if s.host_cpu is not None and s.host_cpu > opt.u_max:
+        target = pick_migration_target(ctx.pools, n, ctx.rng)
+        if target:
+            gain = s.host_cpu - opt.u_max + 0.05
+            return [_request(s, MIGRATE, n, gain, ctx, f"U_r {s.host_cpu:.2f} > U_max {opt.u_max}", pool=target)], state
+    if S > opt.s_out and n < s.max_cores:
+        return [_scale_out(s, n + 1, opt, ctx, f"S {S:.2f} > S_out {opt.s_out}")], state
+    if n > s.min_cores and n * S / (n - 1) < opt.c * opt.s_out:
+        return [_scale_in(s, n - 1, ctx, f"sum(S)/(n-1) {n * S / (n - 1):.2f} < c*S_out {opt.c * opt.s_out:.3f}")], state
+    return [], state
+
+
+def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: OperatorContext):
+    """Bottleneck score with three thresholds [001]: pre-stage at the alarming level, scale out
+    above δ2 (sized by DS2, at least +1), scale in below δ1, release pre-staged with hysteresis."""
+    S, n = busy_fraction(s), s.cores
+    u = load_ratio(s, opt.catch_up_s)
+    score = bottleneck_score(S, s.host_mem or 0.0, u)
+    snap = {"score": round(score, 1), "load_ratio": round(u, 3)}
+    out: list[Request] = []
+    if state.prestaged and score < opt.alarming_threshold - opt.release_hysteresis:
+        out.append(_request(s, RELEASE, None, 0.0, ctx, f"O {score:.0f} < {opt.alarming_threshold - opt.release_hysteresis:.0f}", **snap))
+        state = OperatorState(prestaged=False)
+    target = max(n + 1, ds2_target(s, opt.catch_up_s, opt.target_utilization))
+    if score > opt.scale_out_threshold and n < s.max_cores:
+        out.append(_scale_out(s, min(target, s.max_cores), opt, ctx, f"O {score:.0f} > {opt.scale_out_threshold:.0f}", **snap))
+    elif score > opt.alarming_threshold and n < s.max_cores and not state.prestaged:
+        out.append(_request(s, PRESTAGE, min(target, s.max_cores), 0.0, ctx, f"O {score:.0f} > alarming {opt.alarming_threshold:.0f}", **snap))
+        state = OperatorState(prestaged=True)
+    elif score < opt.scale_in_threshold and n > s.min_cores:
+        out.append(_scale_in(s, n - 1, ctx, f"O {score:.0f} < {opt.scale_in_threshold:.0f}", **snap))
+    return out, state
+
+
+def ds2(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: OperatorContext):
+    """Rate-based target sized in one step. Scale-in uses a lower utilization target than
+    scale-out (a hysteresis band), so a constant load cannot make it flap."""
+    n = s.cores
+    u = load_ratio(s, opt.catch_up_s)
+    up = ds2_target(s, opt.catch_up_s, opt.target_utilization)
+    down = ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin)
+    snap = {"load_ratio": round(u, 3), "n_star": up}
+    if up > n:
+        return [_scale_out(s, up, opt, ctx, f"DS2 n* {up} > n {n} (load {u:.2f})", **snap)], state
+    if down < n:
+        return [_scale_in(s, down, ctx, f"DS2 n* {down} < n {n} at {opt.ds2_scale_in_margin:.0%} target", **snap)], state
+    return [], state
+
+
+POLICIES = {"edf": edf, "threshold3": threshold3, "ds2": ds2}
+
+
+def operator_cycle(policy: str, s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: OperatorContext):
+    """Run one Operator Manager decision. Nothing is requested on a half-filled window."""
+    if s.span_s < opt.min_window_fill * opt.window_s or s.batches == 0:
+        return [], state
+    return POLICIES[policy](s, opt, state, ctx)
