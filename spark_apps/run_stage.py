@@ -50,13 +50,17 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     from spark_apps.stage import build_session, start_stage_queries
 
     spark = build_session(f"streamops:{sid}", dep.cores, dep.state_partitions)
-    agent = StageAgent(spark, ctx, input_dir, checkpoint)
+    from streamops.plan.options import OperatorOptions
+
+    opts = OperatorOptions.from_params(stage.policy.params)
+    agent = StageAgent(spark, ctx, input_dir, checkpoint, operator_period_s=opts.local_period_s)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop("SIGINT"))
     agent.attach()
     status, reason, code = "stopped", None, 0
     try:
-        agent.queries = start_stage_queries(spark, stage, ctx, input_dir, checkpoint, on_commit=agent.on_commit)
+        agent.queries = start_stage_queries(spark, stage, ctx, input_dir, checkpoint, on_commit=agent.on_commit,
+                                            abort=agent.stop_requested)
         with db.engine().begin() as conn:
             conn.execute(db.query("deployment_running"), {
                 "id": deployment_id, "driver_id": spark.sparkContext.applicationId,
@@ -82,10 +86,15 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
             if q.isActive:
                 q.stop()
         agent.detach()
-        _finish(deployment_id, status, reason or status, code)
-        if agent.stop_command_id is not None:
-            with db.engine().begin() as conn:
-                conn.execute(db.query("command_done"), {"id": agent.stop_command_id, "outcome": reason})
+        # Best effort: with the database gone the run still exits cleanly; the launcher or the
+        # watchdog records the outcome instead.
+        try:
+            _finish(deployment_id, status, reason or status, code)
+            if agent.stop_command_id is not None:
+                with db.engine().begin() as conn:
+                    conn.execute(db.query("command_done"), {"id": agent.stop_command_id, "outcome": reason})
+        except Exception as e:
+            log.warning("action=exit could not record the outcome: %s", str(e).splitlines()[0])
         spark.stop()
     log.info("action=exit status=%s reason=%s", status, reason)
     return code

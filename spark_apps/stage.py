@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -62,8 +63,10 @@ def start_stage_queries(
     checkpoint: Path,
     on_commit: Callable[[SinkStats], None] | None = None,
     available_now: bool = False,
+    abort: threading.Event | None = None,
 ) -> list[StreamingQuery]:
-    """Start [main, quarantine]. `available_now` drains the input and stops (tests)."""
+    """Start [main, quarantine]. `available_now` drains the input and stops (tests). `abort`
+    (the agent's stop request) cuts short the sinks' retries while the database is away."""
     workload = WORKLOADS[stage.workload]
     spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
     Path(input_dir).mkdir(parents=True, exist_ok=True)
@@ -82,9 +85,9 @@ def start_stage_queries(
     output = workload.build(valid, stage.params)
 
     if stage.sink.kind == "parquet":
-        sink = ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit)
+        sink = ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit, abort)
     else:
-        sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit)
+        sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)
 
     def trigger(writer):
         if available_now:
@@ -101,7 +104,7 @@ def start_stage_queries(
         records.where(F.col("reason").isNotNull())
         .select("source_file", "raw", "reason")
         .writeStream.queryName(f"{ctx.stage_id}#quarantine")
-        .foreachBatch(QuarantineSink(ctx.stage_id, ctx.deployment_id))
+        .foreachBatch(QuarantineSink(ctx.stage_id, ctx.deployment_id, abort))
         .option("checkpointLocation", str(quarantine_checkpoint(Path(checkpoint))))
     ).start()
     return [main, side]

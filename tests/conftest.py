@@ -1,6 +1,6 @@
 """Shared fixtures: a real PostgreSQL database and a real local Spark session.
 
-Tests never touch the demo's data: they run against a fresh database `streamops_test` on the
+Tests never touch the demo's data: they run against a fresh database `streamops_test_<pid>` on the
 same server (`make test` starts the embedded cluster) and a temporary STREAMOPS_HOME for
 checkpoints, logs and inputs. Stage driver processes inherit both through the environment.
 """
@@ -15,7 +15,8 @@ import psycopg2
 import pytest
 from sqlalchemy import text
 
-TEST_DB = "streamops_test"
+# One database per pytest session, so concurrent sessions (developers, CI) never collide.
+TEST_DB = f"streamops_test_{os.getpid()}"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
 
@@ -41,6 +42,14 @@ def recreate_database(url: str, name: str) -> str:
     return _with_database(url, name)
 
 
+def drop_database(url: str, name: str) -> None:
+    conn = psycopg2.connect(_with_database(url, "postgres"))
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    conn.close()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def test_env():
     """Point everything (this process and the drivers it starts) at the test database and a temp home."""
@@ -57,7 +66,13 @@ def test_env():
     db.engine.cache_clear()
     migrate.apply(db.engine())
     yield {"url": url, "server": server, "home": home, "external": external, "old_env": old}
+    from streamops.execute.launcher import launcher_for
+
+    orphans = launcher_for("local").terminate_all()  # a failed test must not leave drivers running
+    if orphans:
+        print(f"\nkilled {len(orphans)} stage driver(s) left running by failed tests: {orphans}")
     db.engine().dispose()
+    drop_database(server, TEST_DB)
     for k, v in old.items():
         if v is None:
             os.environ.pop(k, None)
@@ -77,7 +92,8 @@ def clean_db(engine):
     """Empty every data table (the schema stays)."""
     with engine.begin() as conn:
         conn.execute(text(
-            "TRUNCATE pools, apps, stages, deployments, heartbeats, stage_commands, quarantine, "
+            "TRUNCATE pools, apps, stages, deployments, heartbeats, stage_commands, quarantine, requests, decisions, "
+            "reconfigurations, app_control, operator_state, "
             "stage_metrics, sink_outputs, sink_commits CASCADE"
         ))
     return engine

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -12,7 +13,7 @@ from tests.conftest import recreate_database
 
 
 def test_migrations_run_twice_without_harm(test_env):
-    url = recreate_database(test_env["server"], "streamops_test_migrate")
+    url = recreate_database(test_env["server"], f"streamops_test_migrate_{os.getpid()}")
     eng = create_engine(db.sqlalchemy_url(url))
     try:
         first = migrate.apply(eng)
@@ -29,7 +30,7 @@ def test_migrations_run_twice_without_harm(test_env):
 
 
 def test_failed_migration_rolls_back_and_applies_later(test_env, tmp_path):
-    url = recreate_database(test_env["server"], "streamops_test_migrate")
+    url = recreate_database(test_env["server"], f"streamops_test_migrate_{os.getpid()}")
     eng = create_engine(db.sqlalchemy_url(url))
     (tmp_path / "001_ok.sql").write_text("CREATE TABLE a (x int);")
     (tmp_path / "002_half.sql").write_text("CREATE TABLE b (x int);\nINSERT INTO b VALUES ('not a number');")

@@ -149,6 +149,35 @@ def stop(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or a
         _fail(str(e))
 
 
+# -- control loop ------------------------------------------------------------------------------
+@app.command()
+def replan(app_name: Optional[str] = typer.Argument(None, metavar="[APP]", help="one app; default: every app"),
+           dry_run: bool = typer.Option(False, "--dry-run", help="recommend only: record requests and decisions, plan nothing"),
+           operators: bool = typer.Option(True, help="also run the stages' Operator Managers first (as their drivers do)")) -> None:
+    """Run one control cycle: Operator Managers request, each Application Manager grants, and
+    grants become `pending` reconfigurations. Prints the decisions."""
+    from streamops import control
+    from streamops.store import db
+
+    try:
+        report = control.replan(app_name, dry_run=dry_run, operators=operators, decided_by="cli")
+    except (LookupError, db.DatabaseUnavailable) as e:
+        _fail(str(e))
+    t = Table(title=f"re-plan{' (dry run: nothing planned)' if dry_run else ''} · {report.stages_analyzed} stage window(s), "
+                    f"{len(report.requests)} request(s), {report.seconds['total_s'] * 1000:.0f} ms", header_style="bold")
+    for col in ("app", "stage", "action", "target", "outcome", "reason", "gain", "cost s", "tokens", "plan"):
+        t.add_column(col)
+    colors = {"granted": "green", "declined": "red", "deferred": "yellow"}
+    for r in control.to_rows(report):
+        plan = f"#{r['reconfiguration']} pending" if r["reconfiguration"] else (
+            f"until {r['defer_until']:%Y-%m-%d %H:%M}" if r["defer_until"] else "")
+        t.add_row(r["app"], r["stage"], r["action"], str(r["target"] or ""), f"[{colors[r['outcome']]}]{r['outcome']}[/]",
+                  r["reason"], f"{r['gain']:.3g}", f"{r['cost_ms'] / 1000:.1f}", r["tokens"], plan)
+    if not t.rows:
+        t.caption = "no requests to decide: every stage is within its thresholds (or its window is not full yet)"
+    console.print(t)
+
+
 # -- generator ---------------------------------------------------------------------------------
 @app.command()
 def gen(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage whose input directory to feed"),
@@ -217,10 +246,10 @@ def status_table() -> Table:
         rows = conn.execute(db.query("stage_status")).all()
     t = Table(title=f"streamops stages · {datetime.now():%H:%M:%S}", header_style="bold",
               caption="in/s, out/s: rows per second over the last minute · backlog: input files not yet read · "
-                      "beat: heartbeat age · quar.: quarantined records")
+                      "beat: heartbeat age · quar.: quarantined records · plan: granted or deferred reconfiguration")
     for col, just in [("stage", "left"), ("state", "left"), ("pool", "left"), ("cores", "right"), ("parts", "right"),
                       ("in/s", "right"), ("out/s", "right"), ("p95 ms", "right"), ("backlog", "right"),
-                      ("batch", "right"), ("beat", "right"), ("quar.", "right")]:
+                      ("batch", "right"), ("beat", "right"), ("quar.", "right"), ("plan", "left")]:
         t.add_column(col, justify=just)
     colors = {"running": "green", "starting": "yellow", "stopping": "yellow", "failed": "red", "refused": "red"}
     for r in rows:
@@ -230,7 +259,7 @@ def status_table() -> Table:
             hb_txt = f"[red]{hb_txt}[/]"
         t.add_row(r.stage_id, f"[{colors.get(r.status, 'dim')}]{r.status}[/]", r.pool, str(r.cores), str(r.partitions),
                   _fmt(r.in_rps, ",.0f"), _fmt(r.out_rps, ",.0f"), _fmt(r.latency_p95_ms, ",.0f"),
-                  _fmt(r.backlog_files), _fmt(r.batch_id), hb_txt, str(r.quarantined))
+                  _fmt(r.backlog_files), _fmt(r.batch_id), hb_txt, str(r.quarantined), r.plan or "")
     return t
 
 

@@ -89,8 +89,18 @@ class ParquetSink(_Frozen):
 
 
 class Policy(_Frozen):
+    """The stage's Operator Manager policy; `params` override plan.options.OperatorOptions."""
+
     kind: Literal["edf", "threshold3", "ds2"] = "threshold3"
     params: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("params")
+    @classmethod
+    def _known_options(cls, v: dict[str, float]) -> dict[str, float]:
+        from streamops.plan.options import OperatorOptions
+
+        OperatorOptions.from_params(v)
+        return v
 
 
 class Stage(_Frozen):
@@ -117,7 +127,20 @@ class App(_Frozen):
     r_max_ms: int = Field(gt=0, description="SLO: end-to-end response-time bound")
     maintenance_window: MaintenanceWindow
     description: str = ""
+    control: dict[str, Any] = Field(default_factory=dict, description="overrides of plan.options.AppOptions")
     stages: dict[str, Stage] = Field(min_length=1)
+
+    @field_validator("control")
+    @classmethod
+    def _known_control(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from streamops.plan.options import AppOptions
+
+        opts = AppOptions.from_params(v)
+        if opts.policy not in ("token_bucket", "accept_all"):
+            raise ValueError(f"control.policy must be token_bucket or accept_all, got {opts.policy!r}")
+        if opts.generator not in ("edf_step", "proportional"):
+            raise ValueError(f"control.generator must be edf_step or proportional, got {opts.generator!r}")
+        return v
 
 
 class Registry(_Frozen):

@@ -12,7 +12,18 @@ recent AS (  -- rates over the last minute are steadier than one batch's
     SELECT stage_id, sum(input_rows) / 60.0 AS in_rps, sum(output_rows) / 60.0 AS out_rps
     FROM stage_metrics WHERE ts > now() - interval '60 seconds' GROUP BY stage_id
 ),
-q AS (SELECT stage_id, count(*) AS quarantined FROM quarantine GROUP BY stage_id)
+q AS (SELECT stage_id, count(*) AS quarantined FROM quarantine GROUP BY stage_id),
+plan AS (  -- what the control loop has in store for the stage: a planned change, else a deferred one
+    SELECT DISTINCT ON (stage_id) stage_id, label FROM (
+        SELECT stage_id, 1 AS prio, requested_at AS at,
+               action || '→' || COALESCE(target_cores::text, target_pool) || ' ' || status AS label
+        FROM reconfigurations WHERE status IN ('pending', 'running')
+        UNION ALL
+        SELECT r.stage_id, 2, r.refreshed_at,
+               r.action || '→' || COALESCE(r.target_cores::text, r.target_pool) || ' deferred'
+        FROM requests r WHERE r.status = 'deferred'
+    ) x ORDER BY stage_id, prio, at DESC
+)
 SELECT s.stage_id, s.app, s.workload, s.pool,
        COALESCE(r.status, 'never started') AS status,
        r.id AS deployment_id, r.pid,
@@ -22,6 +33,7 @@ SELECT s.stage_id, s.app, s.workload, s.pool,
        b.batch_id, b.latency_p95_ms, b.backlog_files, b.backlog_rows, b.batch_duration_ms,
        EXTRACT(EPOCH FROM now() - h.beat_at) AS heartbeat_age_s,
        COALESCE(q.quarantined, 0) AS quarantined,
+       pl.label AS plan,
        r.stop_reason
 FROM stages s
 LEFT JOIN latest_run r ON r.stage_id = s.stage_id
@@ -29,4 +41,5 @@ LEFT JOIN latest_batch b ON b.stage_id = s.stage_id
 LEFT JOIN recent rc ON rc.stage_id = s.stage_id
 LEFT JOIN heartbeats h ON h.deployment_id = r.id
 LEFT JOIN q ON q.stage_id = s.stage_id
+LEFT JOIN plan pl ON pl.stage_id = s.stage_id
 ORDER BY s.app, s.stage_id

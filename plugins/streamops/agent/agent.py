@@ -117,10 +117,12 @@ class StageAgent:
         engine: Engine | None = None,
         heartbeat_s: float = 5.0,
         poll_s: float = 1.0,
+        operator_period_s: float | None = None,
     ):
         self.spark, self.ctx = spark, ctx
         self.engine = engine or db.engine()
         self.heartbeat_s, self.poll_s = heartbeat_s, poll_s
+        self.operator_period_s = operator_period_s  # None: no Operator Manager in this run
         self.main_query_name = ctx.stage_id
         self.backlog = FileSourceBacklog(input_dir, checkpoint)
         self.writer = BufferedWriter(self.engine, ctx.stage_id)
@@ -142,7 +144,10 @@ class StageAgent:
         self.writer.start()
         if self.ctx.deployment_id is None:  # an in-process run (tests): no run row to beat for or command
             return
-        for target, name in ((self._heartbeat_loop, "heartbeat"), (self._command_loop, "commands")):
+        loops = [(self._heartbeat_loop, "heartbeat"), (self._command_loop, "commands")]
+        if self.operator_period_s:
+            loops.append((self._operator_loop, "operator"))
+        for target, name in loops:
             t = threading.Thread(target=target, name=f"{name}-{self.ctx.stage_id}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -220,6 +225,22 @@ class StageAgent:
                 log.exception("stage %s: heartbeat failed", self.ctx.stage_id)
             if self._closing.wait(self.heartbeat_s):
                 return
+
+    def _operator_loop(self) -> None:
+        """The stage's Operator Manager: every local period, analyze the window and *request*."""
+        from datetime import datetime, timezone
+
+        from streamops import control
+
+        while not self._closing.wait(self.operator_period_s):
+            try:
+                with self.engine.begin() as conn:
+                    _, requests = control.operator_pass(conn, datetime.now(timezone.utc), stage=self.ctx.stage_id)
+                for r in requests:
+                    log.info("stage %s: action=request %s target=%s gain=%.3g cost=%.0fms (%s)",
+                             self.ctx.stage_id, r.action, r.target_cores or r.target_pool, r.gain, r.cost_ms, r.reason)
+            except Exception:
+                log.exception("stage %s: Operator Manager cycle failed", self.ctx.stage_id)
 
     def _command_loop(self) -> None:
         params = {"stage_id": self.ctx.stage_id, "deployment_id": self.ctx.deployment_id}

@@ -8,6 +8,7 @@ commit is recorded in `sink_commits`; the downtime ledger reads the gaps between
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
@@ -81,30 +82,37 @@ def is_transient(e: BaseException) -> bool:
     return any(marker in str(e) for marker in _TRANSIENT)
 
 
-def retry_idempotent(action: Callable[[], None], what: str, budget_s: float = 300.0) -> None:
+def retry_idempotent(action: Callable[[], None], what: str, budget_s: float = 300.0,
+                     abort: threading.Event | None = None) -> None:
     """Retry an idempotent write with backoff while the database is away: a database restart
-    delays the batch (backpressure) instead of failing the stage. Other errors fail at once."""
+    delays the batch (backpressure) instead of failing the stage. Other errors fail at once,
+    and so does every error once `abort` is set (a stop must not wait out the retry budget)."""
     deadline, backoff = time.monotonic() + budget_s, 1.0
     while True:
         try:
             action()
             return
         except Exception as e:
-            if not is_transient(e) or time.monotonic() + backoff > deadline:
+            if not is_transient(e) or time.monotonic() + backoff > deadline or (abort and abort.is_set()):
                 raise
             first = next((line for line in str(e).splitlines() if "Error" in line), str(e)[:200])
             log.warning("%s failed, retrying in %.0fs: %s", what, backoff, first.strip())
-            time.sleep(backoff)
+            if abort is not None:
+                abort.wait(backoff)
+            else:
+                time.sleep(backoff)
             backoff = min(backoff * 2, 30)
 
 
 class BatchSink:
     """Shared frame: measure event times, write idempotently, record the commit."""
 
-    def __init__(self, stage_id: str, deployment_id: int | None, on_commit: Callable[[SinkStats], None] | None = None):
+    def __init__(self, stage_id: str, deployment_id: int | None, on_commit: Callable[[SinkStats], None] | None = None,
+                 abort: threading.Event | None = None):
         self.stage_id = stage_id
         self.deployment_id = deployment_id
         self.on_commit = on_commit
+        self.abort = abort
         self.url = db.libpq_url(db.database_url())
 
     def write(self, df: DataFrame, batch_id: int) -> None:  # subclasses
@@ -115,7 +123,8 @@ class BatchSink:
         try:
             n, p05, p50, lo = _event_time_stats(df)
             if n:
-                retry_idempotent(lambda: self.write(df, batch_id), f"stage {self.stage_id}: batch {batch_id} sink write")
+                retry_idempotent(lambda: self.write(df, batch_id), f"stage {self.stage_id}: batch {batch_id} sink write",
+                                 abort=self.abort)
         finally:
             df.unpersist()
         committed = datetime.now(timezone.utc)
@@ -158,9 +167,10 @@ class QuarantineSink:
     """Malformed records → `quarantine` with the raw text and the reason. Never fails the stage
     for a bad record; a replayed batch adds nothing (keyed by file and raw text)."""
 
-    def __init__(self, stage_id: str, deployment_id: int | None):
+    def __init__(self, stage_id: str, deployment_id: int | None, abort: threading.Event | None = None):
         self.stage_id = stage_id
         self.deployment_id = deployment_id
+        self.abort = abort
         self.url = db.libpq_url(db.database_url())
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -176,5 +186,6 @@ class QuarantineSink:
             lambda r: (stage_id, dep, batch_id, r["source_file"], r["record_key"], r["raw"], r["reason"]),
         )
         started = time.monotonic()
-        retry_idempotent(lambda: keyed.foreachPartition(fn), f"stage {stage_id}: quarantine batch {batch_id}")
+        retry_idempotent(lambda: keyed.foreachPartition(fn), f"stage {stage_id}: quarantine batch {batch_id}",
+                         abort=self.abort)
         log.debug("stage %s: quarantine batch %d written in %.0f ms", stage_id, batch_id, (time.monotonic() - started) * 1000)

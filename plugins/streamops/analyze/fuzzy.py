@@ -1,70 +1,58 @@
-"""Bottleneck score O(x) in [0, 100] by fuzzy inference [001]: Mamdani rules over CPU, memory
-and data size, triangular membership functions, centroid defuzzification.
+"""Bottleneck score O(x) in [0, 100] by fuzzy inference [001] over CPU, memory and data size,
+with triangular membership functions and centroid defuzzification.
 
-Hand-written (about 60 lines, vectorized with numpy over many stages): the fuzzy libraries on
-PyPI (scikit-fuzzy) evaluate one crisp input at a time, which is too slow for a 10 000-stage
-cycle. The rule base is documented in docs/policies.md.
+Design, chosen so that the score is monotone in every input and never has a gap:
+- Each input has three triangular sets (low, medium, high with shoulders) that form a Ruspini
+  partition: at every point the memberships sum to 1. Breakpoints are per input (INPUTS).
+- The rule base is complete, 27 rules: IF cpu is A AND mem is B AND data is C THEN O is
+  max(A, B, C) — the worst resource decides. AND is the product.
+- Consequents are scaled by their firing strength and summed (Kosko's standard additive
+  model), then defuzzified by the centroid. The three output sets have equal area, so the
+  centroid is exactly sum(m_level × centroid_level): a weighted average that can only rise
+  when an input rises, since raising an input moves firing mass to higher levels.
+
+Hand-written and vectorized with numpy over many stages at once: the PyPI fuzzy libraries
+evaluate one crisp input at a time, too slow for a 10 000-stage cycle.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-UNIVERSE = np.linspace(0.0, 100.0, 101)
+LEVELS = ("low", "medium", "high")
+
+# (lo, mid, hi): low is 1 up to lo and 0 from mid; medium peaks at mid; high is 1 from hi.
+INPUTS = {
+    "cpu": (0.3, 0.6, 0.9),   # S, busy fraction per replica
+    "mem": (0.5, 0.75, 0.95),  # memory utilization of the pool's hosts
+    "data": (0.4, 0.7, 1.1),  # load ratio: (input rate + backlog catch-up) / capacity
+}
+
+# Output sets on [0, 100], all of area 20: low (0,0,40), medium (30,50,70), high (60,100,100).
+OUT_SETS = {"low": (0.0, 0.0, 40.0), "medium": (30.0, 50.0, 70.0), "high": (60.0, 100.0, 100.0)}
+OUT_CENTROID = np.array([(a + b + c) / 3.0 for a, b, c in OUT_SETS.values()])  # 13.3, 50, 86.7
 
 
-def tri(x: np.ndarray, a: float, b: float, c: float) -> np.ndarray:
-    """Triangular membership; a == b or b == c gives a shoulder."""
+def memberships(x, lo: float, mid: float, hi: float) -> np.ndarray:
+    """[..., 3] memberships in (low, medium, high); each row sums to 1."""
     x = np.asarray(x, dtype=float)
-    left = np.where(b > a, (x - a) / (b - a if b > a else 1), (x >= b).astype(float))
-    right = np.where(c > b, (c - x) / (c - b if c > b else 1), (x <= b).astype(float))
-    return np.clip(np.minimum(left, right), 0.0, 1.0)
+    rising = np.clip((x - lo) / (mid - lo), 0.0, 1.0)  # low → medium between lo and mid
+    topping = np.clip((x - mid) / (hi - mid), 0.0, 1.0)  # medium → high between mid and hi
+    return np.stack([1.0 - rising, rising - topping, topping], axis=-1)
 
 
-# Inputs, each scaled to 0..1 (data: load ratio / 2, so 0.5 = demand equals capacity).
-IN_SETS = {
-    "low": (0.0, 0.0, 0.5),
-    "medium": (0.2, 0.5, 0.8),
-    "high": (0.5, 1.0, 1.0),
-}
-OUT_SETS = {
-    "low": (0.0, 0.0, 40.0),
-    "medium": (20.0, 50.0, 80.0),
-    "high": (60.0, 100.0, 100.0),
-}
-_OUT = {name: tri(UNIVERSE, *abc) for name, abc in OUT_SETS.items()}
-
-# (cpu, memory, data) → output; None = any. Firing strength = min over the named inputs.
-RULES: list[tuple[str | None, str | None, str | None, str]] = [
-    ("high", None, None, "high"),       # saturated CPU is a bottleneck whatever the data
-    (None, None, "high", "high"),       # demand above capacity (or backlog to catch up)
-    (None, "high", None, "high"),       # memory pressure (state) ends in GC pauses or spills
-    ("medium", None, "medium", "medium"),
-    ("medium", "medium", None, "medium"),
-    ("low", None, "medium", "medium"),   # spare CPU but rising demand: watch it
-    ("low", "low", "low", "low"),
-    ("medium", "low", "low", "low"),
-]
+def level_masses(cpu, mem, data) -> np.ndarray:
+    """[..., 3] total firing strength of the rules concluding low, medium, high."""
+    cdf = None  # P(max level ≤ k) = product over inputs of the membership up to level k
+    for name, x in (("cpu", cpu), ("mem", mem), ("data", data)):
+        c = np.cumsum(memberships(x, *INPUTS[name]), axis=-1)
+        cdf = c if cdf is None else cdf * c
+    return np.diff(cdf, prepend=0.0, axis=-1)
 
 
 def bottleneck_scores(cpu, mem, data) -> np.ndarray:
-    """Vectorized O(x): arrays of cpu (0..1), mem (0..1), data = load ratio (0..2+) → scores."""
-    cpu = np.clip(np.asarray(cpu, dtype=float), 0, 1)
-    mem = np.clip(np.asarray(mem, dtype=float), 0, 1)
-    data = np.clip(np.asarray(data, dtype=float) / 2.0, 0, 1)
-    inputs = {"cpu": cpu, "mem": mem, "data": data}
-    member = {(k, s): tri(v, *abc) for k, v in inputs.items() for s, abc in IN_SETS.items()}
-    ones = np.ones_like(cpu)
-    agg = np.zeros(cpu.shape + UNIVERSE.shape)
-    for c, m, d, out in RULES:
-        w = ones
-        for key, s in (("cpu", c), ("mem", m), ("data", d)):
-            if s is not None:
-                w = np.minimum(w, member[(key, s)])
-        agg = np.maximum(agg, np.minimum(w[..., None], _OUT[out]))  # clip the consequent, max-aggregate
-    area = agg.sum(axis=-1)
-    centroid = (agg * UNIVERSE).sum(axis=-1) / np.where(area > 0, area, 1)
-    return np.where(area > 0, centroid, 0.0)
+    """Vectorized O(x): arrays of cpu (0..1), mem (0..1), data (load ratio, 0..) → scores in [13.3, 86.7]."""
+    return level_masses(cpu, mem, data) @ OUT_CENTROID
 
 
 def bottleneck_score(cpu: float, mem: float, data: float) -> float:

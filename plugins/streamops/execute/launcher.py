@@ -81,9 +81,19 @@ class LocalProcessLauncher:
         if pid is None:
             return
         try:
-            os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
+            if force:  # the driver leads its own process group: take its JVM down with it
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+
+    def terminate_all(self) -> list[int]:
+        """SIGKILL every driver this launcher started that still runs (test teardown)."""
+        killed = [pid for pid in self._children if self.is_alive(pid)]
+        for pid in killed:
+            self.terminate(pid, force=True)
+        return killed
 
     def exit_code(self, pid: int) -> int | None:
         child = self._children.get(pid)

@@ -32,6 +32,8 @@ def proportional(response_ms: float | None, r_max_ms: float, beta: float) -> flo
     """A rate that rises as the response nears R_max: 0 at β·R_max, 1 at R_max and above."""
     if response_ms is None:
         return 0.0
+    if beta >= 1.0:  # no ramp left: a step at R_max
+        return 1.0 if response_ms >= r_max_ms else 0.0
     return min(1.0, max(0.0, (response_ms / r_max_ms - beta) / (1.0 - beta)))
 
 
@@ -55,7 +57,9 @@ class WindowState:
 
 
 def maintenance_window(app: AppView, now: datetime) -> WindowState:
-    prev = croniter(app.window_cron, now).get_prev(datetime)
+    # croniter's get_prev excludes `now` itself: look from just after it, so the window is
+    # open at its very first instant (a request deferred until then is granted then).
+    prev = croniter(app.window_cron, now + timedelta(microseconds=1)).get_prev(datetime)
     nxt = croniter(app.window_cron, now).get_next(datetime)
     is_open = now < prev + timedelta(minutes=app.window_minutes)
     return WindowState(is_open, prev if is_open else None, nxt)

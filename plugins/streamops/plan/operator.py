@@ -1,10 +1,12 @@
 """The Operator Manager: one per stage. Reads its window, applies its policy, *requests*.
 
 Pure: (stats, options, state, context) → (requests, new state). It never acts.
-Gain (documented in docs/policies.md): the predicted drop in SLO risk, where
-risk(u, latency) = max(0, u − target_utilization) + max(0, latency / R_max − 1) and u is
-demand over capacity. Scale-ins gain 0.1 × the share of cores freed and migrations
-(U_r − U_max) + 0.05, so that EDF's order scale-out > migration > scale-in holds for equal cost.
+Gain (documented in docs/policies.md): for a scale-out, the predicted drop in SLO risk plus
+0.1 × the relative core increase, where risk(u, latency) = max(0, u − target_utilization) +
+max(0, latency / R_max − 1) and u is demand over capacity. A migration gains (U_r − U_max) +
+0.05 and a scale-in 0.1 × the share of cores freed. The Application Manager ranks by
+gain/cost within each class: scale-outs compete for tokens, disruptive actions for the
+maintenance window's budget.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: O
     target = max(n + 1, ds2_target(s, opt.catch_up_s, opt.target_utilization))
     if score > opt.scale_out_threshold and n < s.max_cores:
         out.append(_scale_out(s, min(target, s.max_cores), opt, ctx, f"O {score:.0f} > {opt.scale_out_threshold:.0f}", **snap))
+        state = OperatorState(prestaged=False)  # the scale-out consumes what was pre-staged
     elif score > opt.alarming_threshold and n < s.max_cores and not state.prestaged:
         out.append(_request(s, PRESTAGE, min(target, s.max_cores), 0.0, ctx, f"O {score:.0f} > alarming {opt.alarming_threshold:.0f}", **snap))
         state = OperatorState(prestaged=True)

@@ -27,7 +27,7 @@ class OperatorOptions:
     # DS2-style sizing (goes beyond the papers)
     catch_up_s: float = 60.0
     target_utilization: float = 0.7
-    ds2_scale_in_margin: float = 0.6  # scale in only if n* ≤ n − 1 with load below this share of target
+    ds2_scale_in_margin: float = 0.6  # scale in to the cores that keep utilization ≤ this (absolute), a band below target
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "OperatorOptions":

@@ -1,0 +1,28 @@
+"""Trace-driven simulator: a 1-second model of an app's stages that drives the production
+Operator Manager (`plan.operator.operator_cycle`) and Application Manager
+(`plan.application.application_cycle`) unchanged. See docs/policies.md.
+
+    from streamops.sim import run_simulation
+    summary = run_simulation("edf_b075", "diurnal", seed=1, out_dir=Path("bench/results/x"))
+"""
+
+from streamops.sim.model import DEFAULT_STAGES, SimConfig, StageSpec
+from streamops.sim.policies import POLICY_CONFIGS, PolicyConfig, resolve_policy
+from streamops.sim.report import SUMMARY_KEYS
+from streamops.sim.run import run_simulation
+from streamops.sim.traces import BUILTIN as BUILTIN_TRACES
+from streamops.sim.traces import SimTrace, load_trace
+
+__all__ = [
+    "BUILTIN_TRACES",
+    "DEFAULT_STAGES",
+    "POLICY_CONFIGS",
+    "SUMMARY_KEYS",
+    "PolicyConfig",
+    "SimConfig",
+    "SimTrace",
+    "StageSpec",
+    "load_trace",
+    "resolve_policy",
+    "run_simulation",
+]

@@ -1,0 +1,308 @@
+"""The discrete-time (1 s) simulator. It drives the production control code unchanged:
+`plan.operator.operator_cycle` per stage every `local_period_s` and
+`plan.application.application_cycle` per app every `control_interval_s`, through in-memory
+stores (open requests, operator and app state, the cost model's history).
+
+One simulated second, stage by stage along the chain (stage k+1 receives what stage k processed):
+    capacity  = cores × rate_per_core × (1 + N(0, capacity_noise)) × up_fraction
+    available = backlog + arrivals
+    processed = min(available, capacity);  backlog' = available − processed
+    busy      = min(1, available / capacity) × up_fraction
+    latency   = base_latency_ms + queue_ms·ρ/(1−ρ) + 1000·backlog'/nominal_capacity
+                + 1000·remaining downtime (a record arriving while the stage is down waits for it)
+The app's response time is the sum of the stage latencies (a chain: every stage is on the
+critical path). Its per-second p90 uses the backlog 90 % through the second.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from streamops.analyze.stats import StageStats
+from streamops.plan.application import AppView, application_cycle
+from streamops.plan.cost import CostModel, Observation
+from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, SCALE_IN, SCALE_OUT, AppState, OperatorState, Request
+from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
+from streamops.plan.options import AppOptions, OperatorOptions
+from streamops.sim.model import SimConfig, StageSpec, lognormal
+from streamops.sim.traces import SimTrace
+
+
+@dataclass
+class Reconfig:
+    t: float  # granted at
+    stage: str
+    action: str
+    from_cores: int
+    to_cores: int
+    mechanism: str
+    downtime_s: float
+    down_start: float
+    down_end: float
+    reason: str = ""
+    pool: str | None = None
+    urgent: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"t_s": self.t, "stage": self.stage, "action": self.action, "from_cores": self.from_cores,
+                "to_cores": self.to_cores, "mechanism": self.mechanism, "downtime_s": round(self.downtime_s, 3),
+                "pool": self.pool, "urgent": self.urgent, "reason": self.reason}
+
+
+@dataclass
+class StageRun:
+    spec: StageSpec
+    n: int
+    cores: np.ndarray
+    backlog: np.ndarray
+    latency: np.ndarray
+    latency_p90: np.ndarray
+    busy: np.ndarray
+    processed: np.ndarray
+    arrivals: np.ndarray
+    up: np.ndarray
+    pool: str = "local"
+    backlog_now: float = 0.0
+    restart_t: float = -math.inf  # end of the last downtime
+    pending: Reconfig | None = None  # a reconfiguration in progress
+    overlap_until: float = -math.inf  # active backup: secondary running until then
+    op_state: OperatorState = field(default_factory=OperatorState)
+    prestage_ready_at: float | None = None  # a granted pre-staged copy, usable from then on
+
+    def busy_until(self) -> float:
+        return self.pending.down_end if self.pending else -math.inf
+
+
+def _slope(y: np.ndarray) -> float:
+    if len(y) < 2:
+        return 0.0
+    x = np.arange(len(y), dtype=float)
+    x -= x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+class Simulation:
+    def __init__(self, cfg: SimConfig, operator: str, op_opts: OperatorOptions, app_opts: AppOptions,
+                 trace: SimTrace, duration_s: int, seed: int):
+        self.cfg, self.operator, self.op_opts, self.app_opts = cfg, operator, op_opts, app_opts
+        self.trace, self.T, self.seed = trace, int(duration_s), seed
+        master = random.Random(seed)
+        # Separate streams, all from random.Random(seed): the load and service noise is the same
+        # for every policy (common random numbers); downtimes and migration picks are drawn in order.
+        self.noise_rng = random.Random(master.getrandbits(64))
+        self.mech_rng = random.Random(master.getrandbits(64))
+        self.op_rng = random.Random(master.getrandbits(64))
+        self.cost = CostModel()
+        self.app = AppView(cfg.app, cfg.r_max_ms, cfg.window_cron, cfg.window_minutes, cfg.window_max_actions)
+        self.app_state = AppState()  # as production starts an app: one token
+        pools = {name: PoolRoom(int(v[0]), float(v[1])) for name, v in cfg.pools.items()}
+        self.ctx = OperatorContext(cfg.r_max_ms, self.cost, pools, self.op_rng)
+        T = self.T
+        self.stages = [StageRun(spec=s, n=s.cores, cores=np.zeros(T), backlog=np.zeros(T), latency=np.zeros(T),
+                                latency_p90=np.zeros(T), busy=np.zeros(T), processed=np.zeros(T),
+                                arrivals=np.zeros(T), up=np.ones(T)) for s in cfg.stages]
+        self.rate = np.zeros(T)
+        self.response = np.zeros(T)
+        self.response_p90 = np.zeros(T)
+        self.down = np.zeros(T)  # app: share of the second with some stage down
+        self.core_seconds = 0.0
+        self.open: dict[tuple[str, str], Request] = {}  # the request store: one open per (stage, action)
+        self.next_id = 1
+        self.reconfigs: list[Reconfig] = []
+        self.decisions: dict[str, dict[str, int]] = {}
+        self.requests_made = 0
+        self.tokens: list[tuple[int, float]] = []
+
+    # ------------------------------------------------------------------ the model, one second
+    def _step(self, t: int) -> None:
+        cfg, rng = self.cfg, self.noise_rng
+        rate = self.trace.rows(t)
+        self.rate[t] = rate
+        inflow = max(0.0, rate * (1.0 + rng.gauss(0.0, cfg.arrival_noise)))
+        total_resp = total_p90 = 0.0
+        app_down = 0.0
+        for st in self.stages:
+            self._advance_reconfig(st, t)
+            noise = max(0.0, 1.0 + rng.gauss(0.0, cfg.capacity_noise))  # drawn every second, always
+            sp = st.spec
+            p = st.pending
+            if p is not None:  # old cores until the stop, nothing while down, new cores after
+                old_frac = _overlap(t, t + 1, -math.inf, p.down_start)
+                new_frac = _overlap(t, t + 1, p.down_end, math.inf)
+                eff_cores = st.n * old_frac + p.to_cores * new_frac
+                up = old_frac + new_frac
+            else:
+                eff_cores, up = float(st.n), 1.0
+            app_down = max(app_down, 1.0 - up)
+            cap = eff_cores * sp.rate_per_core * noise
+            avail = st.backlog_now + inflow
+            processed = min(avail, cap)
+            backlog = avail - processed
+            util = min(1.0, avail / cap) if cap > 0 else 0.0
+            busy = util * up
+            # latency: the delay of a record arriving now
+            nominal = (p.to_cores if p else st.n) * sp.rate_per_core
+            rho = min(util, cfg.rho_cap)
+            remaining = max(0.0, p.down_end - (t + 1)) if p is not None and p.down_start < t + 1 else 0.0
+            base = sp.base_latency_ms + cfg.queue_ms * rho / (1.0 - rho) + 1000.0 * remaining
+            lat = base + 1000.0 * backlog / nominal
+            b90 = st.backlog_now + 0.9 * (backlog - st.backlog_now)
+            lat90 = base + 1000.0 * b90 / nominal
+            st.arrivals[t], st.processed[t], st.busy[t], st.up[t] = inflow, processed, busy, up
+            st.backlog[t], st.latency[t], st.latency_p90[t] = backlog, lat, lat90
+            st.cores[t] = st.n
+            extra = p.to_cores if (p and p.mechanism == "active_backup" and t < st.overlap_until) else 0
+            self.core_seconds += st.n + extra
+            st.backlog_now = backlog
+            total_resp += lat
+            total_p90 += lat90
+            inflow = processed * sp.selectivity
+        self.response[t], self.response_p90[t], self.down[t] = total_resp, total_p90, app_down
+
+    def _advance_reconfig(self, st: StageRun, t: int) -> None:
+        p = st.pending
+        if p is None or t < p.down_end:
+            return
+        # the restart is done at down_end: new cores from here on, stabilization begins
+        st.n = p.to_cores
+        if p.pool:
+            st.pool = p.pool
+        st.restart_t = p.down_end
+        st.pending = None
+        st.op_state = OperatorState()  # the staged copy (if any) was consumed by the restart
+        st.prestage_ready_at = None
+        self.cost.add(Observation(st.spec.name, p.action, st.spec.state_bytes, p.downtime_s * 1000.0))
+
+    # ------------------------------------------------------------------ monitor → operator
+    def _stats(self, st: StageRun, t: int) -> StageStats:
+        opt = self.op_opts
+        start = max(0, int(math.ceil(max(t - opt.window_s, st.restart_t + opt.stabilization_s))))
+        sp = st.spec
+        if st.pending is not None or start >= t:
+            return StageStats(sp.name, self.cfg.app, st.pool, st.n, sp.min_cores, sp.max_cores, sp.state_partitions,
+                              span_s=0.0, batches=0, input_rows=0, busy_ms=0.0, backlog_rows=st.backlog_now,
+                              backlog_growth_rps=0.0, latency_p95_ms=None, state_bytes=sp.state_bytes,
+                              host_cpu=None, host_mem=self.cfg.host_mem, busy_source="batch_busy")
+        sl = slice(start, t)
+        busy = st.busy[sl]
+        span = float(t - start)
+        return StageStats(
+            stage_id=sp.name, app=self.cfg.app, pool=st.pool, cores=st.n, min_cores=sp.min_cores,
+            max_cores=sp.max_cores, state_partitions=sp.state_partitions, span_s=span,
+            batches=int((st.up[sl] > 0).sum()), input_rows=int(round(st.processed[sl].sum())),
+            busy_ms=float(busy.sum() * 1000.0), backlog_rows=float(st.backlog[t - 1]),
+            backlog_growth_rps=_slope(st.backlog[sl]), latency_p95_ms=float(np.percentile(st.latency[sl], 95)),
+            state_bytes=sp.state_bytes, host_cpu=float(busy.mean()), host_mem=self.cfg.host_mem,
+            busy_source="batch_busy")
+
+    def _operator_cycles(self, t: int) -> None:
+        for st in self.stages:
+            stats = self._stats(st, t)
+            reqs, st.op_state = operator_cycle(self.operator, stats, self.op_opts, st.op_state, self.ctx)
+            name = st.spec.name
+            proposed = set()
+            for r in reqs:
+                self.requests_made += 1
+                key = (name, r.action)
+                if r.action in LOCAL:
+                    other = (name, RELEASE if r.action == PRESTAGE else PRESTAGE)
+                    if other in self.open:  # a release cancels a pending prestage and vice versa
+                        del self.open[other]
+                        if r.action == RELEASE:
+                            continue
+                old = self.open.get(key)
+                rid = old.id if old is not None else self._new_id()
+                self.open[key] = replace(r, id=rid)  # refresh, never duplicate
+                proposed.add(r.action)
+            if self.cfg.withdraw_stale:
+                for key in [k for k in self.open if k[0] == name and k[1] not in LOCAL and k[1] not in proposed]:
+                    del self.open[key]
+
+    def _new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    # ------------------------------------------------------------------ application manager
+    def _app_cycle(self, t: int) -> None:
+        T = int(self.app_opts.control_interval_s)
+        sl = slice(max(0, t - T), t)
+        resp = self.response[sl]
+        response_ms = float(np.percentile(resp, 95)) if self.cfg.response_stat == "p95" else float(resp.mean())
+        growing = any(_slope(st.backlog[sl]) > 0 for st in self.stages)
+        now = self.cfg.start + timedelta(seconds=t)
+        order = {st.spec.name: i for i, st in enumerate(self.stages)}
+        requests = sorted(self.open.values(), key=lambda r: (order.get(r.stage_id, 0), r.action))
+        decisions, self.app_state = application_cycle(self.app, self.app_opts, self.app_state, requests,
+                                                      response_ms, growing, now)
+        self.tokens.append((t, self.app_state.tokens))
+        by_name = {st.spec.name: st for st in self.stages}
+        for d in decisions:
+            r = d.request
+            counts = self.decisions.setdefault(r.action, {"granted": 0, "declined": 0, "deferred": 0})
+            counts[d.outcome] = counts.get(d.outcome, 0) + 1
+            key = (r.stage_id, r.action)
+            if d.outcome == "deferred":
+                continue  # stays open
+            self.open.pop(key, None)
+            if d.outcome != "granted":
+                continue
+            st = by_name[r.stage_id]
+            if r.action == PRESTAGE:
+                st.prestage_ready_at = t + self.cfg.prestage_s
+            elif r.action == RELEASE:
+                st.prestage_ready_at = None
+            else:
+                self._execute(st, r, t, d.urgent)
+
+    def _execute(self, st: StageRun, r: Request, t: int, urgent: bool) -> None:
+        cfg, rng = self.cfg, self.mech_rng
+        if st.pending is not None:
+            return  # cannot happen: a down stage proposes nothing and its requests were withdrawn
+        target = st.n if r.action == MIGRATE else int(r.target_cores or st.n)
+        target = max(st.spec.min_cores, min(st.spec.max_cores, target))
+        state_mb = st.spec.state_bytes / 1e6
+        ready = st.prestage_ready_at is not None and st.prestage_ready_at <= t
+        overlap = 0.0
+        if r.action == SCALE_OUT and cfg.mechanism == "active_backup":
+            mech = "active_backup"
+            overlap = lognormal(rng, cfg.overlap_median_s, cfg.downtime_sigma)
+            downtime = lognormal(rng, cfg.active_backup_median_s, cfg.downtime_sigma)
+        elif r.action == SCALE_OUT and ready:
+            mech = "prestaged"
+            downtime = lognormal(rng, cfg.prestaged_median_s, cfg.downtime_sigma)
+        else:
+            mech = "pause_resume"
+            downtime = lognormal(rng, cfg.pause_resume_median_s, cfg.downtime_sigma) + state_mb * cfg.state_s_per_mb
+            if r.action == MIGRATE:
+                downtime += lognormal(rng, cfg.migrate_extra_median_s, cfg.downtime_sigma)
+        rc = Reconfig(t=float(t), stage=st.spec.name, action=r.action, from_cores=st.n, to_cores=target,
+                      mechanism=mech, downtime_s=downtime, down_start=t + overlap, down_end=t + overlap + downtime,
+                      reason=r.reason, pool=r.target_pool if r.action == MIGRATE else None, urgent=urgent)
+        st.pending = rc
+        st.overlap_until = t + overlap
+        self.reconfigs.append(rc)
+        for key in [k for k in self.open if k[0] == st.spec.name]:
+            del self.open[key]  # every other open request of this stage is stale now
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        lp = int(round(self.op_opts.local_period_s))
+        ci = int(round(self.app_opts.control_interval_s))
+        if lp <= 0 or ci <= 0:
+            raise ValueError("local_period_s and control_interval_s must be ≥ 1 s")
+        for t in range(self.T):
+            if t > 0 and t % lp == 0:
+                self._operator_cycles(t)
+            if t > 0 and t % ci == 0:
+                self._app_cycle(t)
+            self._step(t)

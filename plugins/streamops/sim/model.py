@@ -1,0 +1,108 @@
+"""The simulator's configuration: the app's stages and the execution model.
+
+Every number here is ours (the papers give none for a simulator); all are overridable through
+`run_simulation(..., **overrides)`. docs/policies.md ("The simulator") describes the model.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timezone
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of the chain. capacity = cores × rate_per_core rows/s."""
+
+    name: str
+    rate_per_core: float = 100.0
+    cores: int = 2  # initial
+    min_cores: int = 1
+    max_cores: int = 8
+    state_bytes: float = 0.0
+    base_latency_ms: float = 30.0  # processing latency of an unloaded, backlog-free stage
+    selectivity: float = 1.0  # output rows per input row: what the next stage receives
+    state_partitions: int = 8
+
+    @property
+    def capacity(self) -> float:
+        return self.cores * self.rate_per_core
+
+
+# EDF's DEBS top-10 routes query cut at its stateful operator: parse+filter+route id → windowed
+# count → top-10. At their initial cores every stage is overloaded by the diurnal peak
+# (300 rows/s) and nearly idle at night (30 rows/s).
+DEFAULT_STAGES: tuple[StageSpec, ...] = (
+    StageSpec("parse", rate_per_core=130.0, cores=2, min_cores=1, max_cores=12, state_bytes=0.0, base_latency_ms=20.0),
+    StageSpec("count", rate_per_core=100.0, cores=2, min_cores=1, max_cores=12, state_bytes=200e6, base_latency_ms=40.0),
+    StageSpec("top10", rate_per_core=220.0, cores=1, min_cores=1, max_cores=12, state_bytes=10e6, base_latency_ms=20.0),
+)
+
+SIM_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    # --- the app (plan.application.AppView) ---
+    app: str = "taxi"
+    stages: tuple[StageSpec, ...] = DEFAULT_STAGES
+    r_max_ms: float = 200.0  # EDF ran with R_max = 200 ms
+    # The maintenance window, in simulated time: 30 min every 2 h centred on the diurnal
+    # trough (the compressed "night" at t = 2 h, 4 h …).
+    window_cron: str = "45 1-23/2 * * *"
+    window_minutes: float = 30.0
+    window_max_actions: int = 3
+    # --- load and service noise (per second, Gaussian, relative sd) ---
+    arrival_noise: float = 0.05
+    capacity_noise: float = 0.05
+    # --- latency model ---
+    queue_ms: float = 7.0  # utilization term queue_ms·ρ/(1−ρ), ρ capped at rho_cap
+    rho_cap: float = 0.95
+    # --- what the Operator Manager sees ---
+    host_mem: float = 0.3  # U_mem, constant
+    pools: dict = field(default_factory=dict)  # other pools: name → (free_cores, delay_ms); none = no migration
+    # --- reconfiguration mechanisms (downtimes in seconds, lognormal: median, sigma) ---
+    mechanism: str = "pause_resume"  # pause_resume | active_backup (scale-outs; prestaged is automatic)
+    pause_resume_median_s: float = 10.0
+    prestaged_median_s: float = 5.0
+    active_backup_median_s: float = 0.5
+    downtime_sigma: float = 0.3
+    state_s_per_mb: float = 0.005  # offline repartition / copy cost of the state, pause-resume only
+    migrate_extra_median_s: float = 5.0  # copying the checkpoint to the other pool
+    overlap_median_s: float = 20.0  # active backup: secondary catching up, double cores
+    prestage_s: float = 8.0  # copy + repartition of the staged checkpoint before it can be used
+    # --- measurement ---
+    response_stat: str = "p95"  # p95 | mean: the response the Application Manager gets per interval
+    settle_s: float = 120.0  # convergence: response ≤ R_max for this long
+    withdraw_stale: bool = True  # an open request its operator stopped proposing is withdrawn
+    start: datetime = SIM_EPOCH
+    plot: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in ("pause_resume", "active_backup"):
+            raise ValueError(f"mechanism must be pause_resume or active_backup, got {self.mechanism!r}")
+        if self.response_stat not in ("p95", "mean"):
+            raise ValueError(f"response_stat must be p95 or mean, got {self.response_stat!r}")
+        if not self.stages:
+            raise ValueError("an app needs at least one stage")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique: {names}")
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}
+
+    def with_overrides(self, **kw: Any) -> "SimConfig":
+        if "stages" in kw:
+            kw["stages"] = tuple(s if isinstance(s, StageSpec) else StageSpec(**s) for s in kw["stages"])
+        return replace(self, **kw)
+
+
+def lognormal(rng: random.Random, median: float, sigma: float) -> float:
+    if median <= 0:
+        return 0.0
+    return rng.lognormvariate(math.log(median), sigma)

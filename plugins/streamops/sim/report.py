@@ -1,0 +1,138 @@
+"""Summaries and the Fig. 4-style plot of a simulation run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from streamops.plan.model import RECONFIGURATIONS
+from streamops.sim.traces import change_points
+
+if TYPE_CHECKING:
+    from streamops.sim.engine import Simulation
+
+SUMMARY_KEYS = (
+    "policy", "trace", "seed", "duration_s", "availability", "downtime_s", "seconds_above_rmax",
+    "violated_windows", "reconfigurations", "core_hours", "convergence_decisions", "convergence_decisions_max",
+)
+
+
+def convergence(sim: "Simulation") -> list[dict[str, Any]]:
+    """For each step change of the trace: the granted reconfigurations (any stage) from the change
+    until the response stays ≤ R_max for `settle_s` seconds. A change whose segment (up to the
+    next change) never settles counts every grant of the segment and has settled = False."""
+    T, r_max, settle = sim.T, sim.cfg.r_max_ms, int(sim.cfg.settle_s)
+    ok = sim.response <= r_max
+    changes = change_points(sim.trace, T)
+    grants = sorted(rc.t for rc in sim.reconfigs)
+    out = []
+    for i, (t0, before, after) in enumerate(changes):
+        end = changes[i + 1][0] if i + 1 < len(changes) else T
+        settled_at = None
+        run = 0
+        for s in range(t0, end):
+            run = run + 1 if ok[s] else 0
+            if run >= settle:
+                settled_at = s - settle + 1
+                break
+        until = settled_at if settled_at is not None else end
+        n = sum(1 for g in grants if t0 <= g < until)
+        out.append({"t_s": t0, "rate_before": round(before, 1), "rate_after": round(after, 1),
+                    "decisions": n, "settled": settled_at is not None,
+                    "settle_after_s": None if settled_at is None else settled_at - t0})
+    return out
+
+
+def summarize(sim: "Simulation", policy: dict[str, Any], trace_name: str) -> dict[str, Any]:
+    T = sim.T
+    r_max = sim.cfg.r_max_ms
+    downtime = float(sim.down.sum())
+    by_action = {a: 0 for a in RECONFIGURATIONS}
+    by_mech: dict[str, int] = {}
+    for rc in sim.reconfigs:
+        by_action[rc.action] = by_action.get(rc.action, 0) + 1
+        by_mech[rc.mechanism] = by_mech.get(rc.mechanism, 0) + 1
+    conv = convergence(sim)
+    conv_n = [c["decisions"] for c in conv]
+    above_mask = sim.response > r_max
+    above = int(above_mask.sum())
+    disturbed = np.zeros(T, dtype=bool)  # from a grant to 60 s after the restart
+    for rc in sim.reconfigs:
+        disturbed[int(rc.t):min(T, int(np.ceil(rc.down_end)) + 60)] = True
+    return {
+        "policy": policy["name"],
+        "trace": trace_name,
+        "seed": sim.seed,
+        "duration_s": T,
+        "availability": round(1.0 - downtime / T, 6) if T else 1.0,
+        "downtime_s": round(downtime, 2),
+        "seconds_above_rmax": above,
+        "violated_windows": int((sim.response_p90 > r_max).sum()),
+        "seconds_above_rmax_reconfig": int((above_mask & disturbed).sum()),
+        "sla_compliance": round(1.0 - above / T, 6) if T else 1.0,
+        "reconfigurations": by_action,
+        "reconfigurations_total": len(sim.reconfigs),
+        "mechanisms": by_mech,
+        "core_hours": round(sim.core_seconds / 3600.0, 4),
+        "convergence_decisions": conv_n,
+        "convergence_decisions_max": max(conv_n) if conv_n else 0,
+        "convergence": conv,
+        "decisions": sim.decisions,
+        "requests": sim.requests_made,
+        "response_mean_ms": round(float(sim.response.mean()), 2),
+        "response_p50_ms": round(float(np.percentile(sim.response, 50)), 2),
+        "response_p95_ms": round(float(np.percentile(sim.response, 95)), 2),
+        "r_max_ms": r_max,
+        "beta": sim.app_opts.beta,
+        "app_policy": sim.app_opts.policy,
+        "operator": sim.operator,
+        "policy_config": policy,
+        "trace_description": sim.trace.description,
+        "final_cores": {st.spec.name: int(st.n) for st in sim.stages},
+        "max_cores_used": {st.spec.name: int(st.cores.max()) for st in sim.stages},
+        "rows_in": round(float(sim.rate.sum()), 1),
+        "backlog_end": {st.spec.name: round(float(st.backlog_now), 1) for st in sim.stages},
+        "reconfiguration_log": [rc.as_dict() for rc in sim.reconfigs],
+    }
+
+
+_MARK = {"scale_out": "^", "scale_in": "v", "migrate": "x"}
+
+
+def plot(sim: "Simulation", path: Path, title: str) -> Path:
+    """Top: response time with R_max and β·R_max; bottom: cores per stage, reconfigurations
+    marked, and the input rate (grey, right axis)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = np.arange(sim.T) / 60.0
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True, height_ratios=[3, 2])
+    ax1.plot(t, sim.response, lw=0.6, color="tab:blue", label="response time (sum of stage latencies)")
+    r_max, beta = sim.cfg.r_max_ms, sim.app_opts.beta
+    ax1.axhline(r_max, color="tab:red", lw=1.0, label=f"R_max = {r_max:g} ms")
+    ax1.axhline(beta * r_max, color="tab:orange", lw=1.0, ls="--", label=f"β·R_max (β = {beta:g})")
+    ax1.set_yscale("log")
+    ax1.set_ylabel("response time (ms, log)")
+    ax1.legend(loc="upper left", fontsize=8)
+    ax1.set_title(title, fontsize=10)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, st in enumerate(sim.stages):
+        c = colors[i % len(colors)]
+        ax2.step(t, st.cores, where="post", color=c, lw=1.2, label=f"{st.spec.name} cores")
+        for rc in (r for r in sim.reconfigs if r.stage == st.spec.name):
+            ax2.plot(rc.t / 60.0, rc.to_cores, marker=_MARK.get(rc.action, "o"), color=c, ms=6, ls="none")
+    ax2.set_ylabel("replicas (cores)")
+    ax2.set_xlabel("simulated time (min)")
+    ax2.legend(loc="upper left", fontsize=8)
+    ax3 = ax2.twinx()
+    ax3.plot(t, sim.rate, color="0.6", lw=0.8)
+    ax3.set_ylabel("input rows/s", color="0.5")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

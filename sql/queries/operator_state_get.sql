@@ -1,0 +1,1 @@
+SELECT stage_id, prestaged FROM operator_state

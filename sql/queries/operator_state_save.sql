@@ -1,0 +1,2 @@
+INSERT INTO operator_state (stage_id, prestaged) VALUES (:stage_id, :prestaged)
+ON CONFLICT (stage_id) DO UPDATE SET prestaged = EXCLUDED.prestaged, updated_at = now()
