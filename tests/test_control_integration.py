@@ -27,7 +27,7 @@ def _registry() -> registry.Registry:
                 "workload": "wordcount", "source": {"kind": "files", "path": "ctl/in", "max_files_per_trigger": 5},
                 "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p",
                 "policy": {"kind": "edf", "params": {"window_s": 20, "stabilization_s": 5, "local_period_s": 5}},
-                "params": {"cpu_cost": 3000},
+                "params": {"cpu_cost": 6000},
             }},
         }},
     })

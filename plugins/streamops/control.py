@@ -1,9 +1,10 @@
 """One control cycle against PostgreSQL: monitor → analyze → plan (→ execute, later).
 
     stage windows (one SQL pass) → Operator Managers → requests (refreshed, never duplicated)
-    → Application Manager per app, under an advisory lock → decisions → pending reconfigurations
+    → Application Managers, under per-app advisory locks → decisions → pending reconfigurations
 
-The maths is in `analyze` and `plan` (pure); this module only reads and writes.
+The maths is in `analyze` and `plan` (pure); this module only reads and writes, and does so
+set-based: a fixed number of statements per cycle whatever the number of stages and apps.
 """
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterable
 
 import psutil
+from psycopg2.extras import execute_values
 from sqlalchemy import Connection, text
 
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
-from streamops.plan.model import LOCAL, RECONFIGURATIONS, AppState, Decision, OperatorState, Request
+from streamops.plan.model import RECONFIGURATIONS, AppState, Decision, OperatorState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.store import db
@@ -31,6 +33,8 @@ log = logging.getLogger("streamops.control")
 
 # Requests whose Operator Manager stopped refreshing them for this long have lost their condition.
 STALE_REQUEST_S = 300.0
+# Longest window a stage may configure: bounds the partitions a window query reads.
+MAX_WINDOW_S = 3600.0
 
 
 @dataclass
@@ -39,7 +43,6 @@ class AppCycle:
     decisions: list[tuple[Decision, int | None]] = field(default_factory=list)  # (decision, reconfiguration id)
     tokens: float = 0.0
     response_ms: float | None = None
-    skipped: str | None = None
 
 
 @dataclass
@@ -55,23 +58,32 @@ def host_utilization() -> tuple[float, float]:
     return psutil.cpu_percent(interval=0.2) / 100.0, psutil.virtual_memory().percent / 100.0
 
 
+def _bulk(conn: Connection, name: str, rows: list[tuple], template: str | None = None, fetch: bool = False):
+    """Run `sql/queries/<name>.sql` (with a `VALUES %s`) for many rows in one statement."""
+    if not rows:
+        return []
+    cur = conn.connection.cursor()
+    return execute_values(cur, db.query(name).text, rows, template=template, page_size=10_000, fetch=fetch)
+
+
+# -- monitor / analyze ---------------------------------------------------------------------------
 def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: str | None = None,
                  stage: str | None = None) -> list[tuple[StageStats, dict]]:
     rows = conn.execute(db.query("stage_windows"), {
         "now": now, "window_s": opts.window_s, "stab_s": opts.stabilization_s, "app": app, "stage": stage,
+        "max_window_s": MAX_WINDOW_S,
     }).mappings().all()
-    out = []
-    for r in rows:
-        stats = StageStats(
+    return [(
+        StageStats(
             stage_id=r["stage_id"], app=r["app"], pool=r["pool"], cores=r["cores"], min_cores=r["min_cores"],
             max_cores=r["max_cores"], state_partitions=r["state_partitions"], span_s=r["span_s"],
             batches=r["batches"], input_rows=int(r["input_rows"]), busy_ms=r["busy_ms"],
             backlog_rows=r["backlog_rows"], backlog_growth_rps=r["backlog_growth_rps"],
             latency_p95_ms=r["latency_p95_ms"], state_bytes=r["state_bytes"],
             extra={"latency_avg_p95_ms": r["latency_avg_p95_ms"]},
-        )
-        out.append((stats, r["policy"] or {}))
-    return out
+        ),
+        r["policy"] or {},
+    ) for r in rows]
 
 
 def _pool_rooms(conn: Connection) -> dict[str, dict[str, PoolRoom]]:
@@ -89,11 +101,12 @@ def _pool_rooms(conn: Connection) -> dict[str, dict[str, PoolRoom]]:
     }
 
 
+# -- plan, locally -------------------------------------------------------------------------------
 def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage: str | None = None,
-                  host: tuple[float, float] | None = None, base: OperatorOptions | None = None) -> tuple[int, list[Request]]:
+                  host: tuple[float, float] | None = None,
+                  windows: list[tuple[StageStats, dict]] | None = None) -> tuple[int, list[Request]]:
     """Run the Operator Manager of every live stage (of `app`, or just `stage`) and upsert its requests."""
-    base = base or OperatorOptions()
-    windows = load_windows(conn, now, base, app, stage)
+    windows = load_windows(conn, now, OperatorOptions(), app, stage) if windows is None else windows
     if not windows:
         return 0, []
     cpu, mem = host or host_utilization()
@@ -101,87 +114,105 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
     rooms = _pool_rooms(conn)
     states = {r.stage_id: OperatorState(r.prestaged) for r in conn.execute(db.query("operator_state_get"))}
     r_max = dict(conn.execute(text("SELECT name, r_max_ms FROM apps")).all())
-    requests: list[Request] = []
+    requests: list[tuple[Request, str]] = []
+    changed_states: list[tuple] = []
     for stats, policy in windows:
+        kind = policy.get("kind", "threshold3")
         opts = OperatorOptions.from_params(policy.get("params"))
-        stats = StageStats(**{**stats.__dict__, "host_cpu": cpu, "host_mem": mem})
+        stats = replace(stats, host_cpu=cpu, host_mem=mem)
         ctx = OperatorContext(r_max_ms=float(r_max[stats.app]), cost=cost, pools=rooms.get(stats.pool, {}),
                               rng=random.Random(f"{stats.stage_id}:{now.isoformat()}"))
         before = states.get(stats.stage_id, OperatorState())
-        reqs, after = operator_cycle(policy.get("kind", "threshold3"), stats, opts, before, ctx)
+        reqs, after = operator_cycle(kind, stats, opts, before, ctx)
         if after != before:
-            conn.execute(db.query("operator_state_save"), {"stage_id": stats.stage_id, "prestaged": after.prestaged})
-        for r in reqs:
-            rid = conn.execute(db.query("request_upsert"), {
-                "stage_id": r.stage_id, "app": r.app, "action": r.action, "target_cores": r.target_cores,
-                "target_pool": r.target_pool, "gain": r.gain, "cost_ms": r.cost_ms, "reason": r.reason,
-                "snapshot": json.dumps(r.snapshot, default=str), "policy": policy.get("kind", "threshold3"),
-            }).scalar_one()
-            log.info("stage %s: action=request %s → %s (%s)", r.stage_id, r.action, r.target_cores or r.target_pool, r.reason)
-            requests.append(Request(**{**r.__dict__, "id": rid}))
-    return len(windows), requests
+            changed_states.append((stats.stage_id, after.prestaged))
+        requests += [(r, kind) for r in reqs]
+    _bulk(conn, "operator_states_save", changed_states)
+    ids = _bulk(conn, "requests_upsert", [
+        (r.stage_id, r.app, r.action, r.target_cores, r.target_pool, r.gain, r.cost_ms, r.reason,
+         json.dumps(r.snapshot, default=str), kind) for r, kind in requests
+    ], template="(%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)", fetch=True)
+    by_key = {(sid, action): rid for rid, sid, action in ids}
+    out = [replace(r, id=by_key[(r.stage_id, r.action)]) for r, _ in requests]
+    for r in out:
+        log.info("stage %s: action=request %s → %s (%s)", r.stage_id, r.action, r.target_cores or r.target_pool, r.reason)
+    return len(windows), out
 
 
-def app_response_ms(windows: list[StageStats]) -> float | None:
+# -- plan, globally ------------------------------------------------------------------------------
+def app_response_ms(windows: Iterable[StageStats]) -> float | None:
     """Response time of an app: the sum of its stages' p95 latencies (the critical path of a chain)."""
     lat = [w.extra.get("latency_avg_p95_ms") for w in windows if w.extra.get("latency_avg_p95_ms") is not None]
     return sum(lat) if lat else None
 
 
-def _request_row(r) -> Request:
-    return Request(r.stage_id, r.action, r.target_cores, r.target_pool, r.gain, r.cost_ms, r.reason,
-                   r.snapshot or {}, app=r.app, id=r.id)
+def _policy_label(opts: AppOptions) -> str:
+    if opts.policy == "accept_all":
+        return "accept_all"
+    return f"token_bucket(B={opts.capacity:g}, beta={opts.beta:g}, {opts.generator})"
 
 
-def application_pass(conn: Connection, app_row, now: datetime, windows: list[StageStats], dry_run: bool,
-                     decided_by: str) -> AppCycle:
-    name = app_row.name
-    # Two concurrent re-plans of one app serialize here; the second sees the first's result.
-    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('replan:' || :a))"), {"a": name})
-    opts = AppOptions.from_params(app_row.control)
-    mw = app_row.maintenance_window
-    view = AppView(name, app_row.r_max_ms, mw["cron"], mw["duration_min"], mw.get("max_actions", 2))
-    row = conn.execute(db.query("app_control_get"), {"app": name}).first()
-    state = AppState(row.tokens, row.window_start, row.window_actions) if row else AppState(tokens=opts.capacity)
-    conn.execute(db.query("requests_withdraw_stale"), {"app": name, "stale_s": STALE_REQUEST_S})
-    requests = [_request_row(r) for r in conn.execute(db.query("requests_open"), {"app": name, "stale_s": STALE_REQUEST_S})]
-    response = app_response_ms(windows)
-    growing = any(w.backlog_growth_rps > 0 for w in windows)
-    decisions, new_state = application_cycle(view, opts, state, requests, response, growing, now)
-    result = AppCycle(name, tokens=new_state.tokens, response_ms=response)
-    policy = opts.policy if opts.policy == "accept_all" else f"token_bucket(B={opts.capacity:g}, beta={opts.beta:g}, {opts.generator})"
-    for d in decisions:
-        r = d.request
-        did = conn.execute(db.query("decision_insert"), {
-            "app": name, "request_id": r.id, "stage_id": r.stage_id, "action": r.action, "outcome": d.outcome,
-            "reason": d.reason, "policy": policy, "tokens_before": d.tokens_before, "tokens_after": d.tokens_after,
-            "defer_until": d.defer_until, "urgent": d.urgent, "response_ms": response, "dry_run": dry_run,
-            "decided_by": decided_by,
-        }).scalar_one()
-        reconf_id = None
-        if not dry_run:
-            status = {"granted": "granted", "declined": "declined", "deferred": "deferred"}[d.outcome]
-            conn.execute(db.query("request_close"), {"id": r.id, "status": status})
-            if d.outcome == "granted" and r.action in RECONFIGURATIONS:
-                reconf_id = conn.execute(db.query("reconfiguration_plan"), {
-                    "stage_id": r.stage_id, "app": name, "action": r.action, "target_cores": r.target_cores,
-                    "target_pool": r.target_pool, "request_id": r.id, "decision_id": did, "state_bytes": int(r.snapshot.get("state_bytes") or 0),
-                }).scalar()
-                if reconf_id is None:
-                    log.info("stage %s: grant %d is moot: a reconfiguration is already pending or running", r.stage_id, did)
-        log.info("app %s: action=decide %s %s %s: %s", name, r.stage_id, r.action, d.outcome, d.reason)
-        result.decisions.append((d, reconf_id))
+def application_pass(conn: Connection, apps: list, now: datetime, windows: list[StageStats], dry_run: bool,
+                     decided_by: str) -> list[AppCycle]:
+    """Every Application Manager of `apps`: a fixed number of statements for any number of apps."""
+    names = [a.name for a in apps]
+    conn.execute(db.query("apps_lock"), {"apps": names})
+    saved = {r.app: AppState(r.tokens, r.window_start, r.window_actions)
+             for r in conn.execute(db.query("app_controls_get"), {"apps": names})}
     if not dry_run:
-        conn.execute(db.query("app_control_save"), {
-            "app": name, "tokens": new_state.tokens, "window_start": new_state.window_start,
-            "window_actions": new_state.window_actions, "response_ms": response,
-        })
-    return result
+        conn.execute(db.query("requests_withdraw_stale"), {"apps": names, "now": now, "stale_s": STALE_REQUEST_S})
+    open_by_app: dict[str, list[Request]] = {}
+    for r in conn.execute(db.query("requests_open"), {"apps": names}):
+        open_by_app.setdefault(r.app, []).append(Request(
+            r.stage_id, r.action, r.target_cores, r.target_pool, r.gain, r.cost_ms, r.reason, r.snapshot or {},
+            app=r.app, id=r.id))
+    windows_by_app: dict[str, list[StageStats]] = {}
+    for w in windows:
+        windows_by_app.setdefault(w.app, []).append(w)
+
+    results, decision_rows, controls = [], [], []
+    for a in apps:
+        opts = AppOptions.from_params(a.control)
+        mw = a.maintenance_window
+        view = AppView(a.name, a.r_max_ms, mw["cron"], mw["duration_min"], mw.get("max_actions", 2))
+        app_windows = windows_by_app.get(a.name, [])
+        response = app_response_ms(app_windows)
+        growing = any(w.backlog_growth_rps > 0 for w in app_windows)
+        state = saved.get(a.name, AppState(tokens=opts.capacity))
+        decisions, new_state = application_cycle(view, opts, state, open_by_app.get(a.name, []), response, growing, now)
+        results.append(AppCycle(a.name, [(d, None) for d in decisions], new_state.tokens, response))
+        label = _policy_label(opts)
+        decision_rows += [(a.name, d.request.id, d.request.stage_id, d.request.action, d.outcome, d.reason, label,
+                           d.tokens_before, d.tokens_after, d.defer_until, d.urgent, response, dry_run, decided_by)
+                          for d in decisions]
+        controls.append((a.name, new_state.tokens, new_state.window_start, new_state.window_actions, now, response))
+
+    ids = [row[0] for row in _bulk(conn, "decisions_insert", decision_rows, fetch=True)]
+    flat = [(res, i) for res in results for i in range(len(res.decisions))]
+    if not dry_run:
+        _bulk(conn, "requests_close", [(res.decisions[i][0].request.id, res.decisions[i][0].outcome) for res, i in flat])
+        grants = [(res, i, ids[n]) for n, (res, i) in enumerate(flat)
+                  if res.decisions[i][0].outcome == "granted" and res.decisions[i][0].request.action in RECONFIGURATIONS]
+        planned = dict((did, rid) for rid, did in _bulk(conn, "reconfigurations_plan", [
+            (r.stage_id, res.app, r.action, r.target_cores, r.target_pool, r.id, did, int(r.snapshot.get("state_bytes") or 0))
+            for res, i, did in grants for r in [res.decisions[i][0].request]
+        ], template="(%s, %s, %s, %s::int, %s::text, %s::bigint, %s::bigint, %s::bigint)", fetch=True))
+        for res, i, did in grants:
+            d = res.decisions[i][0]
+            res.decisions[i] = (d, planned.get(did))
+            if did not in planned:
+                log.info("stage %s: grant %d is moot: a reconfiguration is already pending or running", d.request.stage_id, did)
+        _bulk(conn, "app_controls_save", controls)
+    for res in results:
+        for d, reconf in res.decisions:
+            log.info("app %s: action=decide %s %s %s%s: %s", res.app, d.request.stage_id, d.request.action, d.outcome,
+                     f" → reconfiguration {reconf}" if reconf else "", d.reason)
+    return results
 
 
 def replan(app: str | None = None, *, dry_run: bool = False, operators: bool = True, now: datetime | None = None,
            decided_by: str = "replan", host: tuple[float, float] | None = None) -> CycleReport:
-    """One cycle: Operator Managers of the app's live stages, then the Application Manager of each app.
+    """One cycle: Operator Managers of the live stages, then the Application Manager of each app.
     `dry_run` is recommend-only: requests and decisions are recorded (decisions marked dry_run);
     no request is closed, no token spent and no reconfiguration planned."""
     now = now or datetime.now(timezone.utc)
@@ -191,14 +222,12 @@ def replan(app: str | None = None, *, dry_run: bool = False, operators: bool = T
         apps = conn.execute(db.query("apps_control"), {"app": app}).all()
         if app and not apps:
             raise LookupError(f"no app {app!r} in the database; run `streamops deploy {app}` first")
-        n_stages, requests = operator_pass(conn, now, app=app, host=host) if operators else (0, [])
-        timings["operators_s"] = time.perf_counter() - t0
         windows = load_windows(conn, now, OperatorOptions(), app)
-        by_app: dict[str, list[StageStats]] = {}
-        for w, _ in windows:
-            by_app.setdefault(w.app, []).append(w)
+        timings["windows_s"] = time.perf_counter() - t0
+        n_stages, requests = operator_pass(conn, now, app=app, host=host, windows=windows) if operators else (len(windows), [])
+        timings["operators_s"] = time.perf_counter() - t0 - timings["windows_s"]
         t1 = time.perf_counter()
-        results = [application_pass(conn, a, now, by_app.get(a.name, []), dry_run, decided_by) for a in apps]
+        results = application_pass(conn, apps, now, [w for w, _ in windows], dry_run, decided_by)
         timings["applications_s"] = time.perf_counter() - t1
     timings["total_s"] = time.perf_counter() - t0
     return CycleReport(n_stages, requests, results, timings)
@@ -216,6 +245,3 @@ def to_rows(report: CycleReport) -> list[dict[str, Any]]:
                 "defer_until": d.defer_until,
             })
     return rows
-
-
-__all__ = ["replan", "operator_pass", "load_windows", "CycleReport", "to_rows", "LOCAL"]

@@ -12,7 +12,7 @@ class OperatorOptions:
     """The Operator Manager: one per stage, fast local loop."""
 
     local_period_s: float = 30.0  # [000]
-    window_s: float = 120.0  # ours
+    window_s: float = 120.0  # ours; at most control.MAX_WINDOW_S
     stabilization_s: float = 60.0  # ours: ignore the first minute after a (re)start
     min_window_fill: float = 0.8  # decide only on a window at least this full
     # EDF thresholds [000]

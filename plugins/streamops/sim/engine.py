@@ -105,8 +105,10 @@ class Simulation:
         self.cost = CostModel()
         self.app = AppView(cfg.app, cfg.r_max_ms, cfg.window_cron, cfg.window_minutes, cfg.window_max_actions)
         self.app_state = AppState()  # as production starts an app: one token
-        pools = {name: PoolRoom(int(v[0]), float(v[1])) for name, v in cfg.pools.items()}
-        self.ctx = OperatorContext(cfg.r_max_ms, self.cost, pools, self.op_rng)
+        # pools: the home pool "local" (room for every stage) plus cfg.pools {name: (cores, delay_ms)};
+        # the delay between two non-home pools is the sum of their delays to home.
+        self.pool_cores = {"local": 10**6, **{n: int(v[0]) for n, v in cfg.pools.items()}}
+        self.pool_delay = {"local": 0.0, **{n: float(v[1]) for n, v in cfg.pools.items()}}
         T = self.T
         self.stages = [StageRun(spec=s, n=s.cores, cores=np.zeros(T), backlog=np.zeros(T), latency=np.zeros(T),
                                 latency_p90=np.zeros(T), busy=np.zeros(T), processed=np.zeros(T),
@@ -208,7 +210,7 @@ class Simulation:
     def _operator_cycles(self, t: int) -> None:
         for st in self.stages:
             stats = self._stats(st, t)
-            reqs, st.op_state = operator_cycle(self.operator, stats, self.op_opts, st.op_state, self.ctx)
+            reqs, st.op_state = operator_cycle(self.operator, stats, self.op_opts, st.op_state, self._ctx(st))
             name = st.spec.name
             proposed = set()
             for r in reqs:
@@ -227,6 +229,19 @@ class Simulation:
             if self.cfg.withdraw_stale:
                 for key in [k for k in self.open if k[0] == name and k[1] not in LOCAL and k[1] not in proposed]:
                     del self.open[key]
+
+    def _ctx(self, st: StageRun) -> OperatorContext:
+        """The other pools seen from the stage's pool, with the cores they have left."""
+        if not self.cfg.pools:
+            return OperatorContext(self.cfg.r_max_ms, self.cost, {}, self.op_rng)
+        used: dict[str, int] = {}
+        for o in self.stages:
+            used[o.pool] = used.get(o.pool, 0) + o.n
+        here = self.pool_delay[st.pool]
+        rooms = {p: PoolRoom(self.pool_cores[p] - used.get(p, 0), abs(self.pool_delay[p] - here) if "local" in (p, st.pool)
+                             else self.pool_delay[p] + here)
+                 for p in self.pool_cores if p != st.pool}
+        return OperatorContext(self.cfg.r_max_ms, self.cost, rooms, self.op_rng)
 
     def _new_id(self) -> int:
         self.next_id += 1

@@ -63,7 +63,7 @@ class SimConfig:
     rho_cap: float = 0.95
     # --- what the Operator Manager sees ---
     host_mem: float = 0.3  # U_mem, constant
-    pools: dict = field(default_factory=dict)  # other pools: name → (free_cores, delay_ms); none = no migration
+    pools: dict = field(default_factory=dict)  # pools besides "local": name → (cores, delay_ms to local); none = no migration
     # --- reconfiguration mechanisms (downtimes in seconds, lognormal: median, sigma) ---
     mechanism: str = "pause_resume"  # pause_resume | active_backup (scale-outs; prestaged is automatic)
     pause_resume_median_s: float = 10.0

@@ -79,10 +79,11 @@ POLICY_CONFIGS: dict[str, PolicyConfig] = {
         "DS2 rate-based one-step sizing + token bucket beta 0.75"),
     # Chosen by bench/policies.py on the diurnal trace (3 seeds): see docs/policies.md.
     "recommended": PolicyConfig(
-        "recommended", "threshold3", {"alarming_threshold": 55.0, "target_utilization": 0.6},
+        "recommended", "threshold3",
+        {"scale_out_threshold": 75.0, "alarming_threshold": 55.0, "target_utilization": 0.6},
         {**_BUCKET, "beta": 0.75, "capacity": 2.0},
-        "fuzzy score, three thresholds with an earlier pre-stage (alarming 55) and DS2 sizing at 60 % "
-        "target utilization; token bucket B = 2, beta 0.75"),
+        "fuzzy bottleneck score: scale out above 75 (sized by DS2 at 60 % target utilization), "
+        "pre-stage above 55; token bucket B = 2, beta 0.75"),
 }
 
 

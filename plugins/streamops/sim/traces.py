@@ -28,10 +28,10 @@ from typing import Callable
 from streamops.generator.traces import Trace as GenTrace
 from streamops.generator.traces import TRACE_KINDS, make_trace
 
-# name → (generator spec, default duration in simulated seconds, description)
+# name → (generator spec, default duration in simulated seconds, description[, time shift s])
 # The diurnal "day" is compressed to 2 h (7200 s) of simulated time; the trough (night) is at
 # t = 0, 7200, 14400 …, the peak at 3600, 10800 … EDF-like units: peak 300 rows/s per stage.
-BUILTIN: dict[str, tuple[str, float, str]] = {
+BUILTIN: dict[str, tuple] = {
     "diurnal": ("diurnal:base=30,peak=300,period_s=7200,phase_s=0", 14_400.0,
                 "EDF-like taxi day compressed to 2 h: 30 rows/s at night, 300 rows/s at the peak; 2 days"),
     "ramp": ("ramp:start_rate=200,doubling_s=500,max_rate=800", 3_000.0,
@@ -39,7 +39,7 @@ BUILTIN: dict[str, tuple[str, float, str]] = {
     "steps": ("step:rates=100/250/400/150,step_s=1200", 4_800.0,
               "steps 100 → 250 → 400 → 150 rows/s, 20 min each"),
     "spikes": ("spike:base=100,spike_rate=400,every_s=1200,duration_s=240", 4_800.0,
-               "100 rows/s with a 4-minute spike to 400 rows/s every 20 min"),
+               "100 rows/s with a 4-minute spike to 400 rows/s every 20 min, the first at 10 min", 600.0),
 }
 
 
@@ -64,8 +64,13 @@ class SimTrace:
         return 0.5 * (self.rate(t) + self.rate(t + 1.0))
 
 
-def _from_generator(name: str, spec: str, duration: float, description: str = "") -> SimTrace:
+def _from_generator(name: str, spec: str, duration: float, description: str = "", shift_s: float = 0.0) -> SimTrace:
+    """`shift_s` plays the generator's trace from that second on (rate(t) = trace(t + shift_s))."""
     tr: GenTrace = make_trace(spec)
+    if shift_s:
+        return SimTrace(name=name, rate_fn=lambda t: tr.rate(t + shift_s),
+                        integral_fn=lambda a, b: tr.integral(a + shift_s, b + shift_s), default_duration_s=duration,
+                        description=description or str(tr.spec), meta={"spec": str(tr.spec), "shift_s": shift_s})
     return SimTrace(name=name, rate_fn=tr.rate, integral_fn=tr.integral, default_duration_s=duration,
                     description=description or str(tr.spec), meta={"spec": str(tr.spec)})
 
@@ -163,8 +168,8 @@ def load_trace(trace: str | SimTrace) -> SimTrace:
         return trace
     text = str(trace).strip()
     if text in BUILTIN:
-        spec, duration, desc = BUILTIN[text]
-        return _from_generator(text, spec, duration, desc)
+        spec, duration, desc, *shift = BUILTIN[text]
+        return _from_generator(text, spec, duration, desc, shift[0] if shift else 0.0)
     kind = text.partition(":")[0].strip().lower()
     if kind in TRACE_KINDS and not Path(text).exists():
         return _from_generator(text, text, _default_duration(text))

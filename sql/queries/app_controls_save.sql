@@ -1,5 +1,5 @@
 INSERT INTO app_control (app, tokens, window_start, window_actions, last_cycle_at, last_response_ms)
-VALUES (:app, :tokens, :window_start, :window_actions, now(), :response_ms)
+VALUES %s
 ON CONFLICT (app) DO UPDATE
     SET tokens = EXCLUDED.tokens, window_start = EXCLUDED.window_start, window_actions = EXCLUDED.window_actions,
-        last_cycle_at = now(), last_response_ms = EXCLUDED.last_response_ms
+        last_cycle_at = EXCLUDED.last_cycle_at, last_response_ms = EXCLUDED.last_response_ms

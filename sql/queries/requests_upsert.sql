@@ -1,8 +1,9 @@
+-- Operator Managers' requests, many at once (psycopg2 execute_values fills the VALUES list).
 -- One open request per stage and action: a repeated request refreshes the open row.
 INSERT INTO requests (stage_id, app, action, target_cores, target_pool, gain, cost_ms, reason, snapshot, policy)
-VALUES (:stage_id, :app, :action, :target_cores, :target_pool, :gain, :cost_ms, :reason, CAST(:snapshot AS jsonb), :policy)
+VALUES %s
 ON CONFLICT (stage_id, action) WHERE status IN ('open', 'deferred') DO UPDATE
     SET target_cores = EXCLUDED.target_cores, target_pool = EXCLUDED.target_pool, gain = EXCLUDED.gain,
         cost_ms = EXCLUDED.cost_ms, reason = EXCLUDED.reason, snapshot = EXCLUDED.snapshot,
         policy = EXCLUDED.policy, refreshed_at = now(), refresh_count = requests.refresh_count + 1
-RETURNING id
+RETURNING id, stage_id, action

@@ -1,1 +1,0 @@
-SELECT tokens, window_start, window_actions FROM app_control WHERE app = :app

@@ -1,0 +1,1 @@
+SELECT app, tokens, window_start, window_actions FROM app_control WHERE app = ANY(CAST(:apps AS text[]))
