@@ -33,8 +33,6 @@ log = logging.getLogger("streamops.control")
 
 # Requests whose Operator Manager stopped refreshing them for this long have lost their condition.
 STALE_REQUEST_S = 300.0
-# Longest window a stage may configure: bounds the partitions a window query reads.
-MAX_WINDOW_S = 3600.0
 
 
 @dataclass
@@ -71,7 +69,6 @@ def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: st
                  stage: str | None = None) -> list[tuple[StageStats, dict]]:
     rows = conn.execute(db.query("stage_windows"), {
         "now": now, "window_s": opts.window_s, "stab_s": opts.stabilization_s, "app": app, "stage": stage,
-        "max_window_s": MAX_WINDOW_S,
     }).mappings().all()
     return [(
         StageStats(
@@ -116,12 +113,12 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
     r_max = dict(conn.execute(text("SELECT name, r_max_ms FROM apps")).all())
     requests: list[tuple[Request, str]] = []
     changed_states: list[tuple] = []
+    rng = random.Random(now.isoformat())  # migration targets: random but reproducible per cycle
     for stats, policy in windows:
         kind = policy.get("kind", "threshold3")
         opts = OperatorOptions.from_params(policy.get("params"))
         stats = replace(stats, host_cpu=cpu, host_mem=mem)
-        ctx = OperatorContext(r_max_ms=float(r_max[stats.app]), cost=cost, pools=rooms.get(stats.pool, {}),
-                              rng=random.Random(f"{stats.stage_id}:{now.isoformat()}"))
+        ctx = OperatorContext(r_max_ms=float(r_max[stats.app]), cost=cost, pools=rooms.get(stats.pool, {}), rng=rng)
         before = states.get(stats.stage_id, OperatorState())
         reqs, after = operator_cycle(kind, stats, opts, before, ctx)
         if after != before:

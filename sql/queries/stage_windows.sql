@@ -22,21 +22,34 @@ bounds AS (
     SELECT p.*, GREATEST(CAST(:now AS timestamptz) - make_interval(secs => p.window_s),
                          p.running_at + make_interval(secs => p.stab_s)) AS since
     FROM params p
+),
+recent AS (
+    -- One index-only range scan of stage_metrics_recent over the longest window in use.
+    SELECT m.stage_id, m.deployment_id, m.ts, m.input_rows, m.batch_duration_ms, m.backlog_rows,
+           m.latency_p95_ms, m.state_bytes
+    FROM stage_metrics m
+    WHERE m.ts > CAST(:now AS timestamptz) - make_interval(secs => (SELECT max(window_s) FROM params))
+      AND m.ts <= CAST(:now AS timestamptz)
+),
+agg AS (
+    SELECT b.stage_id,
+           count(*)                                                        AS batches,
+           sum(r.input_rows)                                               AS input_rows,
+           sum(r.batch_duration_ms)::float8                                AS busy_ms,
+           -- the backlog of the latest batch, without sorting: arrays compare element-wise
+           (max(ARRAY[EXTRACT(EPOCH FROM r.ts)::float8, r.backlog_rows::float8]))[2] AS backlog_rows,
+           regr_slope(r.backlog_rows, EXTRACT(EPOCH FROM r.ts))            AS backlog_growth_rps,
+           max(r.latency_p95_ms)                                           AS latency_p95_ms,
+           avg(r.latency_p95_ms)                                           AS latency_avg_p95_ms,
+           avg(r.state_bytes)::float8                                      AS state_bytes
+    FROM bounds b
+    JOIN recent r ON r.stage_id = b.stage_id AND r.deployment_id = b.deployment_id AND r.ts > b.since
+    GROUP BY b.stage_id
 )
 SELECT b.stage_id, b.app, b.pool, b.cores, b.min_cores, b.max_cores, b.state_partitions, b.policy,
        GREATEST(0, EXTRACT(EPOCH FROM CAST(:now AS timestamptz) - b.since))::float8 AS span_s,
-       count(m.ts)                                                     AS batches,
-       COALESCE(sum(m.input_rows), 0)                                  AS input_rows,
-       COALESCE(sum(m.batch_duration_ms), 0)::float8                   AS busy_ms,
-       COALESCE((array_agg(m.backlog_rows ORDER BY m.ts DESC))[1], 0)::float8 AS backlog_rows,
-       COALESCE(regr_slope(m.backlog_rows, EXTRACT(EPOCH FROM m.ts)), 0)::float8 AS backlog_growth_rps,
-       max(m.latency_p95_ms)                                           AS latency_p95_ms,
-       avg(m.latency_p95_ms)                                           AS latency_avg_p95_ms,
-       COALESCE(avg(m.state_bytes), 0)::float8                         AS state_bytes
-FROM bounds b
-LEFT JOIN stage_metrics m
-       ON m.stage_id = b.stage_id AND m.deployment_id = b.deployment_id
-      AND m.ts > b.since AND m.ts <= CAST(:now AS timestamptz)
-      -- a constant bound as well, so that PostgreSQL prunes the daily partitions
-      AND m.ts > CAST(:now AS timestamptz) - make_interval(secs => :max_window_s)
-GROUP BY b.stage_id, b.app, b.pool, b.cores, b.min_cores, b.max_cores, b.state_partitions, b.policy, b.since
+       COALESCE(a.batches, 0) AS batches, COALESCE(a.input_rows, 0) AS input_rows,
+       COALESCE(a.busy_ms, 0) AS busy_ms, COALESCE(a.backlog_rows, 0) AS backlog_rows,
+       COALESCE(a.backlog_growth_rps, 0)::float8 AS backlog_growth_rps,
+       a.latency_p95_ms, a.latency_avg_p95_ms, COALESCE(a.state_bytes, 0) AS state_bytes
+FROM bounds b LEFT JOIN agg a USING (stage_id)

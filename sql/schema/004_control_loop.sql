@@ -98,7 +98,7 @@ CREATE TABLE operator_state (
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- The window query reads a couple of minutes of every stage's batches: an index that covers
--- it lets PostgreSQL answer from the index alone.
-CREATE INDEX stage_metrics_window ON stage_metrics (stage_id, ts)
-    INCLUDE (deployment_id, input_rows, batch_duration_ms, backlog_rows, latency_p95_ms, state_bytes);
+-- The window query reads the last couple of minutes of every stage's batches: one range scan
+-- on time, answered from the index alone (it covers every column the query reads).
+CREATE INDEX stage_metrics_recent ON stage_metrics (ts)
+    INCLUDE (stage_id, deployment_id, input_rows, batch_duration_ms, backlog_rows, latency_p95_ms, state_bytes);

@@ -56,4 +56,14 @@ def bottleneck_scores(cpu, mem, data) -> np.ndarray:
 
 
 def bottleneck_score(cpu: float, mem: float, data: float) -> float:
-    return float(bottleneck_scores([cpu], [mem], [data])[0])
+    """One stage, in plain floats (numpy's per-call overhead dominates for a single point).
+    Same arithmetic as `bottleneck_scores`."""
+    cdf_low = cdf_mid = 1.0
+    for name, x in (("cpu", cpu), ("mem", mem), ("data", data)):
+        lo, mid, hi = INPUTS[name]
+        rising = min(1.0, max(0.0, (x - lo) / (mid - lo)))
+        topping = min(1.0, max(0.0, (x - mid) / (hi - mid)))
+        cdf_low *= 1.0 - rising  # membership in low
+        cdf_mid *= 1.0 - topping  # membership in low or medium
+    c_low, c_mid, c_high = OUT_CENTROID
+    return cdf_low * c_low + (cdf_mid - cdf_low) * c_mid + (1.0 - cdf_mid) * c_high

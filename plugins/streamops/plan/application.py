@@ -11,6 +11,7 @@ Pure: (app, options, state, requests, response, now) → (decisions, new state).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Callable
@@ -57,11 +58,16 @@ class WindowState:
 
 
 def maintenance_window(app: AppView, now: datetime) -> WindowState:
+    return _window(app.window_cron, app.window_minutes, now)
+
+
+@functools.lru_cache(maxsize=1024)  # a re-plan of 1 000 apps sees a handful of distinct crons
+def _window(cron: str, minutes: float, now: datetime) -> WindowState:
     # croniter's get_prev excludes `now` itself: look from just after it, so the window is
     # open at its very first instant (a request deferred until then is granted then).
-    prev = croniter(app.window_cron, now + timedelta(microseconds=1)).get_prev(datetime)
-    nxt = croniter(app.window_cron, now).get_next(datetime)
-    is_open = now < prev + timedelta(minutes=app.window_minutes)
+    prev = croniter(cron, now + timedelta(microseconds=1)).get_prev(datetime)
+    nxt = croniter(cron, now).get_next(datetime)
+    is_open = now < prev + timedelta(minutes=minutes)
     return WindowState(is_open, prev if is_open else None, nxt)
 
 

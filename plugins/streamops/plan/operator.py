@@ -78,9 +78,11 @@ def pick_migration_target(pools: dict[str, PoolRoom], cores: int, rng: random.Ra
 
 def edf(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: OperatorContext):
     """EDF thresholds [000]: migrate when U_r > U_max; scale out when S > S_out; scale in when
-    sum(S)/(n−1) < c·S_out (sum over the n replicas, each busy S)."""
+    sum(S)/(n−1) < c·S_out (sum over the n replicas, each busy S). A stage that is itself
+    saturated scales out first: moving it would keep its n cores, and a migration waits for the
+    maintenance window."""
     S, n = busy_fraction(s), s.cores
-    if s.host_cpu is not None and s.host_cpu > opt.u_max:
+    if s.host_cpu is not None and s.host_cpu > opt.u_max and not (S > opt.s_out and n < s.max_cores):
         target = pick_migration_target(ctx.pools, n, ctx.rng)
         if target:
             gain = s.host_cpu - opt.u_max + 0.05
@@ -105,8 +107,9 @@ def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: O
         state = OperatorState(prestaged=False)
     target = max(n + 1, ds2_target(s, opt.catch_up_s, opt.target_utilization))
     if score > opt.scale_out_threshold and n < s.max_cores:
+        # `prestaged` stays set: the grant may be declined, and the release below (or a later
+        # scale-out) still owns the staged copy.
         out.append(_scale_out(s, min(target, s.max_cores), opt, ctx, f"O {score:.0f} > {opt.scale_out_threshold:.0f}", **snap))
-        state = OperatorState(prestaged=False)  # the scale-out consumes what was pre-staged
     elif score > opt.alarming_threshold and n < s.max_cores and not state.prestaged:
         out.append(_request(s, PRESTAGE, min(target, s.max_cores), 0.0, ctx, f"O {score:.0f} > alarming {opt.alarming_threshold:.0f}", **snap))
         state = OperatorState(prestaged=True)

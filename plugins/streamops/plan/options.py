@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -12,7 +14,7 @@ class OperatorOptions:
     """The Operator Manager: one per stage, fast local loop."""
 
     local_period_s: float = 30.0  # [000]
-    window_s: float = 120.0  # ours; at most control.MAX_WINDOW_S
+    window_s: float = 120.0  # ours
     stabilization_s: float = 60.0  # ours: ignore the first minute after a (re)start
     min_window_fill: float = 0.8  # decide only on a window at least this full
     # EDF thresholds [000]
@@ -28,6 +30,17 @@ class OperatorOptions:
     catch_up_s: float = 60.0
     target_utilization: float = 0.7
     ds2_scale_in_margin: float = 0.6  # scale in to the cores that keep utilization ≤ this (absolute), a band below target
+
+    def __post_init__(self) -> None:
+        # The bottleneck score lives in [13.3, 86.7] (analyze.fuzzy): thresholds outside never fire.
+        lo, hi = 13.3, 86.7
+        if not lo < self.scale_in_threshold < self.alarming_threshold < self.scale_out_threshold < hi:
+            raise ValueError(
+                f"expected {lo} < scale_in_threshold < alarming_threshold < scale_out_threshold < {hi}, got "
+                f"{self.scale_in_threshold} / {self.alarming_threshold} / {self.scale_out_threshold}")
+        # margin == target leaves no band but still cannot flap: scale-in stops at DS2's own n*.
+        if not 0 < self.target_utilization <= 1 or not 0 < self.ds2_scale_in_margin <= self.target_utilization:
+            raise ValueError("expected 0 < ds2_scale_in_margin <= target_utilization <= 1")
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "OperatorOptions":
@@ -45,17 +58,39 @@ class AppOptions:
     generator: str = "edf_step"  # edf_step | proportional
     urgent_needs_growth: bool = True  # urgent = response > R_max and backlog growing
 
+    def __post_init__(self) -> None:
+        if not 0 < self.beta <= 1:
+            raise ValueError(f"expected 0 < beta <= 1, got {self.beta}")
+        if self.capacity < 0:  # below 1 is legal: a bucket that never grants (recommend-only in effect)
+            raise ValueError(f"expected capacity >= 0 tokens, got {self.capacity}")
+
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "AppOptions":
         return _from_params(cls, params)
 
 
+def _coerce(default: Any, value: Any) -> Any:
+    if isinstance(default, bool):
+        if isinstance(value, str):
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(f"expected a boolean, got {value!r}")
+            return value.lower() in ("true", "1", "yes")
+        return bool(value)
+    return type(default)(value)
+
+
 def _from_params(cls, params: dict[str, Any] | None):
-    params = dict(params or {})
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(params) - set(known))
+    # Thousands of stages share a handful of parameter sets: parse each set once.
+    key = json.dumps(params or {}, sort_keys=True, default=str)
+    return _parsed(cls, key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(cls, key: str):
+    params = json.loads(key)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"unknown {cls.__name__} option(s) {unknown}; valid: {sorted(known)}")
     base = cls()
-    typed = {k: type(getattr(base, k))(v) for k, v in params.items()}
-    return replace(base, **typed)
+    return replace(base, **{k: _coerce(getattr(base, k), v) for k, v in params.items()})

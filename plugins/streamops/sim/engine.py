@@ -27,7 +27,7 @@ import numpy as np
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
-from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, SCALE_IN, SCALE_OUT, AppState, OperatorState, Request
+from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, SCALE_OUT, AppState, OperatorState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.sim.model import SimConfig, StageSpec, lognormal
@@ -134,7 +134,6 @@ class Simulation:
         total_resp = total_p90 = 0.0
         app_down = 0.0
         for st in self.stages:
-            self._advance_reconfig(st, t)
             noise = max(0.0, 1.0 + rng.gauss(0.0, cfg.capacity_noise))  # drawn every second, always
             sp = st.spec
             p = st.pending
@@ -316,6 +315,8 @@ class Simulation:
         if lp <= 0 or ci <= 0:
             raise ValueError("local_period_s and control_interval_s must be ≥ 1 s")
         for t in range(self.T):
+            for st in self.stages:
+                self._advance_reconfig(st, t)  # restarts that completed by t, before anyone looks
             if t > 0 and t % lp == 0:
                 self._operator_cycles(t)
             if t > 0 and t % ci == 0:

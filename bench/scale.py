@@ -1,0 +1,109 @@
+"""One control cycle (Operator + Application Managers) over 10 000 stages.
+
+1 000 apps × 10 stages with their metrics already in PostgreSQL (sql/bench/scale_fixture.sql,
+generated with generate_series in a scratch database), then `control.replan()` for every app
+at once, several times; reports the median and the plan of the window query.
+
+    .venv/bin/python bench/scale.py [--apps 1000] [--stages-per-app 10] [--trigger-s 5] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import text
+
+from streamops import control
+from streamops.paths import REPO_ROOT
+from streamops.store import db, migrate
+
+RESULTS = REPO_ROOT / "bench" / "results"
+console = Console()
+
+
+def scratch_database(name: str) -> str:
+    import psycopg2
+
+    server = db.libpq_url(db.database_url())
+    base = server.rpartition("/")[0]
+    conn = psycopg2.connect(f"{base}/postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    return f"{base}/{name}"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--apps", type=int, default=1000)
+    p.add_argument("--stages-per-app", type=int, default=10)
+    p.add_argument("--trigger-s", type=int, default=5, help="seconds between a stage's batches")
+    p.add_argument("--history-s", type=int, default=600, help="seconds of metrics per stage already stored")
+    p.add_argument("--runs", type=int, default=5)
+    args = p.parse_args(argv)
+
+    url = scratch_database("streamops_bench_scale")
+    os.environ["STREAMOPS_DATABASE_URL"] = url
+    db.engine.cache_clear()
+    engine = db.engine()
+    migrate.apply(engine)
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    stages = args.apps * args.stages_per_app
+    with console.status(f"generating {stages:,} stages × {args.history_s // args.trigger_s} batches …"):
+        t = time.perf_counter()
+        with engine.begin() as conn:
+            conn.execute(text((REPO_ROOT / "sql" / "bench" / "scale_fixture.sql").read_text()), {
+                "apps": args.apps, "stages_per_app": args.stages_per_app, "trigger_s": args.trigger_s,
+                "history_s": args.history_s, "now": now,
+            })
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM ANALYZE"))  # as autovacuum would: sets the visibility map for index-only scans
+            rows = conn.execute(text("SELECT count(*) FROM stage_metrics")).scalar_one()
+        generated_s = time.perf_counter() - t
+    console.print(f"{rows:,} stage_metrics rows for {stages:,} stages generated in {generated_s:.1f}s")
+
+    runs = []
+    for i in range(args.runs):
+        report = control.replan(now=now, host=(0.4, 0.4), decided_by="bench")
+        runs.append(report.seconds)
+        decided = sum(len(a.decisions) for a in report.apps)
+        console.print(f"run {i + 1}: {report.seconds['total_s'] * 1000:.0f} ms "
+                      f"({report.stages_analyzed:,} windows, {len(report.requests):,} requests, {decided:,} decisions)")
+
+    with engine.connect() as conn:
+        plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + db.query("stage_windows").text), {
+            "now": now, "window_s": 120.0, "stab_s": 60.0, "app": None, "stage": None,
+        }).scalars().all()
+
+    median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    result = {
+        "benchmark": "control_cycle_scale", "stages": stages, "apps": args.apps, "trigger_s": args.trigger_s,
+        "metrics_rows": rows, "window_rows": stages * int(120 / args.trigger_s), "runs": runs,
+        "median_s": median, "explain_analyze": plan, "measured_at": now.isoformat(),
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"scale_{stages}_t{args.trigger_s}.json"
+    out.write_text(json.dumps(result, indent=2))
+
+    t = Table(title=f"control cycle over {stages:,} stages ({args.trigger_s}s batches, median of {args.runs})")
+    for col in ("window query", "operators", "applications", "total"):
+        t.add_column(col, justify="right")
+    t.add_row(*(f"{median[k] * 1000:.0f} ms" for k in ("windows_s", "operators_s", "applications_s", "total_s")))
+    console.print(t)
+    console.print(f"plan: {plan[-2].strip()} / {plan[-1].strip()}  (full EXPLAIN ANALYZE in {out.relative_to(REPO_ROOT)})")
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
