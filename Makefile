@@ -13,6 +13,7 @@ help:
 	@echo "make demo       set up .venv, start PostgreSQL, deploy and feed the demo apps, watch status (Ctrl-C to leave)"
 	@echo "make demo-stop  stop the demo's stages, generators and database"
 	@echo "make test       the whole test suite (real PostgreSQL, real Spark); what CI runs"
+	@echo "make bench      policy comparison in the simulator and the 10 000-stage control cycle"
 	@echo "make lock       recompile requirements.txt from requirements.in"
 
 # The venv is rebuilt when the lock or the package metadata change.
@@ -49,6 +50,11 @@ test: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$was_up = 0 ]; then $(STREAMOPS) db down >/dev/null; fi; \
 	exit $$rc
+
+# Benchmarks: simulator policy comparison + 10 000-stage control cycle (needs the database).
+bench: venv
+	@$(STREAMOPS) db up >/dev/null
+	$(STREAMOPS) bench all
 
 test-fast: venv
 	$(MAKE) test PYTEST_ARGS="-m 'not e2e'"

@@ -178,6 +178,55 @@ def replan(app_name: Optional[str] = typer.Argument(None, metavar="[APP]", help=
     console.print(t)
 
 
+@app.command()
+def sim(policy: str = typer.Option("recommended", help="a named configuration (see --help of `streamops bench`) "
+                                                         "or edf|threshold3|ds2"),
+        trace: str = typer.Option("diurnal", help="diurnal, ramp, steps, spikes, a generator spec, or a CSV "
+                                                   "file with columns t_s,rate (or a stage_metrics export)"),
+        seed: int = typer.Option(1, help="seed of every random draw: same seed, same result"),
+        duration: Optional[float] = typer.Option(None, help="seconds to simulate (default: the trace's own)"),
+        out: Path = typer.Option(Path("sim-out"), help="writes DIR/summary.json and DIR/response.png")) -> None:
+    """Run the real Operator and Application Manager code against a model of the stages, on a
+    load trace, and report availability, seconds above R_max, reconfigurations and core-hours."""
+    from streamops.sim import POLICY_CONFIGS, run_simulation
+
+    known = {**POLICY_CONFIGS}
+    if policy not in known and policy not in ("edf", "threshold3", "ds2"):
+        _fail(f"unknown policy {policy!r}; named configurations: {', '.join(known)}", 2)
+    with console.status(f"simulating {policy} on {trace} …"):
+        try:
+            summary = run_simulation(policy if policy in known else known["recommended"], trace, seed=seed,
+                                     out_dir=out, duration_s=duration,
+                                     **({} if policy in known else {"operator": policy}))
+        except (ValueError, FileNotFoundError) as e:
+            _fail(str(e), 2)
+    t = Table(title=f"{summary['policy']} on {summary['trace']} (seed {seed})", show_header=False)
+    for key in ("availability", "downtime_s", "seconds_above_rmax", "violated_windows", "reconfigurations",
+                "core_hours", "convergence_decisions"):
+        v = summary[key]
+        t.add_row(key, f"{v:.4%}" if key == "availability" else (f"{v:,.2f}" if isinstance(v, float) else str(v)))
+    console.print(t)
+    _say(f"wrote {out / 'summary.json'} and {out / 'response.png'}")
+
+
+@app.command()
+def bench(what: str = typer.Argument("all", help="policies | scale | all"),
+          quick: bool = typer.Option(False, help="fewer seeds and a smaller scale run")) -> None:
+    """Benchmarks: the policy comparison in the simulator, and one control cycle over 10 000
+    stages in PostgreSQL. Results go to bench/results/*.json; a table is printed."""
+    from streamops.paths import REPO_ROOT
+
+    scripts = {"policies": ["bench/policies.py"] + (["--seeds", "1"] if quick else []),
+               "scale": ["bench/scale.py"] + (["--apps", "100", "--runs", "3"] if quick else [])}
+    if what not in (*scripts, "all"):
+        _fail(f"unknown benchmark {what!r}; choose policies, scale or all", 2)
+    for name, cmd in scripts.items():
+        if what in (name, "all"):
+            rc = subprocess.call([sys.executable, *cmd], cwd=REPO_ROOT)
+            if rc:
+                raise typer.Exit(rc)
+
+
 # -- generator ---------------------------------------------------------------------------------
 @app.command()
 def gen(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage whose input directory to feed"),
