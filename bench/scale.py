@@ -81,9 +81,12 @@ def main(argv: list[str] | None = None) -> dict:
         console.print(f"run {i + 1}: {report.seconds['total_s'] * 1000:.0f} ms "
                       f"({report.stages_analyzed:,} windows, {len(report.requests):,} requests, {decided:,} decisions)")
 
-    with engine.connect() as conn:
+    with engine.begin() as conn:
+        floor = conn.execute(db.query("window_floor"), {"now": now, "window_s": 120.0, "app": None}).scalar_one()
+        conn.execute(text("SET LOCAL work_mem = '64MB'"))  # as control.load_windows does
+        conn.execute(text("SET LOCAL enable_sort = off"))
         plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + db.query("stage_windows").text), {
-            "now": now, "window_s": 120.0, "stab_s": 60.0, "app": None, "stage": None,
+            "now": now, "floor": floor, "window_s": 120.0, "stab_s": 60.0, "app": None, "stage": None,
         }).scalars().all()
 
     median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}

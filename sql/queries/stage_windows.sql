@@ -24,12 +24,13 @@ bounds AS (
     FROM params p
 ),
 recent AS (
-    -- One index-only range scan of stage_metrics_recent over the longest window in use.
+    -- One index-only range scan of stage_metrics_recent over the longest window in use. The
+    -- bound is a constant (:floor, from window_floor.sql) so that the planner estimates the
+    -- rows and chooses a hash aggregate instead of sorting them.
     SELECT m.stage_id, m.deployment_id, m.ts, m.input_rows, m.batch_duration_ms, m.backlog_rows,
            m.latency_p95_ms, m.state_bytes
     FROM stage_metrics m
-    WHERE m.ts > CAST(:now AS timestamptz) - make_interval(secs => (SELECT max(window_s) FROM params))
-      AND m.ts <= CAST(:now AS timestamptz)
+    WHERE m.ts > CAST(:floor AS timestamptz) AND m.ts <= CAST(:now AS timestamptz)
 ),
 agg AS (
     SELECT b.stage_id,
@@ -37,8 +38,8 @@ agg AS (
            sum(r.input_rows)                                               AS input_rows,
            sum(r.batch_duration_ms)::float8                                AS busy_ms,
            -- the backlog of the latest batch, without sorting: arrays compare element-wise
-           (max(ARRAY[EXTRACT(EPOCH FROM r.ts)::float8, r.backlog_rows::float8]))[2] AS backlog_rows,
-           regr_slope(r.backlog_rows, EXTRACT(EPOCH FROM r.ts))            AS backlog_growth_rps,
+           (max(ARRAY[date_part('epoch', r.ts), r.backlog_rows::float8]))[2] AS backlog_rows,
+           regr_slope(r.backlog_rows, date_part('epoch', r.ts))            AS backlog_growth_rps,
            max(r.latency_p95_ms)                                           AS latency_p95_ms,
            avg(r.latency_p95_ms)                                           AS latency_avg_p95_ms,
            avg(r.state_bytes)::float8                                      AS state_bytes
