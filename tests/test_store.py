@@ -9,12 +9,19 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from streamops.store import db, embedded, migrate
-from tests.conftest import recreate_database
+from tests.conftest import drop_database, recreate_database
 
 
-def test_migrations_run_twice_without_harm(test_env):
-    url = recreate_database(test_env["server"], f"streamops_test_migrate_{os.getpid()}")
-    eng = create_engine(db.sqlalchemy_url(url))
+@pytest.fixture
+def scratch_url(test_env):
+    """An empty database of its own, dropped afterwards."""
+    name = f"streamops_test_migrate_{os.getpid()}"
+    yield recreate_database(test_env["server"], name)
+    drop_database(test_env["server"], name)
+
+
+def test_migrations_run_twice_without_harm(scratch_url):
+    eng = create_engine(db.sqlalchemy_url(scratch_url))
     try:
         first = migrate.apply(eng)
         assert [m.version for m in first] == [m.version for m in migrate.discover()]
@@ -29,9 +36,8 @@ def test_migrations_run_twice_without_harm(test_env):
         eng.dispose()
 
 
-def test_failed_migration_rolls_back_and_applies_later(test_env, tmp_path):
-    url = recreate_database(test_env["server"], f"streamops_test_migrate_{os.getpid()}")
-    eng = create_engine(db.sqlalchemy_url(url))
+def test_failed_migration_rolls_back_and_applies_later(scratch_url, tmp_path):
+    eng = create_engine(db.sqlalchemy_url(scratch_url))
     (tmp_path / "001_ok.sql").write_text("CREATE TABLE a (x int);")
     (tmp_path / "002_half.sql").write_text("CREATE TABLE b (x int);\nINSERT INTO b VALUES ('not a number');")
     try:
