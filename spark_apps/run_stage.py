@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 from streamops.agent.agent import StageAgent
+from streamops.execute import checkpoint
 from streamops.agent.metrics import StageContext
 from streamops.registry import Stage, resolve_path
 from streamops.store import db
@@ -30,6 +32,33 @@ def _finish(dep_id: int, status: str, reason: str, exit_code: int) -> None:
     with db.engine().begin() as conn:
         conn.execute(db.query("deployment_finished"),
                      {"id": dep_id, "status": status, "reason": reason, "exit_code": exit_code})
+
+
+_ERROR_LINE = re.compile(r"^\s*([\w.]+(?:Error|Exception)): (.+)$")
+
+
+def root_cause(text: str) -> str:
+    """The innermost `SomeError: message` line of a (py4j-wrapped) traceback, else its first line."""
+    causes = [m.group(0).strip() for line in text.splitlines() if (m := _ERROR_LINE.match(line))]
+    causes = [c for c in causes if "Py4J" not in c and "StreamingQueryException" not in c]
+    return causes[-1] if causes else (text.splitlines()[0] if text else "no exception")
+
+
+def _stamp(reconfiguration_id: int, phase: str) -> None:
+    with db.engine().begin() as conn:
+        conn.execute(db.query("reconfiguration_phase"), {"id": reconfiguration_id, "phase": phase})
+    log.info("action=reconfigure phase=%s reconfiguration=%d", phase, reconfiguration_id)
+
+
+def repartition_offline(spark, stage: Stage, ckpt: Path, partitions: int) -> None:
+    """Rewrite the checkpoint's state to `partitions` before the query starts (it must be
+    stopped: it is not started yet). Needs RocksDB state and at least one committed batch."""
+    current = checkpoint.state_partitions(ckpt)
+    if not stage.stateful or current in (None, partitions) or checkpoint.last_committed_batch(ckpt) is None:
+        return
+    started = time.monotonic()
+    spark._streamingCheckpointManager.repartition(str(ckpt), partitions)
+    log.info("action=repartition partitions=%d->%d took %.1fs", current, partitions, time.monotonic() - started)
 
 
 def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
@@ -58,9 +87,15 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop("SIGINT"))
     agent.attach()
     status, reason, code = "stopped", None, 0
+    reconfiguration_id = dep.config.get("reconfiguration_id")
     try:
+        repartition_offline(spark, stage, checkpoint, dep.state_partitions)
+        if reconfiguration_id:
+            _stamp(reconfiguration_id, "state_ready")
         agent.queries = start_stage_queries(spark, stage, ctx, input_dir, checkpoint, on_commit=agent.on_commit,
-                                            abort=agent.stop_requested)
+                                            abort=agent.stop_requested, fault=dep.config.get("fault"))
+        if reconfiguration_id:
+            _stamp(reconfiguration_id, "restarted")
         with db.engine().begin() as conn:
             conn.execute(db.query("deployment_running"), {
                 "id": deployment_id, "driver_id": spark.sparkContext.applicationId,
@@ -72,7 +107,7 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
             if dead:
                 exc = dead[0].exception()
                 status, code = "failed", 1
-                reason = f"query {dead[0].name} terminated: {str(exc).splitlines()[0] if exc else 'no exception'}"
+                reason = f"query {dead[0].name} terminated: {root_cause(str(exc)) if exc else 'no exception'}"
                 log.error("action=failed %s", reason)
                 break
         if status == "stopped":

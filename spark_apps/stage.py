@@ -51,6 +51,15 @@ def build_session(app_name: str, cores: int, state_partitions: int) -> SparkSess
     return spark
 
 
+def _failing(sink):
+    """Fault injector (tests): every batch of this run fails, as a broken new configuration would."""
+
+    def fail(df, batch_id: int) -> None:
+        raise RuntimeError(f"injected fault: batch {batch_id} fails in this run")
+
+    return fail
+
+
 def quarantine_checkpoint(checkpoint: Path) -> Path:
     return checkpoint.with_name(checkpoint.name + ".quarantine")
 
@@ -64,6 +73,7 @@ def start_stage_queries(
     on_commit: Callable[[SinkStats], None] | None = None,
     available_now: bool = False,
     abort: threading.Event | None = None,
+    fault: str | None = None,
 ) -> list[StreamingQuery]:
     """Start [main, quarantine]. `available_now` drains the input and stops (tests). `abort`
     (the agent's stop request) cuts short the sinks' retries while the database is away."""
@@ -88,6 +98,9 @@ def start_stage_queries(
         sink = ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit, abort)
     else:
         sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)
+
+    if fault == "fail_batches":
+        sink = _failing(sink)
 
     def trigger(writer):
         if available_now:

@@ -179,6 +179,47 @@ def replan(app_name: Optional[str] = typer.Argument(None, metavar="[APP]", help=
 
 
 @app.command()
+def reconfigure(
+    stage: Optional[str] = typer.Argument(None, metavar="[STAGE]", help="app.stage to change now"),
+    action: str = typer.Option("scale-out", help="scale-out | scale-in | migrate"),
+    cores: Optional[int] = typer.Option(None, help="target cores (within the stage's min/max)"),
+    partitions: Optional[int] = typer.Option(None, help="target state partitions (offline repartition)"),
+    pool: Optional[str] = typer.Option(None, help="target pool (migration)"),
+    mechanism: str = typer.Option("pause_resume", help="pause_resume (pre-staged and active backup: not yet)"),
+    pending: bool = typer.Option(False, "--pending", help="realize every pending reconfiguration (granted by replan)"),
+    resume: bool = typer.Option(False, "--resume", help="also finish or roll back what a dead executor left running"),
+) -> None:
+    """Realize a reconfiguration: persisted as pending first, then stop at a batch boundary,
+    copy the checkpoint, repartition offline, restart; roll back if the new run fails."""
+    from streamops.execute import mechanisms
+
+    reg = _load_registry()
+    outcomes = []
+    try:
+        if stage:
+            rid = mechanisms.request(stage, action.replace("-", "_"), cores=cores, partitions=partitions, pool=pool,
+                                     mechanism=mechanism, reg=reg)
+            _say(f"reconfiguration {rid} recorded as pending")
+            outcomes.append(mechanisms.execute(rid, reg=reg, progress=_say))
+        elif pending or resume:
+            outcomes += mechanisms.resume(reg, progress=_say)
+        else:
+            _fail("name a STAGE, or use --pending / --resume", 2)
+    except (mechanisms.ReconfigurationBusy, ValueError, LookupError, registry.RegistryError) as e:
+        _fail(str(e))
+    t = Table(title="reconfigurations", header_style="bold")
+    for col in ("id", "stage", "status", "output gap s", "took s", "detail"):
+        t.add_column(col)
+    for o in outcomes:
+        color = {"done": "green", "rolled_back": "yellow"}.get(o.status, "red")
+        t.add_row(str(o.reconfiguration_id), o.stage_id, f"[{color}]{o.status}[/]",
+                  "–" if o.downtime_ms is None else f"{o.downtime_ms / 1000:.1f}", f"{o.seconds:.1f}", o.detail)
+    console.print(t)
+    if any(o.status == "failed" for o in outcomes):
+        raise typer.Exit(1)
+
+
+@app.command()
 def sim(policy: str = typer.Option("recommended", help="a named configuration (see --help of `streamops bench`) "
                                                          "or edf|threshold3|ds2"),
         trace: str = typer.Option("diurnal", help="diurnal, ramp, steps, spikes, a generator spec, or a CSV "

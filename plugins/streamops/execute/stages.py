@@ -13,7 +13,7 @@ from sqlalchemy import Connection, text
 from streamops import registry
 from streamops.execute.launcher import launcher_for
 from streamops.paths import data_dir
-from streamops.registry import Registry, Stage, stage_id
+from streamops.registry import Registry, stage_id
 from streamops.store import db
 
 log = logging.getLogger("streamops.execute")
@@ -99,37 +99,58 @@ def _reap_if_dead(conn: Connection, dep) -> bool:
     return False
 
 
+def current_config(sid: str) -> tuple[int | None, str | None]:
+    """Cores and pool of the stage's latest run: a restart keeps what reconfigurations changed."""
+    with db.engine().connect() as conn:
+        row = conn.execute(text(
+            "SELECT cores, pool FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
+            "ORDER BY started_at DESC LIMIT 1"), {"s": sid}).first()
+    return (row.cores, row.pool) if row else (None, None)
+
+
 def start_stage(
     ref: str,
     reg: Registry | None = None,
     *,
     cores: int | None = None,
     state_partitions: int | None = None,
+    pool: str | None = None,
     wait_s: float = 120.0,
     progress: Progress = lambda _: None,
+    reconfiguration_id: int | None = None,
+    fault: str | None = None,
 ) -> StartResult:
+    """Start a run of the stage. Unset cores/pool keep the latest run's; unset partitions keep
+    the checkpoint's (the driver repartitions the state offline when they differ)."""
+    from streamops.execute import checkpoint
+
     reg = reg or registry.load()
     app, name, st = reg.stage(ref)
     sid = stage_id(app, name)
     sync_registry(reg, [app])
-    cores = cores or st.cores.initial
-    partitions = state_partitions or st.state_partitions
-    pool = reg.pools[st.pool]
+    last_cores, last_pool = current_config(sid)
+    cores = cores or last_cores or st.cores.initial
+    pool_name = pool or last_pool or st.pool
+    if pool_name not in reg.pools:
+        raise registry.RegistryError(f"no pool {pool_name!r}; known pools: {', '.join(reg.pools)}")
+    partitions = state_partitions or checkpoint.state_partitions(checkpoint_for(sid)) or st.state_partitions
+    pool = reg.pools[pool_name]
     launcher = launcher_for(pool.master)
 
     with db.engine().begin() as conn:
-        _pool_lock(conn, st.pool)
+        _pool_lock(conn, pool_name)
         live = conn.execute(db.query("live_deployment"), {"stage_id": sid}).first()
         if live is not None and _reap_if_dead(conn, live):
             return StartResult(sid, live.id, live.pid, True, live.log_path)
-        used = conn.execute(db.query("pool_cores_in_use"), {"pool": st.pool}).scalar_one()
+        used = conn.execute(db.query("pool_cores_in_use"), {"pool": pool_name}).scalar_one()
         refused = None
         if used + cores > pool.cores:
-            refused = (f"pool {st.pool!r} has {pool.cores - used} free of {pool.cores} cores; "
+            refused = (f"pool {pool_name!r} has {pool.cores - used} free of {pool.cores} cores; "
                        f"stage {sid} needs {cores}")
         dep_id = conn.execute(db.query("deployment_insert"), {
-            "stage_id": sid, "pool": st.pool, "cores": cores, "state_partitions": partitions,
-            "config": json.dumps({"app": app, "stage": name, "spec": st.model_dump(mode="json")}),
+            "stage_id": sid, "pool": pool_name, "cores": cores, "state_partitions": partitions,
+            "config": json.dumps({"app": app, "stage": name, "spec": st.model_dump(mode="json"),
+                                  "reconfiguration_id": reconfiguration_id, "fault": fault}),
             "launcher": launcher.kind, "checkpoint": checkpoint_for(sid),
             "status": "refused" if refused else "starting", "reason": refused,
         }).scalar_one()
@@ -144,7 +165,7 @@ def start_stage(
             "id": dep_id, "pid": launched.pid, "driver_id": launched.driver_id, "log_path": launched.log_path,
         })
     log.info("stage %s: launched deployment %d (pid %s, %d cores, %d partitions, pool %s)",
-             sid, dep_id, launched.pid, cores, partitions, st.pool)
+             sid, dep_id, launched.pid, cores, partitions, pool_name)
     progress(f"{sid}: driver pid {launched.pid} starting (log {launched.log_path})")
     if wait_s > 0:
         _wait_running(sid, dep_id, launched.pid, launcher, wait_s, progress)

@@ -1,0 +1,341 @@
+"""Reconfiguration mechanisms (POLICIES.md §5): realize a `reconfigurations` row, stamping every
+phase, measuring downtime from output commits, and rolling back when the new run fails.
+
+Persist first, then act: the row is `pending` before anything happens, is claimed atomically
+(`running`), and a session-level advisory lock per stage is held while acting, so two callers
+never reconfigure one stage at once and a dead executor's row can be found and finished.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable, Protocol
+
+from sqlalchemy import Connection, text
+
+from streamops import registry
+from streamops.agent.metrics import FileSourceBacklog
+from streamops.execute import checkpoint, stages
+from streamops.store import db
+
+log = logging.getLogger("streamops.reconfigure")
+Progress = Callable[[str], None]
+
+
+class ReconfigurationBusy(RuntimeError):
+    """Another executor holds the stage."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    reconfiguration_id: int
+    stage_id: str
+    status: str  # done | rolled_back | failed
+    downtime_ms: float | None
+    seconds: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    stop_s: float = 60.0
+    first_batch_s: float = 120.0  # the new run must commit a batch (or be idle and healthy) by then
+    caught_up_s: float = 120.0
+
+
+class Mechanism(Protocol):
+    name: str
+
+    def run(self, ex: "Execution") -> None: ...
+
+
+def _try_lock(conn: Connection, stage_id: str) -> bool:
+    got = conn.execute(text("SELECT pg_try_advisory_lock(hashtext('reconfigure:' || :s))"), {"s": stage_id}).scalar()
+    conn.commit()
+    return bool(got)
+
+
+def _unlock(conn: Connection, stage_id: str) -> None:
+    # Explicitly: closing a pooled connection does not end its session, so the lock would outlive us.
+    conn.execute(text("SELECT pg_advisory_unlock(hashtext('reconfigure:' || :s))"), {"s": stage_id})
+    conn.commit()
+
+
+class Execution:
+    """One reconfiguration being realized: its row, its stage, and the phase stamps."""
+
+    def __init__(self, row, reg: registry.Registry, conn_lock: Connection, progress: Progress,
+                 deadlines: Deadlines, fault: str | None):
+        self.row, self.reg, self.lock_conn = row, reg, conn_lock
+        self.progress, self.deadlines, self.fault = progress, deadlines, fault
+        self.stage_id = row.stage_id
+        self.old_deployment = None
+        self.new_deployment_id: int | None = None
+        self.rollback_copy: Path | None = None
+
+    def stamp(self, phase: str) -> None:
+        with db.engine().begin() as conn:
+            conn.execute(db.query("reconfiguration_phase"), {"id": self.row.id, "phase": phase})
+        self.progress(f"{self.stage_id}: reconfiguration {self.row.id}: {phase}")
+        log.info("stage %s: action=%s phase=%s reconfiguration=%d", self.stage_id, self.row.action, phase, self.row.id)
+
+
+def _deployment(dep_id: int):
+    with db.engine().connect() as conn:
+        return conn.execute(db.query("deployment_get"), {"id": dep_id}).one()
+
+
+def _live(stage_id: str):
+    with db.engine().connect() as conn:
+        return conn.execute(text(
+            "SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' "
+            "AND status IN ('starting','running','stopping') ORDER BY started_at DESC LIMIT 1"), {"s": stage_id}).first()
+
+
+def _last_run(stage_id: str):
+    with db.engine().connect() as conn:
+        return conn.execute(text(
+            "SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
+            "ORDER BY started_at DESC LIMIT 1"), {"s": stage_id}).first()
+
+
+def wait_first_batch(ex: Execution, dep_id: int, input_dir: Path, ckpt: Path) -> str | None:
+    """None once the new run commits a batch (or runs healthy on an idle source); else why not."""
+    deadline = time.monotonic() + ex.deadlines.first_batch_s
+    launcher = stages.launcher_for("local")
+    while time.monotonic() < deadline:
+        with db.engine().connect() as conn:
+            first = conn.execute(db.query("first_commit_of"), {"deployment_id": dep_id}).scalar()
+        dep = _deployment(dep_id)
+        if first is not None:
+            ex.stamp("first_batch_done")
+            return None
+        if dep.status in ("failed", "stopped") or (dep.pid and not launcher.is_alive(dep.pid)):
+            time.sleep(1)  # let the driver record its own reason
+            return f"the new run (deployment {dep_id}) failed before its first commit: " \
+                   f"{_deployment(dep_id).stop_reason or 'driver exited'}"
+        if dep.status == "running" and FileSourceBacklog(input_dir, ckpt).measure().files == 0 \
+                and time.monotonic() > deadline - ex.deadlines.first_batch_s / 2:
+            return None  # idle source: nothing to commit, and the run is healthy
+        time.sleep(0.5)
+    return f"the new run (deployment {dep_id}) did not commit a batch within {ex.deadlines.first_batch_s:.0f}s"
+
+
+class PauseResume:
+    """Stop at a batch boundary, copy the checkpoint for rollback, restart with the new cores,
+    partitions or pool. The new driver repartitions the state offline before it starts."""
+
+    name = "pause_resume"
+
+    def run(self, ex: Execution) -> None:
+        r = ex.row
+        old = _live(ex.stage_id) or _last_run(ex.stage_id)
+        if old is None:
+            raise RuntimeError(f"stage {ex.stage_id} has never run: nothing to reconfigure")
+        ex.old_deployment = old
+        ckpt = Path(old.checkpoint)
+        ex.stamp("stop_requested")
+        if _live(ex.stage_id) is not None:
+            stages.stop_stage(ex.stage_id, ex.reg, deadline_s=ex.deadlines.stop_s, requested_by=f"reconfiguration {r.id}")
+        ex.stamp("stopped")
+        if ckpt.exists():
+            ex.rollback_copy = checkpoint.copy_stopped(ckpt, ckpt.with_name(f"{ckpt.name}.rollback-{r.id}"))
+        partitions = r.target_partitions or checkpoint.state_partitions(ckpt) or old.state_partitions
+        res = stages.start_stage(
+            ex.stage_id, ex.reg, cores=r.target_cores, state_partitions=partitions, pool=r.target_pool,
+            wait_s=ex.deadlines.first_batch_s, reconfiguration_id=r.id, fault=ex.fault,
+        )
+        ex.new_deployment_id = res.deployment_id
+
+
+MECHANISMS: dict[str, Mechanism] = {"pause_resume": PauseResume()}
+
+
+def _downtime_ms(ex: Execution, started: datetime) -> float:
+    with db.engine().connect() as conn:
+        before = conn.execute(db.query("last_commit_before"), {"stage_id": ex.stage_id, "ts": started}).scalar()
+        return conn.execute(db.query("commit_gap"), {
+            "stage_id": ex.stage_id, "from_ts": before or started,
+            "to_ts": datetime.now(timezone.utc) + timedelta(seconds=1),
+        }).scalar_one()
+
+
+def _rollback(ex: Execution, reason: str) -> None:
+    """Stop the new run, restore the checkpoint copy, restart the old configuration."""
+    ex.progress(f"{ex.stage_id}: rolling back: {reason}")
+    log.warning("stage %s: action=rollback reconfiguration=%d reason=%s", ex.stage_id, ex.row.id, reason)
+    live = _live(ex.stage_id)
+    if live is not None:
+        try:
+            stages.stop_stage(ex.stage_id, ex.reg, deadline_s=10, kill_after_s=5, requested_by="rollback")
+        except stages.StageNotRunning:
+            pass
+    old = ex.old_deployment
+    if ex.rollback_copy is not None and old is not None:
+        checkpoint.restore(ex.rollback_copy, Path(old.checkpoint))
+    if old is not None:
+        stages.start_stage(ex.stage_id, ex.reg, cores=old.cores, state_partitions=old.state_partitions,
+                           pool=old.pool, wait_s=ex.deadlines.first_batch_s)
+
+
+def execute(reconfiguration_id: int, *, reg: registry.Registry | None = None, mechanism: str | None = None,
+            deadlines: Deadlines = Deadlines(), fault: str | None = None,
+            progress: Progress = lambda _: None) -> Outcome:
+    """Realize one pending reconfiguration. Raises ReconfigurationBusy if another executor holds the stage."""
+    reg = reg or registry.load()
+    started_mono, started = time.monotonic(), datetime.now(timezone.utc)
+    with db.engine().connect() as conn:
+        row = conn.execute(text("SELECT * FROM reconfigurations WHERE id = :i"), {"i": reconfiguration_id}).first()
+    if row is None:
+        raise LookupError(f"no reconfiguration {reconfiguration_id}")
+    lock_conn = db.engine().connect()
+    if not _try_lock(lock_conn, row.stage_id):
+        lock_conn.close()
+        raise ReconfigurationBusy(f"stage {row.stage_id} is being reconfigured by another process; "
+                                  f"reconfiguration {reconfiguration_id} stays {row.status}")
+    try:
+        with db.engine().begin() as conn:
+            claimed = conn.execute(db.query("reconfiguration_claim"), {"id": reconfiguration_id, "mechanism": mechanism}).first()
+        if claimed is None:
+            raise ReconfigurationBusy(f"reconfiguration {reconfiguration_id} is {row.status}, not pending")
+        mech = MECHANISMS.get(claimed.mechanism)
+        if mech is None:
+            _finish(reconfiguration_id, "failed", f"unknown mechanism {claimed.mechanism!r}; known: {sorted(MECHANISMS)}", None, None)
+            raise ValueError(f"unknown mechanism {claimed.mechanism!r}; known: {sorted(MECHANISMS)}")
+        ex = Execution(claimed, reg, lock_conn, progress, deadlines, fault)
+        progress(f"{row.stage_id}: {claimed.action} {claimed.from_cores}→{claimed.target_cores} cores with {mech.name} "
+                 f"(reconfiguration {reconfiguration_id})")
+        return _run(ex, mech, started, started_mono)
+    finally:
+        _unlock(lock_conn, row.stage_id)
+        lock_conn.close()
+
+
+def _run(ex: Execution, mech: Mechanism, started: datetime, started_mono: float) -> Outcome:
+    rid = ex.row.id
+    try:
+        mech.run(ex)
+        dep = _deployment(ex.new_deployment_id)
+        st = registry.Stage.model_validate(dep.config["spec"])
+        why_not = wait_first_batch(ex, dep.id, registry.resolve_path(st.source.path), Path(dep.checkpoint))
+        if why_not:
+            raise RuntimeError(why_not)
+        _wait_caught_up(ex, dep)
+        downtime = _downtime_ms(ex, started)
+        _finish(rid, "done", f"{ex.row.action} done with {mech.name}", None, downtime)
+        if ex.rollback_copy is not None:
+            checkpoint.shutil.rmtree(ex.rollback_copy, ignore_errors=True)
+        ex.progress(f"{ex.stage_id}: done; output gap {downtime / 1000:.1f}s")
+        return Outcome(rid, ex.stage_id, "done", downtime, time.monotonic() - started_mono, "done")
+    except Exception as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        try:
+            _rollback(ex, reason)
+            downtime = _downtime_ms(ex, started)
+            _finish(rid, "rolled_back", "rolled back to the previous configuration", reason, downtime)
+            return Outcome(rid, ex.stage_id, "rolled_back", downtime, time.monotonic() - started_mono, reason)
+        except Exception as e2:
+            detail = f"{reason}; rollback failed too: {str(e2).splitlines()[0] if str(e2) else type(e2).__name__}"
+            _finish(rid, "failed", "failed; the stage may be down: see the watchdog", detail, None)
+            log.error("stage %s: action=reconfigure failed: %s", ex.stage_id, detail)
+            return Outcome(rid, ex.stage_id, "failed", None, time.monotonic() - started_mono, detail)
+
+
+def _wait_caught_up(ex: Execution, dep) -> None:
+    st = registry.Stage.model_validate(dep.config["spec"])
+    backlog = FileSourceBacklog(registry.resolve_path(st.source.path), Path(dep.checkpoint))
+    deadline = time.monotonic() + ex.deadlines.caught_up_s
+    while time.monotonic() < deadline:
+        if backlog.measure().files <= 1:  # one file may arrive at any moment
+            ex.stamp("caught_up")
+            return
+        time.sleep(0.5)
+
+
+def _finish(rid: int, status: str, outcome: str, rollback_reason: str | None, downtime_ms: float | None) -> None:
+    with db.engine().begin() as conn:
+        conn.execute(db.query("reconfiguration_finish"), {
+            "id": rid, "status": status, "outcome": outcome, "rollback_reason": rollback_reason, "downtime_ms": downtime_ms,
+        })
+
+
+def request(stage_ref: str, action: str, *, cores: int | None = None, partitions: int | None = None,
+            pool: str | None = None, mechanism: str = "pause_resume", reg: registry.Registry | None = None,
+            requested_by: str | None = None) -> int:
+    """Persist a user's reconfiguration as `pending` (first step of every manual change)."""
+    reg = reg or registry.load()
+    app, name, st = reg.stage(stage_ref)
+    sid = registry.stage_id(app, name)
+    if cores is not None and not st.cores.min <= cores <= st.cores.max:
+        raise ValueError(f"{sid}: cores must be within [{st.cores.min}, {st.cores.max}] (apps.yaml), got {cores}")
+    if pool is not None and pool not in reg.pools:
+        raise ValueError(f"no pool {pool!r}; known pools: {', '.join(reg.pools)}")
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"unknown mechanism {mechanism!r}; available: {', '.join(MECHANISMS)}")
+    with db.engine().begin() as conn:
+        rid = conn.execute(db.query("reconfiguration_user"), {
+            "stage_id": sid, "action": action, "target_cores": cores, "target_pool": pool,
+            "target_partitions": partitions, "mechanism": mechanism,
+            "requested_by": requested_by or f"user:{getpass.getuser()}",
+        }).scalar()
+    if rid is None:
+        raise ReconfigurationBusy(f"stage {sid} already has a pending or running reconfiguration (or never ran)")
+    return rid
+
+
+def resume(reg: registry.Registry | None = None, progress: Progress = lambda _: None) -> list[Outcome]:
+    """Finish what a dead executor left: `running` rows whose stage lock is free are rolled back
+    to the previous configuration unless the new run already committed; `pending` rows are run."""
+    reg = reg or registry.load()
+    with db.engine().connect() as conn:
+        rows = conn.execute(text("SELECT * FROM reconfigurations WHERE status IN ('pending','running') ORDER BY id")).all()
+    outcomes = []
+    for row in rows:
+        if row.status == "pending":
+            try:
+                outcomes.append(execute(row.id, reg=reg, progress=progress))
+            except ReconfigurationBusy as e:
+                progress(str(e))
+            continue
+        outcomes.append(_recover_running(row, reg, progress))
+    return outcomes
+
+
+def _recover_running(row, reg: registry.Registry, progress: Progress) -> Outcome:
+    lock_conn = db.engine().connect()
+    if not _try_lock(lock_conn, row.stage_id):
+        lock_conn.close()
+        raise ReconfigurationBusy(f"reconfiguration {row.id} of {row.stage_id} is still being executed")
+    try:
+        live = _live(row.stage_id)
+        with db.engine().connect() as conn:
+            committed = live is not None and conn.execute(db.query("first_commit_of"), {"deployment_id": live.id}).scalar()
+        target_ok = live is not None and (row.target_cores is None or live.cores == row.target_cores) \
+            and (row.target_pool is None or live.pool == row.target_pool)
+        if target_ok and committed and live.started_at >= row.requested_at:
+            _finish(row.id, "done", "completed by --resume: the new run was already committing", None, None)
+            progress(f"{row.stage_id}: reconfiguration {row.id} was complete; marked done")
+            return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
+        ex = Execution(row, reg, lock_conn, progress, Deadlines(), None)
+        ex.old_deployment = _previous_config(row)
+        ckpt = Path(ex.old_deployment.checkpoint) if ex.old_deployment else None
+        copy = ckpt.with_name(f"{ckpt.name}.rollback-{row.id}") if ckpt else None
+        ex.rollback_copy = copy if copy is not None and copy.exists() else None
+        _rollback(ex, "the executor died mid-way")
+        _finish(row.id, "rolled_back", "rolled back by --resume", "the executor died mid-way", None)
+        return Outcome(row.id, row.stage_id, "rolled_back", None, 0.0, "the executor died mid-way")
+    finally:
+        _unlock(lock_conn, row.stage_id)
+        lock_conn.close()
+
+
+def _previous_config(row):
+    with db.engine().connect() as conn:
+        return conn.execute(text(
+            "SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
+            "AND started_at < :t ORDER BY started_at DESC LIMIT 1"), {"s": row.stage_id, "t": row.requested_at}).first()

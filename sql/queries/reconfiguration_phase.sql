@@ -1,0 +1,9 @@
+-- Stamp one phase of a reconfiguration, once (a retried step keeps the first time).
+UPDATE reconfigurations SET
+    stop_requested_at   = CASE WHEN :phase = 'stop_requested'   THEN COALESCE(stop_requested_at, now())   ELSE stop_requested_at END,
+    stopped_at          = CASE WHEN :phase = 'stopped'          THEN COALESCE(stopped_at, now())          ELSE stopped_at END,
+    state_ready_at      = CASE WHEN :phase = 'state_ready'      THEN COALESCE(state_ready_at, now())      ELSE state_ready_at END,
+    restarted_at        = CASE WHEN :phase = 'restarted'        THEN COALESCE(restarted_at, now())        ELSE restarted_at END,
+    first_batch_done_at = CASE WHEN :phase = 'first_batch_done' THEN COALESCE(first_batch_done_at, now()) ELSE first_batch_done_at END,
+    caught_up_at        = CASE WHEN :phase = 'caught_up'        THEN COALESCE(caught_up_at, now())        ELSE caught_up_at END
+WHERE id = :id

@@ -1,0 +1,113 @@
+"""Reconfiguration of a live stateful stage, checked against the generator's ground truth."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import text
+
+from streamops import generator, registry
+from streamops.execute import checkpoint, mechanisms, stages
+from tests import oracles
+from tests.test_e2e_stage import eventually
+
+pytestmark = pytest.mark.e2e
+
+
+def _registry() -> registry.Registry:
+    stage = {"workload": "wordcount", "source": {"kind": "files", "path": "rc/in", "max_files_per_trigger": 3},
+             "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p",
+             "policy": {"kind": "edf"}}
+    return registry.parse({
+        "pools": {"p": {"cores": 2}},
+        "apps": {"rc": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                        "stages": {"wc": stage}}},
+    })
+
+
+class Feeder:
+    """The generator running continuously in the background, like production load."""
+
+    def __init__(self, path: str, seed: int, rate: int = 150):
+        self.out = registry.resolve_path(path)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
+            out_dir=self.out, kind="web", trace=f"constant:rate={rate}", seed=seed, duration_s=600, stop_event=self.stop))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(10)
+
+
+def _commits(engine, sid: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"), {"s": sid}).scalar_one()
+
+
+def _row(engine, rid: int):
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT * FROM reconfigurations WHERE id = :i"), {"i": rid}).one()
+
+
+def _settle_and_compare(engine, feeder: Feeder, sid: str):
+    feeder.__exit__()
+    want = oracles.expected("wordcount", generator.read_valid_records(feeder.out))
+    eventually(lambda: oracles.actual(engine, sid, "wordcount") == want, 120, "the sink to equal the ground truth")
+
+
+def test_pause_resume_scale_out_with_repartition_loses_and_doubles_nothing(clean_db):
+    reg = _registry()
+    with Feeder("rc/in", seed=21) as feeder:
+        stages.start_stage("rc.wc", reg)
+        eventually(lambda: _commits(clean_db, "rc.wc") >= 3, 120, "three committed batches")
+        rid = mechanisms.request("rc.wc", "scale_out", cores=2, partitions=4, reg=reg, requested_by="test")
+        result = {}
+        worker = threading.Thread(target=lambda: result.update(o=mechanisms.execute(rid, reg=reg)))
+        worker.start()
+        eventually(lambda: _row(clean_db, rid).status == "running", 30, "the reconfiguration to start")
+        with pytest.raises(mechanisms.ReconfigurationBusy):
+            mechanisms.execute(rid, reg=reg)  # a second executor for the same stage is turned away
+        worker.join(300)
+        outcome = result["o"]
+        assert outcome.status == "done", outcome.detail
+        _settle_and_compare(clean_db, feeder, "rc.wc")
+
+    row = _row(clean_db, rid)
+    assert row.status == "done" and row.mechanism == "pause_resume" and row.requested_by == "test"
+    stamps = [row.requested_at, row.stop_requested_at, row.stopped_at, row.state_ready_at, row.restarted_at,
+              row.first_batch_done_at]
+    assert all(stamps) and stamps == sorted(stamps), "every phase stamped, in order"
+    assert row.downtime_ms and row.downtime_ms > 0, "downtime measured from the commit gap"
+    with clean_db.connect() as conn:
+        dep = conn.execute(text("SELECT * FROM deployments WHERE stage_id = 'rc.wc' ORDER BY id DESC LIMIT 1")).one()
+    assert (dep.cores, dep.state_partitions) == (2, 4)
+    assert checkpoint.state_partitions(dep.checkpoint) == 4, "the state was repartitioned offline"
+    stages.stop_stage("rc.wc", reg, deadline_s=30)
+
+
+def test_a_failing_new_run_is_rolled_back_and_nothing_is_lost(clean_db):
+    reg = _registry()
+    with Feeder("rc/in", seed=22) as feeder:
+        stages.start_stage("rc.wc", reg)
+        eventually(lambda: _commits(clean_db, "rc.wc") >= 2, 120, "two committed batches")
+        rid = mechanisms.request("rc.wc", "scale_out", cores=2, reg=reg, requested_by="test")
+        outcome = mechanisms.execute(rid, reg=reg, fault="fail_batches",
+                                     deadlines=mechanisms.Deadlines(first_batch_s=60))
+        assert outcome.status == "rolled_back"
+        _settle_and_compare(clean_db, feeder, "rc.wc")
+
+    row = _row(clean_db, rid)
+    assert row.status == "rolled_back" and "failed before its first commit" in row.rollback_reason
+    assert "RuntimeError: injected fault" in row.rollback_reason, row.rollback_reason
+    assert row.downtime_ms and row.downtime_ms > 0, "the extra downtime of the rollback is recorded"
+    with clean_db.connect() as conn:
+        runs = conn.execute(text("SELECT cores, status, stop_reason FROM deployments WHERE stage_id = 'rc.wc' ORDER BY id")).all()
+    assert [r.cores for r in runs] == [1, 2, 1], "old config, failed new config, old config again"
+    assert runs[1].status == "failed" and "injected fault" in (runs[1].stop_reason or "")
+    assert runs[2].status == "running"
+    stages.stop_stage("rc.wc", reg, deadline_s=30)
