@@ -31,6 +31,8 @@ def expected(workload: str, records: Iterable[dict], params: dict | None = None)
         return dict(Counter(w for r in records for w in r["words"].split(" ") if w))
     if workload == "patterns":
         return dict(Counter(r["pattern"] for r in records))
+    if workload == "keycount" and not params.get("key_modulo"):
+        return {r["id"]: 1 for r in records}
     if workload == "fixwindow":
         size = int(params.get("window_s", 30))
         groups: dict = defaultdict(list)
@@ -63,6 +65,8 @@ def actual(engine: Engine, stage_id: str, workload: str) -> dict:
         return {v["word"]: v["count"] for _, v in values}
     if workload == "patterns":
         return {v["pattern"]: v["count"] for _, v in values}
+    if workload == "keycount":
+        return {v["key"]: v["count"] for _, v in values}
     if workload == "fixwindow":
         return {(_ts(v["window_start"]), v["ip"]): (v["count"], _ts(v["first_ts"]), _ts(v["last_ts"])) for _, v in values}
     if workload == "taxi_top10":

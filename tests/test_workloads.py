@@ -60,6 +60,7 @@ def _wait_for(cond, timeout_s):
     ("fixwindow", "web", {}),
     ("taxi_top10", "taxi", {"window_min": 30, "slide_min": 5}),
     ("patterns", "patterns", {}),
+    ("keycount", "web", {}),
 ])
 def test_workload_output_equals_oracle(spark, clean_db, tmp_path, workload, kind, params):
     path = f"in-{workload}"

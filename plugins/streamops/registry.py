@@ -23,8 +23,9 @@ WORKLOAD_INPUT = {
     "fixwindow": "web",
     "taxi_top10": "taxi",
     "patterns": "patterns",
+    "keycount": "web",
 }
-STATEFUL_WORKLOADS = {"wordcount", "fixwindow", "taxi_top10", "patterns"}
+STATEFUL_WORKLOADS = {"wordcount", "fixwindow", "taxi_top10", "patterns", "keycount"}
 
 
 class RegistryError(ValueError):
@@ -104,7 +105,7 @@ class Policy(_Frozen):
 
 
 class Stage(_Frozen):
-    workload: Literal["identity", "repartition", "wordcount", "fixwindow", "taxi_top10", "patterns"]
+    workload: Literal["identity", "repartition", "wordcount", "fixwindow", "taxi_top10", "patterns", "keycount"]
     source: FileSource | KafkaSource = Field(discriminator="kind")
     sink: PostgresSink | ParquetSink = Field(default_factory=PostgresSink, discriminator="kind")
     cores: Cores

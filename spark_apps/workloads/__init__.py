@@ -71,6 +71,14 @@ def patterns(df: DataFrame, params: dict[str, Any]) -> DataFrame:
     return _count_by(df, "pattern")
 
 
+def keycount(df: DataFrame, params: dict[str, Any]) -> DataFrame:
+    """Count per key, with a chosen state size: the key is the record id (one state row per
+    record) or, with `key_modulo` K, one of K keys. Used to benchmark state sizes."""
+    k = params.get("key_modulo")
+    key = F.col("id") if not k else F.concat(F.lit("k"), F.pmod(F.xxhash64("id"), F.lit(int(k))).cast("string"))
+    return _count_by(df.withColumn("key", key), "key")
+
+
 def fixwindow(df: DataFrame, params: dict[str, Any]) -> DataFrame:
     """HiBench fixwindow: per IP and 30 s window, the count and the first and last event times."""
     size = f"{int(params.get('window_s', 30))} seconds"
@@ -124,5 +132,6 @@ WORKLOADS: dict[str, Workload] = {
         Workload("fixwindow", "update", fixwindow),
         Workload("taxi_top10", "update", taxi_top10),
         Workload("patterns", "update", patterns),
+        Workload("keycount", "update", keycount),
     ]
 }
