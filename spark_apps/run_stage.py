@@ -50,15 +50,18 @@ def _stamp(reconfiguration_id: int, phase: str) -> None:
     log.info("action=reconfigure phase=%s reconfiguration=%d", phase, reconfiguration_id)
 
 
-def repartition_offline(spark, stage: Stage, ckpt: Path, partitions: int) -> None:
+def repartition_offline(spark, stage: Stage, ckpt: Path, partitions: int) -> float | None:
     """Rewrite the checkpoint's state to `partitions` before the query starts (it must be
-    stopped: it is not started yet). Needs RocksDB state and at least one committed batch."""
+    stopped: it is not started yet). Needs RocksDB state and at least one committed batch.
+    Returns the seconds it took, or None when there was nothing to do."""
     current = checkpoint.state_partitions(ckpt)
     if not stage.stateful or current in (None, partitions) or checkpoint.last_committed_batch(ckpt) is None:
-        return
+        return None
     started = time.monotonic()
     spark._streamingCheckpointManager.repartition(str(ckpt), partitions)
-    log.info("action=repartition partitions=%d->%d took %.1fs", current, partitions, time.monotonic() - started)
+    took = time.monotonic() - started
+    log.info("action=repartition partitions=%d->%d took %.1fs", current, partitions, took)
+    return took
 
 
 def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
@@ -89,9 +92,12 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     status, reason, code = "stopped", None, 0
     reconfiguration_id = dep.config.get("reconfiguration_id")
     try:
-        repartition_offline(spark, stage, checkpoint, dep.state_partitions)
+        took = repartition_offline(spark, stage, checkpoint, dep.state_partitions)
         if reconfiguration_id:
             _stamp(reconfiguration_id, "state_ready")
+            if took is not None:
+                with db.engine().begin() as conn:
+                    conn.execute(db.query("reconfiguration_repartition"), {"id": reconfiguration_id, "ms": took * 1000})
         agent.queries = start_stage_queries(spark, stage, ctx, input_dir, checkpoint, on_commit=agent.on_commit,
                                             abort=agent.stop_requested, fault=dep.config.get("fault"))
         if reconfiguration_id:

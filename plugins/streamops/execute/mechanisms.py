@@ -151,6 +151,14 @@ class PauseResume:
             wait_s=ex.deadlines.first_batch_s, reconfiguration_id=r.id, fault=ex.fault,
         )
         ex.new_deployment_id = res.deployment_id
+        _link(r.id, old_deployment_id=old.id, new_deployment_id=res.deployment_id)
+
+
+def _link(rid: int, **cols) -> None:
+    """Record which runs (and staged copy) a reconfiguration used. Column names are ours, not input."""
+    sets = ", ".join(f"{k} = :{k}" for k in cols)
+    with db.engine().begin() as conn:
+        conn.execute(text(f"UPDATE reconfigurations SET {sets} WHERE id = :id"), {"id": rid, **cols})
 
 
 MECHANISMS: dict[str, Mechanism] = {"pause_resume": PauseResume()}

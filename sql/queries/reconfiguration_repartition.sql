@@ -1,0 +1,1 @@
+UPDATE reconfigurations SET repartition_ms = :ms WHERE id = :id
