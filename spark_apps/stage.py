@@ -21,6 +21,7 @@ from spark_apps.workloads import WORKLOADS
 from spark_apps.workloads.parse import burn_cpu, parse_records
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.sinks import ParquetSink, PostgresUpsertSink, QuarantineSink
+from streamops.execute.checkpoint import quarantine_checkpoint
 from streamops.registry import Stage, resolve_path
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -58,10 +59,6 @@ def _failing(sink):
         raise RuntimeError(f"injected fault: batch {batch_id} fails in this run")
 
     return fail
-
-
-def quarantine_checkpoint(checkpoint: Path) -> Path:
-    return checkpoint.with_name(checkpoint.name + ".quarantine")
 
 
 def start_stage_queries(

@@ -9,6 +9,7 @@ from streamops.cli import app
 
 runner = CliRunner()
 COMMANDS = [[], ["db"], ["db", "up"], ["db", "down"], ["db", "status"], ["deploy"], ["start"], ["stop"],
+            ["replan"], ["reconfigure"], ["prestage"], ["release"], ["sim"], ["bench"],
             ["gen"], ["status"], ["down"]]
 
 

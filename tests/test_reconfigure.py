@@ -15,14 +15,15 @@ from tests.test_e2e_stage import eventually
 pytestmark = pytest.mark.e2e
 
 
-def _registry() -> registry.Registry:
-    stage = {"workload": "wordcount", "source": {"kind": "files", "path": "rc/in", "max_files_per_trigger": 3},
+def _registry(name: str, pool_cores: int = 2) -> registry.Registry:
+    """One stage `rc.<name>` with its own input and checkpoint: tests share a state directory."""
+    stage = {"workload": "wordcount", "source": {"kind": "files", "path": f"rc/{name}", "max_files_per_trigger": 3},
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p",
              "policy": {"kind": "edf"}}
     return registry.parse({
-        "pools": {"p": {"cores": 2}},
+        "pools": {"p": {"cores": pool_cores}},
         "apps": {"rc": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                        "stages": {"wc": stage}}},
+                        "stages": {name: stage}}},
     })
 
 
@@ -61,11 +62,11 @@ def _settle_and_compare(engine, feeder: Feeder, sid: str):
 
 
 def test_pause_resume_scale_out_with_repartition_loses_and_doubles_nothing(clean_db):
-    reg = _registry()
-    with Feeder("rc/in", seed=21) as feeder:
-        stages.start_stage("rc.wc", reg)
-        eventually(lambda: _commits(clean_db, "rc.wc") >= 3, 120, "three committed batches")
-        rid = mechanisms.request("rc.wc", "scale_out", cores=2, partitions=4, reg=reg, requested_by="test")
+    reg = _registry("pr")
+    with Feeder("rc/pr", seed=21) as feeder:
+        stages.start_stage("rc.pr", reg)
+        eventually(lambda: _commits(clean_db, "rc.pr") >= 3, 120, "three committed batches")
+        rid = mechanisms.request("rc.pr", "scale_out", cores=2, partitions=4, reg=reg, requested_by="test")
         result = {}
         worker = threading.Thread(target=lambda: result.update(o=mechanisms.execute(rid, reg=reg)))
         worker.start()
@@ -75,7 +76,7 @@ def test_pause_resume_scale_out_with_repartition_loses_and_doubles_nothing(clean
         worker.join(300)
         outcome = result["o"]
         assert outcome.status == "done", outcome.detail
-        _settle_and_compare(clean_db, feeder, "rc.wc")
+        _settle_and_compare(clean_db, feeder, "rc.pr")
 
     row = _row(clean_db, rid)
     assert row.status == "done" and row.mechanism == "pause_resume" and row.requested_by == "test"
@@ -84,30 +85,80 @@ def test_pause_resume_scale_out_with_repartition_loses_and_doubles_nothing(clean
     assert all(stamps) and stamps == sorted(stamps), "every phase stamped, in order"
     assert row.downtime_ms and row.downtime_ms > 0, "downtime measured from the commit gap"
     with clean_db.connect() as conn:
-        dep = conn.execute(text("SELECT * FROM deployments WHERE stage_id = 'rc.wc' ORDER BY id DESC LIMIT 1")).one()
+        dep = conn.execute(text("SELECT * FROM deployments WHERE stage_id = 'rc.pr' ORDER BY id DESC LIMIT 1")).one()
     assert (dep.cores, dep.state_partitions) == (2, 4)
     assert checkpoint.state_partitions(dep.checkpoint) == 4, "the state was repartitioned offline"
-    stages.stop_stage("rc.wc", reg, deadline_s=30)
+    stages.stop_stage("rc.pr", reg, deadline_s=30)
 
 
 def test_a_failing_new_run_is_rolled_back_and_nothing_is_lost(clean_db):
-    reg = _registry()
-    with Feeder("rc/in", seed=22) as feeder:
-        stages.start_stage("rc.wc", reg)
-        eventually(lambda: _commits(clean_db, "rc.wc") >= 2, 120, "two committed batches")
-        rid = mechanisms.request("rc.wc", "scale_out", cores=2, reg=reg, requested_by="test")
+    reg = _registry("rb")
+    with Feeder("rc/rb", seed=22) as feeder:
+        stages.start_stage("rc.rb", reg)
+        eventually(lambda: _commits(clean_db, "rc.rb") >= 2, 120, "two committed batches")
+        rid = mechanisms.request("rc.rb", "scale_out", cores=2, reg=reg, requested_by="test")
         outcome = mechanisms.execute(rid, reg=reg, fault="fail_batches",
                                      deadlines=mechanisms.Deadlines(first_batch_s=60))
         assert outcome.status == "rolled_back"
-        _settle_and_compare(clean_db, feeder, "rc.wc")
+        _settle_and_compare(clean_db, feeder, "rc.rb")
 
     row = _row(clean_db, rid)
     assert row.status == "rolled_back" and "failed before its first commit" in row.rollback_reason
     assert "RuntimeError: injected fault" in row.rollback_reason, row.rollback_reason
     assert row.downtime_ms and row.downtime_ms > 0, "the extra downtime of the rollback is recorded"
     with clean_db.connect() as conn:
-        runs = conn.execute(text("SELECT cores, status, stop_reason FROM deployments WHERE stage_id = 'rc.wc' ORDER BY id")).all()
+        runs = conn.execute(text("SELECT cores, status, stop_reason FROM deployments WHERE stage_id = 'rc.rb' ORDER BY id")).all()
     assert [r.cores for r in runs] == [1, 2, 1], "old config, failed new config, old config again"
     assert runs[1].status == "failed" and "injected fault" in (runs[1].stop_reason or "")
     assert runs[2].status == "running"
-    stages.stop_stage("rc.wc", reg, deadline_s=30)
+    stages.stop_stage("rc.rb", reg, deadline_s=30)
+
+
+def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db):
+    reg = _registry("ps")
+    with Feeder("rc/ps", seed=23) as feeder:
+        stages.start_stage("rc.ps", reg)
+        eventually(lambda: _commits(clean_db, "rc.ps") >= 2, 120, "two committed batches")
+        staged = mechanisms.prestage("rc.ps", 4, reg)  # at the alarming level, while the primary runs
+        assert checkpoint.state_partitions(staged.path) == 4 and staged.as_of_batch >= 1
+        eventually(lambda: _commits(clean_db, "rc.ps") >= 4, 60, "the primary to keep committing")
+        rid = mechanisms.request("rc.ps", "scale_out", cores=2, partitions=4, mechanism="prestaged", reg=reg,
+                                 requested_by="test")
+        outcome = mechanisms.execute(rid, reg=reg)
+        assert outcome.status == "done", outcome.detail
+        _settle_and_compare(clean_db, feeder, "rc.ps")
+
+    row = _row(clean_db, rid)
+    assert row.staged_checkpoint == staged.path and row.repartition_ms is None, "no repartition in the outage"
+    with clean_db.connect() as conn:
+        dep = conn.execute(text("SELECT * FROM deployments WHERE id = :i"), {"i": row.new_deployment_id}).one()
+        used = conn.execute(text("SELECT status FROM staged_checkpoints WHERE id = :i"), {"i": staged.id}).scalar_one()
+    assert dep.checkpoint == staged.path and (dep.cores, dep.state_partitions) == (2, 4) and used == "used"
+    stages.stop_stage("rc.ps", reg, deadline_s=30)
+
+
+def test_active_backup_switches_without_an_outage_and_is_refused_without_room(clean_db):
+    with Feeder("rc/ab", seed=24) as feeder:
+        small = _registry("ab", pool_cores=2)
+        stages.start_stage("rc.ab", small)
+        eventually(lambda: _commits(clean_db, "rc.ab") >= 2, 120, "two committed batches")
+        refused = mechanisms.execute(mechanisms.request("rc.ab", "scale_out", cores=2, mechanism="active_backup",
+                                                        reg=small, requested_by="test"), reg=small)
+        assert refused.status == "cancelled" and "free of 2 cores" in refused.detail
+        assert _row(clean_db, refused.reconfiguration_id).status == "cancelled"
+        with clean_db.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM deployments WHERE stage_id = 'rc.ab' AND status = 'running'")).scalar_one() == 1
+
+        big = _registry("ab", pool_cores=4)  # room for the primary and the secondary during the overlap
+        rid = mechanisms.request("rc.ab", "scale_out", cores=2, partitions=4, mechanism="active_backup", reg=big,
+                                 requested_by="test")
+        outcome = mechanisms.execute(rid, reg=big)
+        assert outcome.status == "done", outcome.detail
+        _settle_and_compare(clean_db, feeder, "rc.ab")
+
+    row = _row(clean_db, rid)
+    assert row.restarted_at < row.stop_requested_at, "the secondary ran before the primary was stopped"
+    with clean_db.connect() as conn:
+        runs = conn.execute(text("SELECT id, role, status, cores FROM deployments WHERE stage_id = 'rc.ab' ORDER BY id")).all()
+    assert runs[0].status == "stopped" and (runs[-1].role, runs[-1].status, runs[-1].cores) == ("primary", "running", 2)
+    stages.stop_stage("rc.ab", big, deadline_s=30)

@@ -185,7 +185,7 @@ def reconfigure(
     cores: Optional[int] = typer.Option(None, help="target cores (within the stage's min/max)"),
     partitions: Optional[int] = typer.Option(None, help="target state partitions (offline repartition)"),
     pool: Optional[str] = typer.Option(None, help="target pool (migration)"),
-    mechanism: str = typer.Option("pause_resume", help="pause_resume (pre-staged and active backup: not yet)"),
+    mechanism: str = typer.Option("pause_resume", help="pause_resume | prestaged | active_backup (see docs/reconfiguration.md)"),
     pending: bool = typer.Option(False, "--pending", help="realize every pending reconfiguration (granted by replan)"),
     resume: bool = typer.Option(False, "--resume", help="also finish or roll back what a dead executor left running"),
 ) -> None:
@@ -217,6 +217,33 @@ def reconfigure(
     console.print(t)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
+
+
+@app.command()
+def prestage(stage: str = typer.Argument(..., metavar="STAGE", help="a running app.stage"),
+             partitions: Optional[int] = typer.Option(None, help="repartition the copy to this many state partitions")) -> None:
+    """Copy the running stage's checkpoint (consistent as of its last committed batch) and
+    repartition the copy, so that a later scale-out skips both."""
+    from streamops.execute import mechanisms
+
+    try:
+        with console.status(f"pre-staging {stage} …"):
+            staged = mechanisms.prestage(stage, partitions, _load_registry(), progress=_say)
+    except (RuntimeError, ValueError, registry.RegistryError) as e:
+        _fail(str(e))
+    _say(f"staged copy {staged.path} (batch {staged.as_of_batch}, {staged.partitions} partitions)")
+
+
+@app.command()
+def release(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage")) -> None:
+    """Discard the stage's pre-staged checkpoint copy (the alarm cleared)."""
+    from streamops.execute import mechanisms
+
+    try:
+        found = mechanisms.release(stage, _load_registry())
+    except registry.RegistryError as e:
+        _fail(str(e))
+    _say("staged copy discarded" if found else "nothing was pre-staged")
 
 
 @app.command()

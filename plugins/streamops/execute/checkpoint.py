@@ -7,8 +7,18 @@ state/<operator>/<partition>/ (RocksDB files). Batch N is committed when commits
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
+
+# Log files: "N", "N.compact" and their checksums ".N.crc", ".N.compact.crc".
+_LOG_FILE = re.compile(r"^\.?(\d+)(?:\.compact)?(?:\.crc)?$")
+# State snapshots and changelogs: "V.zip", "V.changelog", ".V.zip.crc", ...
+_STATE_FILE = re.compile(r"^\.?(\d+)\.(?:zip|changelog)(?:\.crc)?$")
+
+
+class CopyRaced(RuntimeError):
+    """A file the copy needed vanished while copying (log cleanup); the copy is retried."""
 
 
 def _batch_ids(d: Path) -> list[int]:
@@ -40,6 +50,12 @@ def state_partitions(ckpt: Path) -> int | None:
     return int(value) if value is not None else None
 
 
+def quarantine_checkpoint(ckpt: Path) -> Path:
+    """The stage's side query (malformed records) keeps its own checkpoint beside the main one."""
+    ckpt = Path(ckpt)
+    return ckpt.with_name(ckpt.name + ".quarantine")
+
+
 def has_state(ckpt: Path) -> bool:
     return (Path(ckpt) / "state").is_dir()
 
@@ -59,3 +75,65 @@ def restore(copy: Path, ckpt: Path) -> None:
     if ckpt.exists():
         shutil.rmtree(ckpt)
     shutil.copytree(copy, ckpt)
+
+
+def _is_temp(name: str) -> bool:
+    return name.endswith(".tmp") or ".tmp." in name
+
+
+def _copy_file(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        shutil.copy2(src, dst)
+    except FileNotFoundError as e:
+        raise CopyRaced(str(e)) from e
+
+
+def _copy_logs(src: Path, dst: Path, last: int) -> None:
+    """offsets/, commits/ and sources/*/: entries of batches <= last only."""
+    for log_dir in [src / "offsets", src / "commits", *sorted((src / "sources").glob("*"))]:
+        if not log_dir.is_dir():
+            continue
+        for f in log_dir.iterdir():
+            m = _LOG_FILE.match(f.name)
+            if m and int(m.group(1)) <= last:
+                _copy_file(f, dst / f.relative_to(src))
+
+
+def _copy_state(src: Path, dst: Path, version: int) -> None:
+    """state/<op>/<partition>/: snapshots up to `version`, every SST (immutable, named by uuid)
+    and the metadata; never a temp file of a batch in flight."""
+    state = src / "state"
+    if not state.is_dir():
+        return
+    for f in state.rglob("*"):
+        if not f.is_file() or _is_temp(f.name):
+            continue
+        m = _STATE_FILE.match(f.name)
+        if m and int(m.group(1)) > version:
+            continue
+        _copy_file(f, dst / f.relative_to(src))
+
+
+def copy_live(src: Path, dst: Path, attempts: int = 3) -> int:
+    """Copy the checkpoint of a *running* query, consistent as of its last committed batch N:
+    offsets and commits up to N, the source logs up to N, metadata, and state only up to the
+    version batch N committed (N + 1). A batch in flight while copying (offsets/N+1, state
+    version N+2, temp files) does not leak into the copy. Returns N."""
+    src, dst = Path(src), Path(dst)
+    for attempt in range(attempts):
+        last = last_committed_batch(src)
+        if last is None:
+            raise ValueError(f"{src}: no committed batch yet; nothing consistent to copy")
+        if dst.exists():
+            shutil.rmtree(dst)
+        try:
+            dst.mkdir(parents=True)
+            _copy_file(src / "metadata", dst / "metadata")
+            _copy_logs(src, dst, last)
+            _copy_state(src, dst, last + 1)
+            return last
+        except CopyRaced:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

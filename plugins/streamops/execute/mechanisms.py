@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import getpass
 import logging
+import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -52,6 +55,8 @@ class Mechanism(Protocol):
     name: str
 
     def run(self, ex: "Execution") -> None: ...
+
+    def rollback(self, ex: "Execution", reason: str) -> None: ...
 
 
 def _try_lock(conn: Connection, stage_id: str) -> bool:
@@ -153,6 +158,171 @@ class PauseResume:
         ex.new_deployment_id = res.deployment_id
         _link(r.id, old_deployment_id=old.id, new_deployment_id=res.deployment_id)
 
+    def rollback(self, ex: Execution, reason: str) -> None:
+        _rollback(ex, reason)
+
+
+# -- pre-staging: a consistent copy of the live checkpoint, repartitioned off to the side ------------
+@dataclass(frozen=True)
+class Staged:
+    id: int
+    path: str
+    as_of_batch: int
+    partitions: int
+
+
+def _staged(stage_id: str) -> Staged | None:
+    with db.engine().connect() as conn:
+        r = conn.execute(db.query("staged_ready"), {"stage_id": stage_id}).first()
+    return Staged(r.id, r.path, r.as_of_batch, r.partitions) if r else None
+
+
+def _repartition_copy(path: Path, partitions: int) -> None:
+    """Repartition a *copy* in a short-lived Spark process: the stage's driver keeps running."""
+    from streamops.paths import REPO_ROOT
+
+    res = subprocess.run([sys.executable, str(REPO_ROOT / "spark_apps" / "repartition_job.py"), str(path), str(partitions)],
+                         capture_output=True, text=True, env={**__import__("os").environ, "PYSPARK_PYTHON": sys.executable})
+    if res.returncode != 0:
+        tail = [line for line in res.stdout.splitlines() + res.stderr.splitlines() if "Error" in line or "Exception" in line]
+        raise RuntimeError(f"repartition of the staged copy failed: {(tail or ['see the job output'])[-1][:300]}")
+
+
+def prestage(stage_ref: str, partitions: int | None = None, reg: registry.Registry | None = None,
+             progress: Progress = lambda _: None) -> Staged:
+    """[001] State Manager: copy the running stage's checkpoint (consistent as of its last
+    committed batch), repartition the copy to `partitions`, and record it as ready."""
+    reg = reg or registry.load()
+    app, name, st = reg.stage(stage_ref)
+    sid = registry.stage_id(app, name)
+    live = _live(sid)
+    if live is None:
+        raise RuntimeError(f"stage {sid} is not running: nothing to pre-stage")
+    existing = _staged(sid)
+    if existing is not None:
+        if partitions in (None, existing.partitions):
+            return existing
+        release(sid, reg)
+    src = Path(live.checkpoint)
+    dst = src.with_name(f"{src.name}.staged-{int(time.time() * 1000)}")
+    started = time.monotonic()
+    n = checkpoint.copy_live(src, dst)
+    qsrc = checkpoint.quarantine_checkpoint(src)
+    if checkpoint.last_committed_batch(qsrc) is not None:
+        checkpoint.copy_live(qsrc, checkpoint.quarantine_checkpoint(dst))
+    current = checkpoint.state_partitions(dst)
+    target = partitions or current or live.state_partitions
+    if st.stateful and current not in (None, target):
+        progress(f"{sid}: repartitioning the staged copy {current} → {target}")
+        _repartition_copy(dst, target)
+    with db.engine().begin() as conn:
+        r = conn.execute(db.query("staged_insert"), {"stage_id": sid, "source": str(src), "path": str(dst),
+                                                     "as_of_batch": n, "partitions": target}).one()
+    log.info("stage %s: action=prestage copy of batch %d, %d partitions, in %.1fs", sid, n, target, time.monotonic() - started)
+    progress(f"{sid}: pre-staged as of batch {n} with {target} partitions in {time.monotonic() - started:.1f}s")
+    return Staged(r.id, r.path, r.as_of_batch, r.partitions)
+
+
+def release(stage_ref: str, reg: registry.Registry | None = None, status: str = "discarded") -> bool:
+    """Discard the stage's pre-staged copy (the alarm cleared). Returns whether there was one."""
+    reg = reg or registry.load()
+    app, name, _ = reg.stage(stage_ref)
+    staged = _staged(registry.stage_id(app, name))
+    if staged is None:
+        return False
+    with db.engine().begin() as conn:
+        conn.execute(db.query("staged_close"), {"id": staged.id, "status": status})
+    if status == "discarded":
+        shutil.rmtree(staged.path, ignore_errors=True)
+        shutil.rmtree(checkpoint.quarantine_checkpoint(Path(staged.path)), ignore_errors=True)
+    return True
+
+
+class Prestaged:
+    """Scale out from a pre-staged copy: stop the primary, start from the copy (already
+    repartitioned), replay the batches since the copy from the source; the idempotent sink
+    drops what it has seen. Downtime: stop + start, without the copy and the repartition."""
+
+    name = "prestaged"
+
+    def run(self, ex: Execution) -> None:
+        r = ex.row
+        old = _live(ex.stage_id)
+        if old is None:
+            raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
+        ex.old_deployment = old
+        target_partitions = r.target_partitions or checkpoint.state_partitions(Path(old.checkpoint)) or old.state_partitions
+        staged = _staged(ex.stage_id)
+        if staged is None or staged.partitions != target_partitions:
+            ex.progress(f"{ex.stage_id}: nothing pre-staged for {target_partitions} partitions; staging now")
+            staged = prestage(ex.stage_id, target_partitions, ex.reg, ex.progress)
+        _link(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
+        ex.stamp("stop_requested")
+        stages.stop_stage(ex.stage_id, ex.reg, deadline_s=ex.deadlines.stop_s, requested_by=f"reconfiguration {r.id}")
+        ex.stamp("stopped")
+        res = stages.start_stage(ex.stage_id, ex.reg, cores=r.target_cores, state_partitions=staged.partitions,
+                                 pool=r.target_pool, checkpoint_path=staged.path, wait_s=ex.deadlines.first_batch_s,
+                                 reconfiguration_id=r.id, fault=ex.fault)
+        release(ex.stage_id, ex.reg, status="used")
+        ex.new_deployment_id = res.deployment_id
+        _link(r.id, new_deployment_id=res.deployment_id)
+
+    def rollback(self, ex: Execution, reason: str) -> None:
+        _rollback(ex, reason)  # the old checkpoint was never touched: restart it as it was
+
+
+class ActiveBackup:
+    """[001] Secondary execution: start a secondary from a staged copy with the new
+    configuration while the primary runs (both write to the idempotent sink); when the
+    secondary has taken every input file the primary has, stop the primary. Output gap ≈ 0,
+    at the price of both runs' cores during the overlap."""
+
+    name = "active_backup"
+
+    def run(self, ex: Execution) -> None:
+        r = ex.row
+        old = _live(ex.stage_id)
+        if old is None:
+            raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
+        ex.old_deployment = old
+        target_partitions = r.target_partitions or checkpoint.state_partitions(Path(old.checkpoint)) or old.state_partitions
+        staged = _staged(ex.stage_id)
+        if staged is None or staged.partitions != target_partitions:
+            staged = prestage(ex.stage_id, target_partitions, ex.reg, ex.progress)
+        _link(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
+        res = stages.start_stage(ex.stage_id, ex.reg, cores=r.target_cores, state_partitions=staged.partitions,
+                                 pool=r.target_pool, checkpoint_path=staged.path, role="secondary",
+                                 wait_s=ex.deadlines.first_batch_s, reconfiguration_id=r.id, fault=ex.fault)
+        release(ex.stage_id, ex.reg, status="used")
+        ex.new_deployment_id = res.deployment_id
+        _link(r.id, new_deployment_id=res.deployment_id)
+        new = _deployment(res.deployment_id)
+        st = registry.Stage.model_validate(new.config["spec"])
+        inputs = registry.resolve_path(st.source.path)
+        primary_log, secondary_log = FileSourceBacklog(inputs, Path(old.checkpoint)), FileSourceBacklog(inputs, Path(new.checkpoint))
+        deadline = time.monotonic() + ex.deadlines.caught_up_s
+        while secondary_log._seen() < primary_log._seen() or checkpoint.last_committed_batch(Path(new.checkpoint)) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the secondary (deployment {new.id}) did not reach the primary's input "
+                                   f"within {ex.deadlines.caught_up_s:.0f}s")
+            if _deployment(new.id).status not in ("starting", "running"):
+                raise RuntimeError(f"the secondary (deployment {new.id}) stopped: {_deployment(new.id).stop_reason}")
+            time.sleep(0.5)
+        ex.stamp("stop_requested")
+        stages.stop_stage(ex.stage_id, ex.reg, deadline_s=ex.deadlines.stop_s, requested_by=f"reconfiguration {r.id}")
+        ex.stamp("stopped")
+        with db.engine().begin() as conn:
+            conn.execute(db.query("deployment_promote"), {"id": new.id})
+
+    def rollback(self, ex: Execution, reason: str) -> None:
+        """The primary was never stopped (unless the switch failed after it): stop the secondary."""
+        try:
+            stages.stop_stage(ex.stage_id, ex.reg, deadline_s=10, kill_after_s=5, role="secondary", requested_by="rollback")
+        except stages.StageNotRunning:
+            pass
+        if _live(ex.stage_id) is None:
+            _rollback(ex, reason)
+
 
 def _link(rid: int, **cols) -> None:
     """Record which runs (and staged copy) a reconfiguration used. Column names are ours, not input."""
@@ -161,7 +331,7 @@ def _link(rid: int, **cols) -> None:
         conn.execute(text(f"UPDATE reconfigurations SET {sets} WHERE id = :id"), {"id": rid, **cols})
 
 
-MECHANISMS: dict[str, Mechanism] = {"pause_resume": PauseResume()}
+MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (PauseResume(), Prestaged(), ActiveBackup())}
 
 
 def _downtime_ms(ex: Execution, started: datetime) -> float:
@@ -188,7 +358,7 @@ def _rollback(ex: Execution, reason: str) -> None:
         checkpoint.restore(ex.rollback_copy, Path(old.checkpoint))
     if old is not None:
         stages.start_stage(ex.stage_id, ex.reg, cores=old.cores, state_partitions=old.state_partitions,
-                           pool=old.pool, wait_s=ex.deadlines.first_batch_s)
+                           pool=old.pool, checkpoint_path=old.checkpoint, wait_s=ex.deadlines.first_batch_s)
 
 
 def execute(reconfiguration_id: int, *, reg: registry.Registry | None = None, mechanism: str | None = None,
@@ -240,18 +410,29 @@ def _run(ex: Execution, mech: Mechanism, started: datetime, started_mono: float)
             checkpoint.shutil.rmtree(ex.rollback_copy, ignore_errors=True)
         ex.progress(f"{ex.stage_id}: done; output gap {downtime / 1000:.1f}s")
         return Outcome(rid, ex.stage_id, "done", downtime, time.monotonic() - started_mono, "done")
+    except stages.AdmissionRefused as e:
+        if _live(ex.stage_id) is not None and ex.new_deployment_id is None:
+            # Nothing changed (e.g. active backup needs room for both runs): the stage runs as before.
+            _finish(rid, "cancelled", "refused: the pool lacks cores", str(e), None)
+            ex.progress(f"{ex.stage_id}: {e}")
+            return Outcome(rid, ex.stage_id, "cancelled", None, time.monotonic() - started_mono, str(e))
+        return _rolled_back(ex, mech, str(e), started, started_mono)
     except Exception as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        try:
-            _rollback(ex, reason)
-            downtime = _downtime_ms(ex, started)
-            _finish(rid, "rolled_back", "rolled back to the previous configuration", reason, downtime)
-            return Outcome(rid, ex.stage_id, "rolled_back", downtime, time.monotonic() - started_mono, reason)
-        except Exception as e2:
-            detail = f"{reason}; rollback failed too: {str(e2).splitlines()[0] if str(e2) else type(e2).__name__}"
-            _finish(rid, "failed", "failed; the stage may be down: see the watchdog", detail, None)
-            log.error("stage %s: action=reconfigure failed: %s", ex.stage_id, detail)
-            return Outcome(rid, ex.stage_id, "failed", None, time.monotonic() - started_mono, detail)
+        return _rolled_back(ex, mech, str(e).splitlines()[0] if str(e) else type(e).__name__, started, started_mono)
+
+
+def _rolled_back(ex: Execution, mech: Mechanism, reason: str, started: datetime, started_mono: float) -> Outcome:
+    rid = ex.row.id
+    try:
+        mech.rollback(ex, reason)
+        downtime = _downtime_ms(ex, started)
+        _finish(rid, "rolled_back", "rolled back to the previous configuration", reason, downtime)
+        return Outcome(rid, ex.stage_id, "rolled_back", downtime, time.monotonic() - started_mono, reason)
+    except Exception as e2:
+        detail = f"{reason}; rollback failed too: {str(e2).splitlines()[0] if str(e2) else type(e2).__name__}"
+        _finish(rid, "failed", "failed; the stage may be down: see the watchdog", detail, None)
+        log.error("stage %s: action=reconfigure failed: %s", ex.stage_id, detail)
+        return Outcome(rid, ex.stage_id, "failed", None, time.monotonic() - started_mono, detail)
 
 
 def _wait_caught_up(ex: Execution, dep) -> None:

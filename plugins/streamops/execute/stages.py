@@ -99,13 +99,14 @@ def _reap_if_dead(conn: Connection, dep) -> bool:
     return False
 
 
-def current_config(sid: str) -> tuple[int | None, str | None]:
-    """Cores and pool of the stage's latest run: a restart keeps what reconfigurations changed."""
+def current_config(sid: str) -> tuple[int | None, str | None, str | None]:
+    """Cores, pool and checkpoint of the stage's latest run: a restart keeps what
+    reconfigurations changed (a pre-staged or active-backup switch moves the checkpoint)."""
     with db.engine().connect() as conn:
         row = conn.execute(text(
-            "SELECT cores, pool FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
-            "ORDER BY started_at DESC LIMIT 1"), {"s": sid}).first()
-    return (row.cores, row.pool) if row else (None, None)
+            "SELECT cores, pool, checkpoint FROM deployments WHERE stage_id = :s AND role = 'primary' "
+            "AND status <> 'refused' ORDER BY started_at DESC LIMIT 1"), {"s": sid}).first()
+    return (row.cores, row.pool, row.checkpoint) if row else (None, None, None)
 
 
 def start_stage(
@@ -115,31 +116,35 @@ def start_stage(
     cores: int | None = None,
     state_partitions: int | None = None,
     pool: str | None = None,
+    checkpoint_path: str | None = None,
+    role: str = "primary",
     wait_s: float = 120.0,
     progress: Progress = lambda _: None,
     reconfiguration_id: int | None = None,
     fault: str | None = None,
 ) -> StartResult:
-    """Start a run of the stage. Unset cores/pool keep the latest run's; unset partitions keep
-    the checkpoint's (the driver repartitions the state offline when they differ)."""
+    """Start a run of the stage. Unset cores/pool/checkpoint keep the latest run's; unset
+    partitions keep the checkpoint's (the driver repartitions the state offline when they
+    differ). A `secondary` run (active backup) runs beside the primary."""
     from streamops.execute import checkpoint
 
     reg = reg or registry.load()
     app, name, st = reg.stage(ref)
     sid = stage_id(app, name)
     sync_registry(reg, [app])
-    last_cores, last_pool = current_config(sid)
+    last_cores, last_pool, last_ckpt = current_config(sid)
     cores = cores or last_cores or st.cores.initial
     pool_name = pool or last_pool or st.pool
     if pool_name not in reg.pools:
         raise registry.RegistryError(f"no pool {pool_name!r}; known pools: {', '.join(reg.pools)}")
-    partitions = state_partitions or checkpoint.state_partitions(checkpoint_for(sid)) or st.state_partitions
+    ckpt = checkpoint_path or last_ckpt or checkpoint_for(sid)
+    partitions = state_partitions or checkpoint.state_partitions(ckpt) or st.state_partitions
     pool = reg.pools[pool_name]
     launcher = launcher_for(pool.master)
 
     with db.engine().begin() as conn:
         _pool_lock(conn, pool_name)
-        live = conn.execute(db.query("live_deployment"), {"stage_id": sid}).first()
+        live = conn.execute(db.query("live_deployment"), {"stage_id": sid, "role": role}).first()
         if live is not None and _reap_if_dead(conn, live):
             return StartResult(sid, live.id, live.pid, True, live.log_path)
         used = conn.execute(db.query("pool_cores_in_use"), {"pool": pool_name}).scalar_one()
@@ -151,7 +156,7 @@ def start_stage(
             "stage_id": sid, "pool": pool_name, "cores": cores, "state_partitions": partitions,
             "config": json.dumps({"app": app, "stage": name, "spec": st.model_dump(mode="json"),
                                   "reconfiguration_id": reconfiguration_id, "fault": fault}),
-            "launcher": launcher.kind, "checkpoint": checkpoint_for(sid),
+            "launcher": launcher.kind, "checkpoint": ckpt, "role": role,
             "status": "refused" if refused else "starting", "reason": refused,
         }).scalar_one()
     if refused:
@@ -194,6 +199,7 @@ def stop_stage(
     deadline_s: float = 60.0,
     kill_after_s: float = 15.0,
     requested_by: str = "cli",
+    role: str = "primary",
     progress: Progress = lambda _: None,
 ) -> StopResult:
     """Ask the driver to stop at a batch boundary; SIGTERM after `deadline_s`, SIGKILL after `kill_after_s` more."""
@@ -202,9 +208,9 @@ def stop_stage(
     sid = stage_id(app, name)
     started = time.monotonic()
     with db.engine().begin() as conn:
-        dep = conn.execute(db.query("live_deployment"), {"stage_id": sid}).first()
+        dep = conn.execute(db.query("live_deployment"), {"stage_id": sid, "role": role}).first()
         if dep is None:
-            raise StageNotRunning(f"stage {sid} is not running")
+            raise StageNotRunning(f"stage {sid} is not running" + ("" if role == "primary" else f" as {role}"))
         launcher = launcher_for(dep.master)
         if not _reap_if_dead(conn, dep):
             return StopResult(sid, dep.id, "already-dead", 0.0)

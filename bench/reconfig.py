@@ -1,0 +1,487 @@
+"""Reconfiguration cost of a live stateful stage, per mechanism and state size.
+
+For each state size K (distinct keys of a `keycount` stage, one key per input record):
+pre-generate K records, start the stage (1 core, 2 state partitions, 1 s trigger, 2-core pool),
+wait until all K keys are in the sink, keep a small realtime feed running so output commits go
+on, then reconfigure it `--runs` times per mechanism, alternating scale-out (2 cores, 4
+partitions) and scale-in (1 core, 2 partitions) so every run repartitions the state offline.
+
+From each `reconfigurations` row:
+    stop_s        = stopped_at - stop_requested_at
+    repartition_s = repartition_ms / 1000 (0 when null)
+    restart_s     = first_batch_done_at - stopped_at  (checkpoint copy, driver + JVM start, repartition, first batch)
+    output_gap_s  = downtime_ms / 1000                (longest gap between output commits)
+and a breakdown of restart_s from the new run's `deployments` row. Medians per
+(mechanism, action, state size) go to bench/results/reconfig.json (reconfig_quick.json with
+--quick), raw per-run values under `samples`.
+
+Runs in a scratch database (`streamops_bench_reconfig`) and a temporary STREAMOPS_HOME, so the
+demo's data is never touched; both are removed at the end.
+
+    .venv/bin/python bench/reconfig.py [--keys 10000 100000 1000000] [--runs 5] [--mechanisms ...] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import text
+
+from streamops import generator, registry
+from streamops.execute import mechanisms, stages
+from streamops.execute.launcher import launcher_for
+from streamops.paths import REPO_ROOT
+from streamops.store import db, migrate
+
+RESULTS = REPO_ROOT / "bench" / "results"
+SCRATCH_DB = "streamops_bench_reconfig"
+APP = "bench"
+TRIGGER_MS = 1000
+POOL_CORES = 2
+SMALL = {"cores": 1, "partitions": 2}
+LARGE = {"cores": 2, "partitions": 4}
+# Targets from the issue (output gap): active backup ≤ 2 × trigger; pause–resume ≤ 10 s at 1M keys.
+TARGETS = {"active_backup": (2 * TRIGGER_MS / 1000, 0), "pause_resume": (10.0, 1_000_000)}
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    console.print(f"[dim]{time.monotonic() - T0:7.1f}s[/dim] {msg}", highlight=False)
+
+
+# --------------------------------------------------------------------------- environment
+
+def scratch_database(name: str) -> tuple[str, str]:
+    """(url of a fresh database `name`, url of the server's `postgres` database)."""
+    import psycopg2
+
+    server = db.libpq_url(db.database_url())
+    base = server.rpartition("/")[0]
+    conn = psycopg2.connect(f"{base}/postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    return f"{base}/{name}", f"{base}/postgres"
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(admin_url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    conn.close()
+
+
+def machine_notes() -> dict:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=20).stderr.splitlines()[0]
+    except Exception:  # noqa: BLE001 - a note only
+        java = "unknown"
+    import pyspark
+
+    mem_kb = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
+    return {
+        "cpus": os.cpu_count(), "cpu_model": cpu, "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(), "pyspark": pyspark.__version__, "java": java,
+        "platform": platform.platform(), "spark_master": "local[cores]", "state_store": "RocksDB",
+        "driver_memory": "1g",
+    }
+
+
+# --------------------------------------------------------------------------- the stage
+
+def make_registry(stage: str, input_path: str, files_per_trigger: int) -> registry.Registry:
+    spec = {
+        "workload": "keycount",
+        "source": {"kind": "files", "path": input_path, "max_files_per_trigger": files_per_trigger},
+        "cores": {"initial": SMALL["cores"], "min": 1, "max": LARGE["cores"]},
+        "state_partitions": SMALL["partitions"], "trigger_interval_ms": TRIGGER_MS, "pool": "bench",
+        "policy": {"kind": "edf"},
+    }
+    return registry.parse({
+        "pools": {"bench": {"cores": POOL_CORES}},
+        "apps": {APP: {"r_max_ms": 10_000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                       "stages": {stage: spec}}},
+    })
+
+
+class Feeder:
+    """The realtime generator in the background (a run of its own, so its ids never collide)."""
+
+    def __init__(self, out: Path, rate: float, seed: int):
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="feeder",
+                                       args=(out, rate, seed))
+
+    def _run(self, out: Path, rate: float, seed: int) -> None:
+        try:
+            generator.generate(out, "web", f"constant:rate={rate}", seed=seed, duration_s=6 * 3600,
+                               realtime=True, run="live", stop_event=self.stop)
+        except BaseException as e:  # noqa: BLE001 - reported by the bench
+            self.error = e
+
+    def start(self) -> Feeder:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(15)
+
+
+def q1(sql: str, **params):
+    with db.engine().connect() as conn:
+        return conn.execute(text(sql), params).first()
+
+
+def scalar(sql: str, **params):
+    with db.engine().connect() as conn:
+        return conn.execute(text(sql), params).scalar()
+
+
+def latest_run(sid: str):
+    return q1("SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
+              "ORDER BY started_at DESC LIMIT 1", s=sid)
+
+
+def live_run(sid: str):
+    return q1("SELECT * FROM deployments WHERE stage_id = :s AND status IN ('starting','running','stopping') "
+              "ORDER BY started_at DESC LIMIT 1", s=sid)
+
+
+def sink_keys(sid: str) -> int:
+    return scalar("SELECT count(*) FROM sink_outputs WHERE stage_id = :s", s=sid)
+
+
+def commits_of(dep_id: int) -> int:
+    return scalar("SELECT count(*) FROM sink_commits WHERE deployment_id = :d AND rows > 0", d=dep_id)
+
+
+def wait_for(cond, timeout_s: float, what: str, interval: float = 1.0, status: str | None = None):
+    deadline = time.monotonic() + timeout_s
+    with console.status(status or f"waiting for {what} …") as st:
+        while time.monotonic() < deadline:
+            value = cond()
+            if value:
+                return value
+            if status:
+                st.update(f"{status} ({deadline - time.monotonic():.0f}s left)")
+            time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def prefill(out: Path, keys: int, rows_per_file: int) -> tuple[int, int, float]:
+    """K records in ceil(K / rows_per_file) tick files, written as fast as possible."""
+    files = max(1, math.ceil(keys / rows_per_file))
+    rate = keys / files
+    started = time.monotonic()
+    s = generator.generate(out, "web", f"constant:rate={rate!r}", seed=7, duration_s=files, realtime=False, run="pre")
+    if s.valid != keys:  # the trace's carry makes it exact; make sure
+        raise RuntimeError(f"prefill wrote {s.valid} valid rows, expected {keys}")
+    return s.files, s.valid, time.monotonic() - started
+
+
+# --------------------------------------------------------------------------- one reconfiguration
+
+def _sec(a, b) -> float | None:
+    return None if a is None or b is None else round((a - b).total_seconds(), 3)
+
+
+def measure(rid: int, outcome: mechanisms.Outcome) -> dict:
+    r = q1("SELECT * FROM reconfigurations WHERE id = :i", i=rid)
+    new = q1("SELECT * FROM deployments WHERE id = :i", i=r.new_deployment_id) if r.new_deployment_id else None
+    first_commit = scalar("SELECT min(committed_at) FROM sink_commits WHERE deployment_id = :d",
+                          d=r.new_deployment_id) if r.new_deployment_id else None
+    rep = (r.repartition_ms or 0.0) / 1000
+    launch = _sec(r.state_ready_at, new.started_at if new else None)
+    return {
+        "reconfiguration_id": rid, "status": outcome.status, "detail": outcome.detail,
+        "action": r.action, "mechanism": r.mechanism,
+        "from_cores": r.from_cores, "target_cores": r.target_cores, "target_partitions": r.target_partitions,
+        "stop_s": _sec(r.stopped_at, r.stop_requested_at),
+        "repartition_s": round(rep, 3),
+        "restart_s": _sec(r.first_batch_done_at, r.stopped_at),
+        "output_gap_s": None if r.downtime_ms is None else round(r.downtime_ms / 1000, 3),
+        # Where restart_s goes (pause_resume order: stopped → copy → launch → state_ready → restarted → first batch).
+        "breakdown": {
+            "rollback_copy_s": _sec(new.started_at, r.stopped_at) if new else None,
+            "driver_start_s": None if launch is None else round(launch - rep, 3),  # python + JVM + SparkSession + agent
+            "repartition_s": round(rep, 3),
+            "query_start_s": _sec(r.restarted_at, r.state_ready_at),
+            "first_batch_s": _sec(first_commit, r.restarted_at),
+            "first_batch_stamp_lag_s": _sec(r.first_batch_done_at, first_commit),  # executor poll granularity
+            "catch_up_s": _sec(r.caught_up_at, r.first_batch_done_at),
+        },
+        "total_s": round(outcome.seconds, 3),
+        "requested_to_finished_s": _sec(r.finished_at, r.requested_at),
+        "new_deployment_id": r.new_deployment_id,
+    }
+
+
+def ensure_running(sid: str, reg: registry.Registry) -> None:
+    """After a failed reconfiguration the stage may be down: bring its last configuration back."""
+    if live_run(sid) is not None:
+        return
+    last = latest_run(sid)
+    say(f"[yellow]{sid} is down; restarting its last configuration ({last.cores} cores)[/yellow]")
+    stages.start_stage(sid, reg, cores=last.cores, state_partitions=last.state_partitions, wait_s=300)
+
+
+def settle(sid: str, min_commits: int, timeout_s: float) -> None:
+    """Wait until the live run has committed a few non-empty batches: the next run's output gap
+    is then measured from a steady stream of commits."""
+    def ok():
+        dep = live_run(sid)
+        return dep is not None and dep.status == "running" and commits_of(dep.id) >= min_commits
+    wait_for(ok, timeout_s, f"{min_commits} committed batches of the live run", interval=0.5)
+
+
+# --------------------------------------------------------------------------- one state size
+
+def run_size(keys: int, args, mechs: list[str], home: Path) -> tuple[list[dict], dict]:
+    stage = f"kc{keys}"
+    sid = registry.stage_id(APP, stage)
+    input_rel = f"{stage}/in"
+    reg = make_registry(stage, input_rel, args.files_per_trigger)
+    input_dir = registry.resolve_path(input_rel)
+    setup: dict = {"state_keys": keys}
+    samples: list[dict] = []
+    feeder: Feeder | None = None
+    try:
+        with console.status(f"generating {keys:,} records …"):
+            files, rows, gen_s = prefill(input_dir, keys, args.rows_per_file)
+        setup.update(prefill_files=files, prefill_rows=rows, prefill_s=round(gen_s, 1))
+        say(f"[bold]{keys:,} keys[/bold]: {rows:,} records in {files} files generated in {gen_s:.1f}s")
+
+        t = time.monotonic()
+        res = stages.start_stage(sid, reg, wait_s=300)
+        say(f"{sid}: started deployment {res.deployment_id} (1 core, 2 partitions) in {time.monotonic() - t:.1f}s; "
+            f"ingesting {keys:,} keys")
+
+        def ingested():
+            dep = latest_run(sid)
+            if dep.status in ("failed", "stopped"):
+                raise RuntimeError(f"{sid} {dep.status} during ingest: {dep.stop_reason} (log {dep.log_path})")
+            return sink_keys(sid) >= keys
+        ingest_timeout = args.ingest_timeout or 120 + keys / 1000
+        wait_for(ingested, ingest_timeout, f"{keys:,} keys in the sink", interval=1.0,
+                 status=f"ingesting {keys:,} keys")
+        setup["ingest_s"] = round(time.monotonic() - t, 1)
+        ckpt = Path(stages.checkpoint_for(sid))
+        setup["checkpoint_mb"] = round(sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file()) / 2**20, 1)
+        say(f"{sid}: all {keys:,} keys committed {setup['ingest_s']:.1f}s after the start "
+            f"(checkpoint {setup['checkpoint_mb']} MB); starting the live feed at {args.live_rate} rows/s")
+
+        feeder = Feeder(input_dir, args.live_rate, seed=keys).start()
+        settle(sid, 3, 120)
+
+        for mech in mechs:
+            for i in range(args.runs):
+                if feeder.error:
+                    raise RuntimeError(f"the live generator died: {feeder.error!r}")
+                cur = latest_run(sid)
+                action, target = ("scale_out", LARGE) if cur.cores == SMALL["cores"] else ("scale_in", SMALL)
+                keys_now = sink_keys(sid)
+                load = os.getloadavg()[0]
+                say(f"[cyan]{mech}[/cyan] run {i + 1}/{args.runs}: {action} → {target['cores']} cores, "
+                    f"{target['partitions']} partitions ({keys_now:,} keys in state)")
+                rid = mechanisms.request(sid, action, cores=target["cores"], partitions=target["partitions"],
+                                         mechanism=mech, reg=reg, requested_by="bench:reconfig")
+                deadlines = mechanisms.Deadlines(stop_s=60, first_batch_s=args.first_batch_s, caught_up_s=120)
+                outcome = mechanisms.execute(rid, reg=reg, mechanism=mech, deadlines=deadlines,
+                                             progress=lambda m: say(f"  [dim]{m}[/dim]"))
+                s = measure(rid, outcome)
+                s.update(state_keys=keys, state_keys_now=keys_now, run=i + 1, loadavg_1m_before=round(load, 2))
+                samples.append(s)
+                colour = "green" if outcome.status == "done" else "red"
+                say(f"  [{colour}]{outcome.status}[/{colour}]: stop {s['stop_s']}s, repartition {s['repartition_s']}s, "
+                    f"restart {s['restart_s']}s, output gap {s['output_gap_s']}s "
+                    f"(driver start {s['breakdown']['driver_start_s']}s, first batch {s['breakdown']['first_batch_s']}s)"
+                    + ("" if outcome.status == "done" else f" — {outcome.detail}"))
+                ensure_running(sid, reg)
+                settle(sid, 3, 180)
+    finally:
+        if feeder is not None:
+            feeder.close()
+        if live_run(sid) is not None:
+            try:
+                stages.stop_stage(sid, reg, deadline_s=30, requested_by="bench:reconfig")
+                say(f"{sid}: stopped")
+            except Exception as e:  # noqa: BLE001 - keep cleaning up
+                say(f"[red]{sid}: stop failed: {e}[/red]")
+        if not args.keep:
+            shutil.rmtree(home / "data" / stage, ignore_errors=True)
+            for p in (home / "data" / "checkpoints").glob(f"{sid}*"):
+                shutil.rmtree(p, ignore_errors=True)
+            with db.engine().begin() as conn:
+                conn.execute(text("DELETE FROM sink_outputs WHERE stage_id = :s"), {"s": sid})
+    return samples, setup
+
+
+# --------------------------------------------------------------------------- aggregation
+
+def _median(values):
+    vals = [v for v in values if v is not None]
+    return round(statistics.median(vals), 3) if vals else None
+
+
+def aggregate(samples: list[dict], setups: dict[int, dict], machine: dict, args) -> list[dict]:
+    rows = []
+    groups: dict[tuple, list[dict]] = {}
+    for s in samples:
+        groups.setdefault((s["mechanism"], s["action"], s["state_keys"]), []).append(s)
+    for (mech, action, keys), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+        done = [s for s in group if s["status"] == "done"]
+        row = {
+            "mechanism": mech, "action": action, "state_keys": keys,
+            **{k: _median(s[k] for s in done) for k in ("stop_s", "repartition_s", "restart_s", "output_gap_s")},
+            "runs": len(done), "failed_runs": len(group) - len(done),
+            "breakdown_median": {k: _median(s["breakdown"][k] for s in done) for k in group[0]["breakdown"]},
+            "samples": group,
+            "setup": setups.get(keys, {}),
+            "machine": {**machine, "trigger_interval_ms": TRIGGER_MS, "pool_cores": POOL_CORES,
+                        "live_rate_rows_per_s": args.live_rate, "max_files_per_trigger": args.files_per_trigger,
+                        "prefill_rows_per_file": args.rows_per_file,
+                        "runs_requested_per_mechanism": args.runs,
+                        "note": "each run is one reconfiguration; runs alternate scale_out (2 cores, 4 partitions) "
+                                "and scale_in (1 core, 2 partitions), so per-action rows hold about half of the runs"},
+        }
+        target = TARGETS.get(mech)
+        if target and keys >= target[1] and row["output_gap_s"] is not None:
+            row["target_output_gap_s"] = target[0]
+            row["meets_target"] = row["output_gap_s"] <= target[0]
+        rows.append(row)
+    return rows
+
+
+def _f(v, unit="s") -> str:
+    return "—" if v is None else f"{v:.2f}{unit}" if v < 10 else f"{v:.1f}{unit}"
+
+
+def print_tables(rows: list[dict], wall_s: float) -> None:
+    t = Table(title=f"reconfiguration cost (median per row; trigger {TRIGGER_MS} ms, {os.cpu_count()} cores)")
+    for col in ("mechanism", "action", "state keys", "runs", "stop", "repartition", "restart", "output gap", "target"):
+        t.add_column(col, justify="left" if col in ("mechanism", "action", "target") else "right")
+    for r in rows:
+        tgt = "—"
+        if "meets_target" in r:
+            tgt = f"{'[green]met' if r['meets_target'] else '[red]missed'} (≤ {r['target_output_gap_s']:g}s)"
+        runs = f"{r['runs']}" + (f" (+{r['failed_runs']} failed)" if r["failed_runs"] else "")
+        t.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}", runs, _f(r["stop_s"]), _f(r["repartition_s"]),
+                  _f(r["restart_s"]), _f(r["output_gap_s"]), tgt)
+    console.print(t)
+    b = Table(title="where restart time goes (median seconds; restart = stopped → first batch committed)")
+    cols = ("rollback_copy_s", "driver_start_s", "repartition_s", "query_start_s", "first_batch_s", "catch_up_s")
+    for col in ("mechanism", "action", "state keys", "checkpoint copy", "driver+JVM start", "repartition",
+                "query start", "first batch", "catch-up"):
+        b.add_column(col, justify="left" if col in ("mechanism", "action") else "right")
+    for r in rows:
+        b.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}", *(_f(r["breakdown_median"][c]) for c in cols))
+    console.print(b)
+    console.print(f"wall time {wall_s / 60:.1f} min")
+
+
+# --------------------------------------------------------------------------- main
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--keys", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="state sizes (distinct keys)")
+    p.add_argument("--runs", type=int, default=5, help="reconfigurations per mechanism and state size (alternating out/in)")
+    p.add_argument("--mechanisms", nargs="+", default=None,
+                   help=f"mechanisms to measure (default: all of mechanisms.MECHANISMS: {', '.join(mechanisms.MECHANISMS)})")
+    p.add_argument("--quick", action="store_true", help="smoke run: --keys 10000 --runs 2")
+    p.add_argument("--live-rate", type=float, default=50, help="rows/s of the realtime feed during reconfigurations")
+    p.add_argument("--rows-per-file", type=int, default=20_000, help="rows per pre-generated input file")
+    p.add_argument("--files-per-trigger", type=int, default=10, help="max_files_per_trigger of the stage")
+    p.add_argument("--first-batch-s", type=float, default=300, help="executor deadline for the new run's first batch")
+    p.add_argument("--ingest-timeout", type=float, default=None, help="seconds to wait for the K keys (default 120 + K/1000)")
+    p.add_argument("--out", type=Path, default=None, help="result file (default bench/results/reconfig[_quick].json)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch database and STREAMOPS_HOME")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.keys, args.runs = [10_000], 2
+    mechs = args.mechanisms or list(mechanisms.MECHANISMS)
+    unknown = [m for m in mechs if m not in mechanisms.MECHANISMS]
+    if unknown:
+        p.error(f"unknown mechanism(s) {unknown}; available: {', '.join(mechanisms.MECHANISMS)}")
+    out = args.out or RESULTS / ("reconfig_quick.json" if args.quick else "reconfig.json")
+
+    started = time.monotonic()
+    url, admin = scratch_database(SCRATCH_DB)
+    home = Path(tempfile.mkdtemp(prefix="streamops-bench-reconfig-"))
+    os.chmod(home, 0o755)
+    os.environ["STREAMOPS_DATABASE_URL"] = url  # this process and every driver it launches
+    os.environ["STREAMOPS_HOME"] = str(home)    # checkpoints, inputs, logs, pid files
+    db.engine.cache_clear()
+    migrate.apply(db.engine())
+    machine = machine_notes()
+    say(f"scratch database {SCRATCH_DB}, STREAMOPS_HOME {home}; mechanisms {mechs}; sizes {args.keys}; "
+        f"{args.runs} runs each")
+
+    samples: list[dict] = []
+    setups: dict[int, dict] = {}
+    errors: list[str] = []
+    rows: list[dict] = []
+    try:
+        for keys in args.keys:
+            try:
+                got, setup = run_size(keys, args, mechs, home)
+                samples += got
+                setups[keys] = setup
+            except Exception as e:  # noqa: BLE001 - report and go on with the next size
+                msg = f"{keys:,} keys: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                errors.append(msg)
+                say(f"[red]{msg}[/red]")
+            finally:
+                # Whatever partial data we have is written after every size: a long run is never lost.
+                rows = aggregate(samples, setups, {**machine, "errors": errors}, args)
+                RESULTS.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(rows, indent=2, default=str))
+    finally:
+        orphans = launcher_for("local").terminate_all()  # only drivers this process started
+        if orphans:
+            say(f"[yellow]killed {len(orphans)} driver(s) left running: {orphans}[/yellow]")
+        db.engine().dispose()
+        if not args.keep:
+            drop_database(admin, SCRATCH_DB)
+            shutil.rmtree(home, ignore_errors=True)
+        else:
+            say(f"kept database {SCRATCH_DB} and {home}")
+    wall = time.monotonic() - started
+    for r in rows:
+        r["machine"]["wall_time_s"] = round(wall, 1)
+        r["machine"]["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    out.write_text(json.dumps(rows, indent=2, default=str))
+    print_tables(rows, wall)
+    if errors:
+        console.print("[red]errors:[/red] " + "; ".join(errors))
+    console.print(f"results in {out.relative_to(REPO_ROOT) if out.is_relative_to(REPO_ROOT) else out}")
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
