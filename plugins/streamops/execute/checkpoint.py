@@ -61,11 +61,16 @@ def has_state(ckpt: Path) -> bool:
 
 
 def copy_stopped(src: Path, dst: Path) -> Path:
-    """Copy the checkpoint of a *stopped* query (rollback copies, migrations)."""
+    """Copy the checkpoint of a *stopped* query (rollback copies). Atomic: written beside the
+    destination and renamed into place, so a copy that exists is complete even if the copying
+    process was killed half-way (a later --resume trusts it)."""
     dst = Path(dst)
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)
+    tmp = dst.with_name(f".{dst.name}.partial")
+    for leftover in (tmp, dst):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    shutil.copytree(src, tmp)
+    tmp.rename(dst)
     return dst
 
 

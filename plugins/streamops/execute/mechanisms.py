@@ -109,7 +109,7 @@ def _last_run(stage_id: str):
             "ORDER BY started_at DESC LIMIT 1"), {"s": stage_id}).first()
 
 
-def wait_first_batch(ex: Execution, dep_id: int, input_dir: Path, ckpt: Path) -> str | None:
+def wait_first_batch(ex: Execution, dep_id: int, input_dir: Path, ckpt: Path, stamp: bool = True) -> str | None:
     """None once the new run commits a batch (or runs healthy on an idle source); else why not."""
     deadline = time.monotonic() + ex.deadlines.first_batch_s
     launcher = stages.launcher_for("local")
@@ -118,7 +118,8 @@ def wait_first_batch(ex: Execution, dep_id: int, input_dir: Path, ckpt: Path) ->
             first = conn.execute(db.query("first_commit_of"), {"deployment_id": dep_id}).scalar()
         dep = _deployment(dep_id)
         if first is not None:
-            ex.stamp("first_batch_done")
+            if stamp:
+                ex.stamp("first_batch_done")
             return None
         if dep.status in ("failed", "stopped") or (dep.pid and not launcher.is_alive(dep.pid)):
             time.sleep(1)  # let the driver record its own reason
@@ -354,11 +355,18 @@ def _rollback(ex: Execution, reason: str) -> None:
         except stages.StageNotRunning:
             pass
     old = ex.old_deployment
-    if ex.rollback_copy is not None and old is not None:
+    if old is None:
+        raise RuntimeError("no previous run to roll back to")
+    if ex.rollback_copy is not None and ex.rollback_copy.exists():
         checkpoint.restore(ex.rollback_copy, Path(old.checkpoint))
-    if old is not None:
-        stages.start_stage(ex.stage_id, ex.reg, cores=old.cores, state_partitions=old.state_partitions,
-                           pool=old.pool, checkpoint_path=old.checkpoint, wait_s=ex.deadlines.first_batch_s)
+    res = stages.start_stage(ex.stage_id, ex.reg, cores=old.cores, state_partitions=old.state_partitions,
+                             pool=old.pool, checkpoint_path=old.checkpoint, wait_s=ex.deadlines.first_batch_s)
+    # A rollback counts only if the restored run works: it must commit (or idle healthily).
+    st = registry.Stage.model_validate(old.config["spec"])
+    why_not = wait_first_batch(ex, res.deployment_id, registry.resolve_path(st.source.path), Path(old.checkpoint),
+                               stamp=False)
+    if why_not:
+        raise RuntimeError(f"the restored configuration does not run either: {why_not}")
 
 
 def execute(reconfiguration_id: int, *, reg: registry.Registry | None = None, mechanism: str | None = None,
@@ -514,6 +522,8 @@ def _recover_running(row, reg: registry.Registry, progress: Progress) -> Outcome
         ex.old_deployment = _previous_config(row)
         ckpt = Path(ex.old_deployment.checkpoint) if ex.old_deployment else None
         copy = ckpt.with_name(f"{ckpt.name}.rollback-{row.id}") if ckpt else None
+        # Only a complete copy exists under its final name (copy_stopped renames it into place).
+        # Without one, the executor died before the new run touched the checkpoint: it is intact.
         ex.rollback_copy = copy if copy is not None and copy.exists() else None
         _rollback(ex, "the executor died mid-way")
         _finish(row.id, "rolled_back", "rolled back by --resume", "the executor died mid-way", None)
