@@ -7,7 +7,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # uv must use the machine's Python 3.11, never download one.
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help venv demo demo-stop test test-fast bench lock clean
+.PHONY: help venv demo demo-stop test test-fast test-reconfig bench lock clean
 
 help:
 	@echo "make demo       set up .venv, start PostgreSQL, deploy and feed the demo apps, watch status (Ctrl-C to leave)"
@@ -57,7 +57,11 @@ bench: venv
 	$(STREAMOPS) bench all
 
 test-fast: venv
-	$(MAKE) test PYTEST_ARGS="-m 'not e2e'"
+	$(MAKE) test PYTEST_ARGS="-m 'not e2e and not reconfig_matrix'"
+
+# The long reconfiguration oracle matrix (every mechanism x workload, random sequence, crash).
+test-reconfig: venv
+	$(MAKE) test PYTEST_ARGS="-m reconfig_matrix"
 
 clean:
 	rm -rf $(VENV) .streamops

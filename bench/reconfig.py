@@ -15,6 +15,14 @@ and a breakdown of restart_s from the new run's `deployments` row. Medians per
 (mechanism, action, state size) go to bench/results/reconfig.json (reconfig_quick.json with
 --quick), raw per-run values under `samples`.
 
+Mechanisms are whatever `mechanisms.MECHANISMS` holds (or `--mechanisms`). Those that start
+from a pre-staged copy (prestaged, active_backup) get it staged right before the request, as the
+control loop would at the alarming level, timed as `prestage_s`. active_backup overlaps old and
+new runs (1 + 2 cores), so it gets a 3-core pool budget (`--overlap-pool-cores`); a 2-core pool
+refuses it. Every live row is a new key, so the feed is kept small (10 rows/s); the keys actually
+in state at each run are recorded. Driver logs of runs that failed or whose old run was stopped
+mid-batch are kept under bench/results/reconfig_logs/.
+
 Runs in a scratch database (`streamops_bench_reconfig`) and a temporary STREAMOPS_HOME, so the
 demo's data is never touched; both are removed at the end.
 
@@ -57,6 +65,11 @@ SMALL = {"cores": 1, "partitions": 2}
 LARGE = {"cores": 2, "partitions": 4}
 # Targets from the issue (output gap): active backup ≤ 2 × trigger; pause–resume ≤ 10 s at 1M keys.
 TARGETS = {"active_backup": (2 * TRIGGER_MS / 1000, 0), "pause_resume": (10.0, 1_000_000)}
+# Mechanisms that start from a pre-staged copy: the control loop stages it ahead of time (at the
+# alarming level), so the bench stages it before the request and times that separately.
+PRESTAGED = {"prestaged", "active_backup"}
+# Mechanisms whose old and new runs overlap: the pool must hold both during the overlap.
+OVERLAPPING = {"active_backup"}
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 T0 = time.monotonic()
@@ -113,7 +126,7 @@ def machine_notes() -> dict:
 
 # --------------------------------------------------------------------------- the stage
 
-def make_registry(stage: str, input_path: str, files_per_trigger: int) -> registry.Registry:
+def make_registry(stage: str, input_path: str, files_per_trigger: int, pool_cores: int = POOL_CORES) -> registry.Registry:
     spec = {
         "workload": "keycount",
         "source": {"kind": "files", "path": input_path, "max_files_per_trigger": files_per_trigger},
@@ -122,7 +135,7 @@ def make_registry(stage: str, input_path: str, files_per_trigger: int) -> regist
         "policy": {"kind": "edf"},
     }
     return registry.parse({
-        "pools": {"bench": {"cores": POOL_CORES}},
+        "pools": {"bench": {"cores": pool_cores}},
         "apps": {APP: {"r_max_ms": 10_000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
                        "stages": {stage: spec}}},
     })
@@ -169,8 +182,49 @@ def latest_run(sid: str):
 
 
 def live_run(sid: str):
-    return q1("SELECT * FROM deployments WHERE stage_id = :s AND status IN ('starting','running','stopping') "
-              "ORDER BY started_at DESC LIMIT 1", s=sid)
+    return q1("SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' "
+              "AND status IN ('starting','running','stopping') ORDER BY started_at DESC LIMIT 1", s=sid)
+
+
+def _ancestors_include(proc, pid: int) -> bool:
+    try:
+        return any(p.pid == pid for p in proc.parents())
+    except Exception:  # noqa: BLE001 - gone meanwhile
+        return True
+
+
+def foreign_jvms() -> int:
+    """Java processes on this machine that this bench did not start (other people's Spark)."""
+    import psutil
+
+    me = os.getpid()
+    n = 0
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] == "java" and not _ancestors_include(proc, me):
+            n += 1
+    return n
+
+
+def machine_load() -> dict:
+    return {"loadavg_1m": round(os.getloadavg()[0], 2), "foreign_jvms": foreign_jvms()}
+
+
+def wait_quiet(max_s: float) -> float:
+    """Wait (at most max_s) until no one else's JVM runs: other Spark jobs on 2 cores distort every number."""
+    started = time.monotonic()
+    if max_s <= 0 or foreign_jvms() == 0:
+        return 0.0
+    with console.status("other Spark processes are running on this machine; waiting for quiet …"):
+        while time.monotonic() - started < max_s and foreign_jvms() > 0:
+            time.sleep(2)
+    waited = time.monotonic() - started
+    say(f"[yellow]waited {waited:.0f}s for other JVMs ({foreign_jvms()} still running)[/yellow]")
+    return waited
+
+
+def _all(sql: str, **params) -> list:
+    with db.engine().connect() as conn:
+        return conn.execute(text(sql), params).all()
 
 
 def sink_keys(sid: str) -> int:
@@ -211,13 +265,28 @@ def _sec(a, b) -> float | None:
     return None if a is None or b is None else round((a - b).total_seconds(), 3)
 
 
+PHASES = ("stop_requested_at", "stopped_at", "state_ready_at", "restarted_at", "first_batch_done_at", "caught_up_at",
+          "finished_at")
+
+
 def measure(rid: int, outcome: mechanisms.Outcome) -> dict:
     r = q1("SELECT * FROM reconfigurations WHERE id = :i", i=rid)
-    new = q1("SELECT * FROM deployments WHERE id = :i", i=r.new_deployment_id) if r.new_deployment_id else None
+    # The row links its runs only once the new one is up; a failed start is found by its config.
+    new = q1("SELECT * FROM deployments WHERE id = :i", i=r.new_deployment_id) if r.new_deployment_id else \
+        q1("SELECT * FROM deployments WHERE stage_id = :s AND config->>'reconfiguration_id' = :r "
+           "ORDER BY id LIMIT 1", s=r.stage_id, r=str(rid))
     first_commit = scalar("SELECT min(committed_at) FROM sink_commits WHERE deployment_id = :d",
-                          d=r.new_deployment_id) if r.new_deployment_id else None
+                          d=new.id) if new else None
+    old = q1("SELECT * FROM deployments WHERE id = :i", i=r.old_deployment_id) if r.old_deployment_id else \
+        q1("SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
+           "AND started_at < :t ORDER BY started_at DESC LIMIT 1", s=r.stage_id, t=r.requested_at)
+    recent_ms = [x[0] for x in _all(
+        "SELECT batch_duration_ms FROM stage_metrics WHERE deployment_id = :d AND ts <= :t "
+        "ORDER BY ts DESC LIMIT 10", d=old.id, t=r.stop_requested_at or r.requested_at)] if old else []
     rep = (r.repartition_ms or 0.0) / 1000
     launch = _sec(r.state_ready_at, new.started_at if new else None)
+    overlap = r.mechanism in OVERLAPPING  # the new run starts before the old one stops
+    old_reason = old.stop_reason if old else None
     return {
         "reconfiguration_id": rid, "status": outcome.status, "detail": outcome.detail,
         "action": r.action, "mechanism": r.mechanism,
@@ -227,19 +296,45 @@ def measure(rid: int, outcome: mechanisms.Outcome) -> dict:
         "restart_s": _sec(r.first_batch_done_at, r.stopped_at),
         "output_gap_s": None if r.downtime_ms is None else round(r.downtime_ms / 1000, 3),
         # Where restart_s goes (pause_resume order: stopped → copy → launch → state_ready → restarted → first batch).
+        # For an overlapping mechanism the new run's phases happen before the stop: its start-up is
+        # hidden, and restart_s (first_batch_done is stamped after the switch) is ~0 by construction.
         "breakdown": {
-            "rollback_copy_s": _sec(new.started_at, r.stopped_at) if new else None,
+            "rollback_copy_s": None if overlap or not new else _sec(new.started_at, r.stopped_at),
             "driver_start_s": None if launch is None else round(launch - rep, 3),  # python + JVM + SparkSession + agent
             "repartition_s": round(rep, 3),
             "query_start_s": _sec(r.restarted_at, r.state_ready_at),
             "first_batch_s": _sec(first_commit, r.restarted_at),
-            "first_batch_stamp_lag_s": _sec(r.first_batch_done_at, first_commit),  # executor poll granularity
+            "first_batch_stamp_lag_s": None if overlap else _sec(r.first_batch_done_at, first_commit),
             "catch_up_s": _sec(r.caught_up_at, r.first_batch_done_at),
+            "new_run_launch_to_first_commit_s": _sec(first_commit, new.started_at) if new else None,
+            "overlap_s": _sec(r.stopped_at, first_commit) if overlap else None,
         },
+        # Did the old run stop between batches? An interrupted batch (the driver's 30 s deadline)
+        # leaves offsets/N without commits/N, which the offline repartition refuses.
+        "old_run_stop_reason": old_reason,
+        "old_run_stopped_at_boundary": None if old_reason is None else "at a batch boundary" in old_reason,
+        # Batches at or above the trigger interval run back to back: the stop rarely finds a boundary.
+        "old_run_recent_batch_ms_median": statistics.median(recent_ms) if recent_ms else None,
+        "old_deployment_id": old.id if old else None,
+        "phases_from_request_s": {p: _sec(getattr(r, p), r.requested_at) for p in PHASES},
+        "new_run_started_from_request_s": _sec(new.started_at, r.requested_at) if new else None,
         "total_s": round(outcome.seconds, 3),
         "requested_to_finished_s": _sec(r.finished_at, r.requested_at),
-        "new_deployment_id": r.new_deployment_id,
+        "new_deployment_id": new.id if new else None,
+        "logs": [d.log_path for d in (old, new) if d is not None and d.log_path],
     }
+
+
+def keep_logs(paths: list[str], rid: int, dst: Path) -> list[str]:
+    """Copy the old and new drivers' logs of a troubled run to bench/results/reconfig_logs/<result name>/."""
+    dst.mkdir(parents=True, exist_ok=True)
+    kept = []
+    for p in paths:
+        if Path(p).exists():
+            target = dst / f"r{rid}-{Path(p).name}"
+            shutil.copyfile(p, target)
+            kept.append(str(target.relative_to(REPO_ROOT)) if target.is_relative_to(REPO_ROOT) else str(target))
+    return kept
 
 
 def ensure_running(sid: str, reg: registry.Registry) -> None:
@@ -262,11 +357,13 @@ def settle(sid: str, min_commits: int, timeout_s: float) -> None:
 
 # --------------------------------------------------------------------------- one state size
 
-def run_size(keys: int, args, mechs: list[str], home: Path) -> tuple[list[dict], dict]:
+def run_size(keys: int, args, mechs: list[str], home: Path, save=lambda samples, setup: None) -> tuple[list[dict], dict]:
     stage = f"kc{keys}"
     sid = registry.stage_id(APP, stage)
     input_rel = f"{stage}/in"
     reg = make_registry(stage, input_rel, args.files_per_trigger)
+    # The overlap of an active backup needs old + new cores (1 + 2): a 2-core pool refuses it.
+    reg_overlap = make_registry(stage, input_rel, args.files_per_trigger, args.overlap_pool_cores)
     input_dir = registry.resolve_path(input_rel)
     setup: dict = {"state_keys": keys}
     samples: list[dict] = []
@@ -291,7 +388,7 @@ def run_size(keys: int, args, mechs: list[str], home: Path) -> tuple[list[dict],
         wait_for(ingested, ingest_timeout, f"{keys:,} keys in the sink", interval=1.0,
                  status=f"ingesting {keys:,} keys")
         setup["ingest_s"] = round(time.monotonic() - t, 1)
-        ckpt = Path(stages.checkpoint_for(sid))
+        ckpt = Path(latest_run(sid).checkpoint)
         setup["checkpoint_mb"] = round(sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file()) / 2**20, 1)
         say(f"{sid}: all {keys:,} keys committed {setup['ingest_s']:.1f}s after the start "
             f"(checkpoint {setup['checkpoint_mb']} MB); starting the live feed at {args.live_rate} rows/s")
@@ -303,26 +400,42 @@ def run_size(keys: int, args, mechs: list[str], home: Path) -> tuple[list[dict],
             for i in range(args.runs):
                 if feeder.error:
                     raise RuntimeError(f"the live generator died: {feeder.error!r}")
+                waited = wait_quiet(args.wait_quiet_s)
                 cur = latest_run(sid)
                 action, target = ("scale_out", LARGE) if cur.cores == SMALL["cores"] else ("scale_in", SMALL)
+                mreg = reg_overlap if mech in OVERLAPPING else reg
                 keys_now = sink_keys(sid)
-                load = os.getloadavg()[0]
+                load_before = machine_load()
                 say(f"[cyan]{mech}[/cyan] run {i + 1}/{args.runs}: {action} → {target['cores']} cores, "
-                    f"{target['partitions']} partitions ({keys_now:,} keys in state)")
+                    f"{target['partitions']} partitions ({keys_now:,} keys in state; load {load_before})")
+                prestage_s, prestage_error = None, None
+                if mech in PRESTAGED and hasattr(mechanisms, "prestage"):
+                    t = time.monotonic()
+                    try:
+                        mechanisms.prestage(sid, target["partitions"], mreg, progress=lambda m: say(f"  [dim]{m}[/dim]"))
+                        prestage_s = round(time.monotonic() - t, 3)
+                    except Exception as e:  # noqa: BLE001 - the executor stages again; record why
+                        prestage_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                        say(f"  [red]pre-staging failed after {time.monotonic() - t:.1f}s: {prestage_error}[/red]")
                 rid = mechanisms.request(sid, action, cores=target["cores"], partitions=target["partitions"],
-                                         mechanism=mech, reg=reg, requested_by="bench:reconfig")
-                deadlines = mechanisms.Deadlines(stop_s=60, first_batch_s=args.first_batch_s, caught_up_s=120)
-                outcome = mechanisms.execute(rid, reg=reg, mechanism=mech, deadlines=deadlines,
+                                         mechanism=mech, reg=mreg, requested_by="bench:reconfig")
+                deadlines = mechanisms.Deadlines(stop_s=60, first_batch_s=args.first_batch_s, caught_up_s=args.caught_up_s)
+                outcome = mechanisms.execute(rid, reg=mreg, mechanism=mech, deadlines=deadlines,
                                              progress=lambda m: say(f"  [dim]{m}[/dim]"))
                 s = measure(rid, outcome)
-                s.update(state_keys=keys, state_keys_now=keys_now, run=i + 1, loadavg_1m_before=round(load, 2))
+                s.update(state_keys=keys, state_keys_now=keys_now, run=i + 1, prestage_s=prestage_s,
+                         prestage_error=prestage_error, waited_for_quiet_s=round(waited, 1),
+                         pool_cores=mreg.pools["bench"].cores, load_before=load_before, load_after=machine_load())
+                if outcome.status != "done" or s["old_run_stopped_at_boundary"] is False:
+                    s["kept_logs"] = keep_logs(s["logs"], rid, args.logs_dir)
                 samples.append(s)
+                save(samples, setup)  # a killed bench keeps every run measured so far
                 colour = "green" if outcome.status == "done" else "red"
                 say(f"  [{colour}]{outcome.status}[/{colour}]: stop {s['stop_s']}s, repartition {s['repartition_s']}s, "
                     f"restart {s['restart_s']}s, output gap {s['output_gap_s']}s "
                     f"(driver start {s['breakdown']['driver_start_s']}s, first batch {s['breakdown']['first_batch_s']}s)"
                     + ("" if outcome.status == "done" else f" — {outcome.detail}"))
-                ensure_running(sid, reg)
+                ensure_running(sid, mreg)
                 settle(sid, 3, 180)
     finally:
         if feeder is not None:
@@ -359,6 +472,10 @@ def aggregate(samples: list[dict], setups: dict[int, dict], machine: dict, args)
         row = {
             "mechanism": mech, "action": action, "state_keys": keys,
             **{k: _median(s[k] for s in done) for k in ("stop_s", "repartition_s", "restart_s", "output_gap_s")},
+            "prestage_s": _median(s.get("prestage_s") for s in done),
+            "state_keys_actual": _median(s.get("state_keys_now") for s in group),
+            "old_run_stops_interrupted": sum(1 for s in group if s.get("old_run_stopped_at_boundary") is False),
+            "pool_cores": group[0].get("pool_cores"),
             "runs": len(done), "failed_runs": len(group) - len(done),
             "breakdown_median": {k: _median(s["breakdown"][k] for s in done) for k in group[0]["breakdown"]},
             "samples": group,
@@ -367,8 +484,13 @@ def aggregate(samples: list[dict], setups: dict[int, dict], machine: dict, args)
                         "live_rate_rows_per_s": args.live_rate, "max_files_per_trigger": args.files_per_trigger,
                         "prefill_rows_per_file": args.rows_per_file,
                         "runs_requested_per_mechanism": args.runs,
+                        "deadlines": {"stop_s": 60, "first_batch_s": args.first_batch_s, "caught_up_s": args.caught_up_s},
                         "note": "each run is one reconfiguration; runs alternate scale_out (2 cores, 4 partitions) "
-                                "and scale_in (1 core, 2 partitions), so per-action rows hold about half of the runs"},
+                                "and scale_in (1 core, 2 partitions), so per-action rows hold about half of the runs; "
+                                "mechanisms in PRESTAGED get their copy staged (timed as prestage_s) right before the "
+                                "request, as the control loop would at the alarming level; OVERLAPPING mechanisms "
+                                f"(active_backup) run with a {args.overlap_pool_cores}-core pool budget so the overlap "
+                                "is admitted (still 2 physical CPUs)"},
         }
         target = TARGETS.get(mech)
         if target and keys >= target[1] and row["output_gap_s"] is not None:
@@ -384,23 +506,27 @@ def _f(v, unit="s") -> str:
 
 def print_tables(rows: list[dict], wall_s: float) -> None:
     t = Table(title=f"reconfiguration cost (median per row; trigger {TRIGGER_MS} ms, {os.cpu_count()} cores)")
-    for col in ("mechanism", "action", "state keys", "runs", "stop", "repartition", "restart", "output gap", "target"):
+    for col in ("mechanism", "action", "state keys", "keys at run", "runs", "pre-stage", "stop", "repartition", "restart",
+                "output gap", "target"):
         t.add_column(col, justify="left" if col in ("mechanism", "action", "target") else "right")
     for r in rows:
         tgt = "—"
         if "meets_target" in r:
             tgt = f"{'[green]met' if r['meets_target'] else '[red]missed'} (≤ {r['target_output_gap_s']:g}s)"
         runs = f"{r['runs']}" + (f" (+{r['failed_runs']} failed)" if r["failed_runs"] else "")
-        t.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}", runs, _f(r["stop_s"]), _f(r["repartition_s"]),
+        t.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}", f"{r['state_keys_actual'] or 0:,.0f}", runs, _f(r["prestage_s"]), _f(r["stop_s"]),
+                  _f(r["repartition_s"]),
                   _f(r["restart_s"]), _f(r["output_gap_s"]), tgt)
     console.print(t)
     b = Table(title="where restart time goes (median seconds; restart = stopped → first batch committed)")
-    cols = ("rollback_copy_s", "driver_start_s", "repartition_s", "query_start_s", "first_batch_s", "catch_up_s")
+    cols = ("rollback_copy_s", "driver_start_s", "repartition_s", "query_start_s", "first_batch_s", "catch_up_s",
+            "new_run_launch_to_first_commit_s")
     for col in ("mechanism", "action", "state keys", "checkpoint copy", "driver+JVM start", "repartition",
-                "query start", "first batch", "catch-up"):
+                "query start", "first batch", "catch-up", "launch→1st commit", "stops cut mid-batch"):
         b.add_column(col, justify="left" if col in ("mechanism", "action") else "right")
     for r in rows:
-        b.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}", *(_f(r["breakdown_median"][c]) for c in cols))
+        b.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}", *(_f(r["breakdown_median"][c]) for c in cols),
+                  f"{r['old_run_stops_interrupted']}/{len(r['samples'])}")
     console.print(b)
     console.print(f"wall time {wall_s / 60:.1f} min")
 
@@ -414,10 +540,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--mechanisms", nargs="+", default=None,
                    help=f"mechanisms to measure (default: all of mechanisms.MECHANISMS: {', '.join(mechanisms.MECHANISMS)})")
     p.add_argument("--quick", action="store_true", help="smoke run: --keys 10000 --runs 2")
-    p.add_argument("--live-rate", type=float, default=50, help="rows/s of the realtime feed during reconfigurations")
+    p.add_argument("--live-rate", type=float, default=10,
+                   help="rows/s of the realtime feed during reconfigurations (every row is a new key: keep it small)")
     p.add_argument("--rows-per-file", type=int, default=20_000, help="rows per pre-generated input file")
     p.add_argument("--files-per-trigger", type=int, default=10, help="max_files_per_trigger of the stage")
     p.add_argument("--first-batch-s", type=float, default=300, help="executor deadline for the new run's first batch")
+    p.add_argument("--overlap-pool-cores", type=int, default=LARGE["cores"] + SMALL["cores"],
+                   help="pool budget for mechanisms whose runs overlap (active_backup); 2 makes admission refuse them")
+    p.add_argument("--wait-quiet-s", type=float, default=20,
+                   help="before each run, wait up to this long while other people's JVMs run on the machine")
+    p.add_argument("--caught-up-s", type=float, default=300,
+                   help="executor deadline for catching up (active_backup: the secondary reaching the primary); default "
+                        "in the code is 120 s, raised so that a slow catch-up is measured rather than rolled back")
     p.add_argument("--ingest-timeout", type=float, default=None, help="seconds to wait for the K keys (default 120 + K/1000)")
     p.add_argument("--out", type=Path, default=None, help="result file (default bench/results/reconfig[_quick].json)")
     p.add_argument("--keep", action="store_true", help="keep the scratch database and STREAMOPS_HOME")
@@ -430,6 +564,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         p.error(f"unknown mechanism(s) {unknown}; available: {', '.join(mechanisms.MECHANISMS)}")
     out = args.out or RESULTS / ("reconfig_quick.json" if args.quick else "reconfig.json")
 
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    args.logs_dir = RESULTS / "reconfig_logs" / out.stem
+    shutil.rmtree(args.logs_dir, ignore_errors=True)
     started = time.monotonic()
     url, admin = scratch_database(SCRATCH_DB)
     home = Path(tempfile.mkdtemp(prefix="streamops-bench-reconfig-"))
@@ -449,7 +586,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     try:
         for keys in args.keys:
             try:
-                got, setup = run_size(keys, args, mechs, home)
+                def save(partial, setup, keys=keys):
+                    out.write_text(json.dumps(aggregate(samples + partial, {**setups, keys: setup},
+                                                        {**machine, "errors": errors, "partial": True}, args),
+                                              indent=2, default=str))
+                got, setup = run_size(keys, args, mechs, home, save)
                 samples += got
                 setups[keys] = setup
             except Exception as e:  # noqa: BLE001 - report and go on with the next size
@@ -459,7 +600,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
             finally:
                 # Whatever partial data we have is written after every size: a long run is never lost.
                 rows = aggregate(samples, setups, {**machine, "errors": errors}, args)
-                RESULTS.mkdir(parents=True, exist_ok=True)
                 out.write_text(json.dumps(rows, indent=2, default=str))
     finally:
         orphans = launcher_for("local").terminate_all()  # only drivers this process started

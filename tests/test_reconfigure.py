@@ -137,6 +137,7 @@ def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db):
     stages.stop_stage("rc.ps", reg, deadline_s=30)
 
 
+@pytest.mark.reconfig_matrix  # not yet seen green on a quiet machine: see `make test-reconfig`
 def test_active_backup_switches_without_an_outage_and_is_refused_without_room(clean_db):
     with Feeder("rc/ab", seed=24) as feeder:
         small = _registry("ab", pool_cores=2)

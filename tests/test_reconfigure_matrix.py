@@ -4,11 +4,14 @@ Each test runs a real stage driver under continuous (realtime) load and reconfig
 mid-stream; at the end the sink must equal the oracle computed from the generator's valid
 records: no key lost, none double-counted.
 
-* the matrix: each mechanism in `mechanisms.MECHANISMS` (picked up at import time, so new
-  mechanisms are covered without editing this file) × {wordcount, taxi_top10}, each doing
+* the matrix: each mechanism in `mechanisms.MECHANISMS` (read at import time, so a new
+  mechanism is covered without editing this file) × {wordcount, taxi_top10}, each doing
   scale-out → scale-in → migration in one stage run;
 * a seeded random sequence of 10 reconfigurations of one wordcount stage;
-* crash safety: the executor is SIGKILLed mid-way and `mechanisms.resume` finishes the job.
+* crash safety: the executor (a separate process) is SIGKILLed mid-way and
+  `mechanisms.resume` must finish or roll back its reconfiguration;
+* a deterministic reproduction of a known bug (strict xfail): pause-resume cannot repartition
+  a stage that is behind.
 """
 
 from __future__ import annotations
@@ -21,30 +24,54 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 from sqlalchemy import text
 
 from streamops import generator, registry
+from streamops.agent.metrics import FileSourceBacklog
 from streamops.execute import mechanisms, stages
 from streamops.paths import REPO_ROOT
 from tests import oracles
 from tests.test_e2e_stage import eventually
 
-pytestmark = pytest.mark.e2e
+# Not yet in `make test`: long (real drivers under continuous load) and not yet green on a quiet
+# machine (issue 4 is open). Run with `make test-reconfig`.
+pytestmark = [pytest.mark.e2e, pytest.mark.reconfig_matrix]
 
 MECHANISM_NAMES = sorted(mechanisms.MECHANISMS)
+# Mechanisms that run the old and the new configuration side by side for a while: the pool
+# must hold both (1 + 2 cores for a scale-out in place), else admission correctly cancels them.
+OVERLAPPING = {"active_backup"}
 # workload → (generator kind, workload params)
 WORKLOADS = {
     "wordcount": ("web", {}),
     "taxi_top10": ("taxi", {"window_min": 30, "slide_min": 5}),
 }
-RATE = 120  # rows/s, realtime
-# The machine is shared with a Spark benchmark: generous, never timed assertions.
-DEADLINES = mechanisms.Deadlines(stop_s=60, first_batch_s=180, caught_up_s=120)
+RATE = 120  # rows/s, realtime, one file per second
+# The machine is shared with a Spark benchmark: generous deadlines, never timed assertions.
+DEADLINES = mechanisms.Deadlines(stop_s=60, first_batch_s=240, caught_up_s=300)
 PHASES = ["requested_at", "stop_requested_at", "stopped_at", "state_ready_at", "restarted_at",
           "first_batch_done_at", "caught_up_at", "finished_at"]
+
+# Seen under load in the matrix and the random walk (and reproduced deterministically by
+# test_pause_resume_repartitions_a_stage_that_is_behind below).
+REPARTITION_BUG = (
+    "BUG: pause_resume with a partition change fails whenever the stop of the old run interrupts a batch: "
+    "StageAgent.stop_at_batch_boundary waits for isTriggerActive == False, which never happens while batches "
+    "run back to back (a stage that is behind, or batches longer than the trigger interval), so after the "
+    "30 s deadline it stops mid-batch (offsets/N without commits/N); run_stage.repartition_offline then "
+    "fails with STATE_REPARTITION_INVALID_CHECKPOINT.LAST_BATCH_FAILED, the new run dies before its first "
+    "commit and the reconfiguration is rolled back instead of done (the stop command's deadline_s is also "
+    "ignored by the driver, which uses its own 30 s)"
+)
+REPARTITION_BUG_SIGNATURE = "STATE_REPARTITION_INVALID_CHECKPOINT.LAST_BATCH_FAILED"
+
+
+class KnownBug(Exception):
+    """Raised when a documented bug's exact signature is observed (see the xfail reasons)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -52,13 +79,13 @@ PHASES = ["requested_at", "stop_requested_at", "stopped_at", "state_ready_at", "
 # --------------------------------------------------------------------------------------------
 
 
-def _registry_data(app: str, workload: str, params: dict, path: str) -> dict:
+def _registry_data(app: str, workload: str, params: dict, path: str, pool_cores: int = 2) -> dict:
     stage = {"workload": workload, "source": {"kind": "files", "path": path, "max_files_per_trigger": 3},
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p1",
              "policy": {"kind": "edf"}, "params": params}
     return {
-        "pools": {"p1": {"cores": 2, "network_delay_ms": {"p2": 25}},
-                  "p2": {"cores": 2, "network_delay_ms": {"p1": 25}}},
+        "pools": {"p1": {"cores": pool_cores, "network_delay_ms": {"p2": 25}},
+                  "p2": {"cores": pool_cores, "network_delay_ms": {"p1": 25}}},
         "apps": {app: {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
                        "stages": {"s": stage}}},
     }
@@ -71,7 +98,7 @@ class Feeder:
         self.out = registry.resolve_path(path)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
-            out_dir=self.out, kind=kind, trace=f"constant:rate={rate}", seed=seed, duration_s=600,
+            out_dir=self.out, kind=kind, trace=f"constant:rate={rate}", seed=seed, duration_s=3600,
             stop_event=self.stop))
 
     def __enter__(self):
@@ -110,22 +137,69 @@ def _open_reconfigurations(engine, sid: str) -> list:
                                  "AND status IN ('pending','running')"), {"s": sid}).all()
 
 
-def _wait_new_commit(engine, sid: str, what: str) -> None:
+def _describe(engine, sid: str) -> str:
+    return "; ".join(f"deployment {d.id}: {d.status} {d.role} pool={d.pool} cores={d.cores} "
+                     f"partitions={d.state_partitions}{' (' + d.stop_reason[:300] + ')' if d.stop_reason else ''}"
+                     for d in _deployments(engine, sid))
+
+
+def _log_of(dep) -> str:
+    try:
+        return Path(dep.log_path).read_text(errors="replace") if dep.log_path else ""
+    except FileNotFoundError:
+        return ""
+
+
+def _wait_new_commit(engine, sid: str, what: str, timeout_s: float = 180) -> None:
+    """A new commit; fails at once (instead of timing out) when no run of the stage is live any more."""
     before = _commits(engine, sid)
-    eventually(lambda: _commits(engine, sid) > before, 120, f"a new commit {what}")
+
+    def committed():
+        if _commits(engine, sid) > before:
+            return True
+        if not _live(engine, sid):
+            raise AssertionError(f"no run of {sid} is live while waiting for a commit {what}: {_describe(engine, sid)}")
+        return False
+
+    eventually(committed, timeout_s, f"a new commit {what} ({sid})")
+
+
+def _wait_caught_up(engine, sid: str, what: str, timeout_s: float = 300) -> None:
+    """Steady state before an action: the running stage has taken every input file but the newest."""
+    def caught_up():
+        live = [d for d in _live(engine, sid) if d.status == "running" and d.role == "primary"]
+        if not live:
+            raise AssertionError(f"no running primary of {sid} {what}: {_describe(engine, sid)}")
+        st = registry.Stage.model_validate(live[0].config["spec"])
+        return FileSourceBacklog(registry.resolve_path(st.source.path), Path(live[0].checkpoint)).measure().files <= 1
+
+    eventually(caught_up, timeout_s, f"{sid} to catch up with its input {what}", interval=1)
+
+
+def _repartition_bug_hit(engine, sid: str, rid: int) -> bool:
+    """The rolled-back new run died of the known offline-repartition bug (its log says so)."""
+    if _row(engine, rid).status != "rolled_back":
+        return False
+    runs = [d for d in _deployments(engine, sid) if (d.config or {}).get("reconfiguration_id") == rid]
+    return any(REPARTITION_BUG_SIGNATURE in _log_of(d) for d in runs)
 
 
 def _reconfigure(engine, reg, ref: str, sid: str, mechanism: str, action: str, **target) -> int:
-    """request + execute one reconfiguration; it must end done with the target deployed and running."""
+    """request + execute one reconfiguration in steady state; it must end done, with the target
+    deployed and running, and the new run must keep committing. Raises KnownBug on the known bug."""
+    _wait_caught_up(engine, sid, f"before {action} {target}")
     rid = mechanisms.request(ref, action, mechanism=mechanism, reg=reg, requested_by="test-matrix", **target)
     outcome = mechanisms.execute(rid, reg=reg, deadlines=DEADLINES)
     what = f"{action} {target} with {mechanism} (reconfiguration {rid})"
-    assert outcome.status == "done", f"{what}: {outcome.status}: {outcome.detail}"
+    if outcome.status != "done" and _repartition_bug_hit(engine, sid, rid):
+        raise KnownBug(f"{what}: {outcome.status}: {outcome.detail}")
+    assert outcome.status == "done", f"{what}: {outcome.status}: {outcome.detail}; {_describe(engine, sid)}"
     row = _row(engine, rid)
     assert row.status == "done" and row.mechanism == mechanism, (what, row.status, row.mechanism)
     live = _live(engine, sid)
-    assert len(live) == 1 and live[0].status == "running", f"{what}: exactly one running deployment, got {live}"
+    assert len(live) == 1 and live[0].status == "running", f"{what}: exactly one running deployment: {_describe(engine, sid)}"
     dep = live[0]
+    assert dep.role == "primary", what
     if "cores" in target:
         assert dep.cores == target["cores"], what
     if "partitions" in target:
@@ -143,28 +217,26 @@ def _assert_rows_well_formed(engine, rids: list[int]) -> None:
         missing = [p for p, s in zip(PHASES, stamps) if s is None]
         assert not missing, f"reconfiguration {rid} ({row.action}, {row.mechanism}): phases not stamped: {missing}"
         assert stamps == sorted(stamps), \
-            f"reconfiguration {rid}: phases out of order: {list(zip(PHASES, stamps))}"
+            f"reconfiguration {rid} ({row.mechanism}): phases out of order: {list(zip(PHASES, stamps))}"
         assert row.downtime_ms is not None and row.downtime_ms > 0, \
             f"reconfiguration {rid}: downtime measured from the commit gap, got {row.downtime_ms}"
 
 
 def _settle_and_compare(engine, feeder: Feeder, sid: str, workload: str, params: dict) -> None:
+    """Stop the generator, then the sink must reach exactly the oracle and stay there."""
     feeder.__exit__()
     want = oracles.expected(workload, generator.read_valid_records(feeder.out), params)
     assert want, "the generator wrote records"
-
-    def diff():
-        got = oracles.actual(engine, sid, workload)
-        return got == want
-
     try:
-        eventually(diff, 180, "the sink to equal the ground truth")
+        eventually(lambda: oracles.actual(engine, sid, workload) == want, 300, "the sink to equal the ground truth")
     except AssertionError:
         got = oracles.actual(engine, sid, workload)
-        lost = {k: v for k, v in want.items() if got.get(k) != v and got.get(k, 0) < v}
-        extra = {k: (got[k], want.get(k)) for k in got if got[k] != want.get(k) and got[k] > want.get(k, 0)}
-        raise AssertionError(f"sink != ground truth: {len(lost)} keys short (e.g. {list(lost.items())[:5]}), "
-                             f"{len(extra)} keys over-counted (e.g. {list(extra.items())[:5]})") from None
+        short = {k: (got.get(k), v) for k, v in want.items() if got.get(k, 0) < v}
+        over = {k: (v, want.get(k)) for k, v in got.items() if v > want.get(k, 0)}
+        raise AssertionError(
+            f"sink != ground truth: {len(short)} keys short (got, want) e.g. {list(short.items())[:5]}, "
+            f"{len(over)} keys over-counted (got, want) e.g. {list(over.items())[:5]}; {_describe(engine, sid)}"
+        ) from None
     time.sleep(3)  # a doubled batch arriving late would push counts above the truth
     assert oracles.actual(engine, sid, workload) == want, "the sink drifted from the ground truth after matching it"
 
@@ -186,28 +258,38 @@ def _stop_quietly(ref: str, reg) -> None:
 def test_scale_out_scale_in_migrate_matches_the_oracle(clean_db, mechanism, workload):
     kind, params = WORKLOADS[workload]
     app = f"mx_{mechanism}_{workload}"
-    ref, sid = f"{app}.s", f"{app}.s"
-    reg = registry.parse(_registry_data(app, workload, params, f"{app}/in"))
+    ref = sid = f"{app}.s"
+    reg = registry.parse(_registry_data(app, workload, params, f"{app}/in",
+                                        pool_cores=4 if mechanism in OVERLAPPING else 2))
     rids: list[int] = []
+    bug = None
     try:
+        # The stage starts on an empty input (start-up is slow on a busy machine), then the load begins.
+        first = stages.start_stage(ref, reg, wait_s=240)
         with Feeder(f"{app}/in", kind, seed=31 + len(app)) as feeder:
-            first = stages.start_stage(ref, reg, wait_s=180)
-            eventually(lambda: _commits(clean_db, sid) >= 2, 180, "two committed batches")
-            assert (_live(clean_db, sid)[0].cores, _live(clean_db, sid)[0].pool) == (1, "p1")
-
-            rids.append(_reconfigure(clean_db, reg, ref, sid, mechanism, "scale_out", cores=2, partitions=4))
-            rids.append(_reconfigure(clean_db, reg, ref, sid, mechanism, "scale_in", cores=1, partitions=2))
-            rids.append(_reconfigure(clean_db, reg, ref, sid, mechanism, "migrate", pool="p2"))
+            eventually(lambda: _commits(clean_db, sid) >= 2, 240, "two committed batches")
+            initial = _live(clean_db, sid)[0]
+            assert (initial.cores, initial.state_partitions, initial.pool) == (1, 2, "p1")
+            try:
+                for action, target in [("scale_out", {"cores": 2, "partitions": 4}),
+                                       ("scale_in", {"cores": 1, "partitions": 2}),
+                                       ("migrate", {"pool": "p2"})]:
+                    rids.append(_reconfigure(clean_db, reg, ref, sid, mechanism, action, **target))
+            except KnownBug as e:
+                bug = e  # still check below that the rollback lost and doubled nothing
+                _wait_new_commit(clean_db, sid, "after the rollback")
             _settle_and_compare(clean_db, feeder, sid, workload, params)
 
+        if bug is not None:
+            pytest.xfail(f"{REPARTITION_BUG} [{bug}] (the sink still equals the oracle after the rollback)")
         _assert_rows_well_formed(clean_db, rids)
         assert not _open_reconfigurations(clean_db, sid)
         live = _live(clean_db, sid)
-        assert len(live) == 1, live
+        assert len(live) == 1, _describe(clean_db, sid)
         final = live[0]
         assert final.status == "running" and final.id != first.deployment_id
         assert (final.pool, final.cores, final.state_partitions) == ("p2", 1, 2), \
-            f"the final run is in p2 with 1 core and 2 partitions, got {final.pool}, {final.cores}, {final.state_partitions}"
+            f"the final run is in p2 with 1 core and 2 partitions: {_describe(clean_db, sid)}"
     finally:
         _stop_quietly(ref, reg)
 
@@ -221,23 +303,22 @@ RANDOM_ACTIONS = 10
 
 
 def _random_plan(seed: int, n: int) -> list[tuple[str, dict]]:
-    """n reconfigurations from (1 core, 2 partitions, p1), each changing something."""
+    """n reconfigurations from (1 core, 2 partitions, p1), none a no-op: a scale-out adds cores or
+    partitions (and removes none), a scale-in removes some (and adds none), a migration changes the pool."""
     rng = random.Random(seed)
     cores, partitions, pool = 1, 2, "p1"
     plan = []
     while len(plan) < n:
         action = rng.choice(["scale_out", "scale_in", "migrate"])
-        new_partitions = rng.choice([2, 3, 4])
-        if action == "scale_out":
-            new_cores, new_pool = rng.choice([c for c in (1, 2) if c >= cores]), pool
-        elif action == "scale_in":
-            new_cores, new_pool = rng.choice([c for c in (1, 2) if c <= cores]), pool
-        else:
-            new_cores, new_pool = rng.randint(1, 2), rng.choice(["p1", "p2"])
-            if new_pool == pool:
-                continue  # a migration to the pool it is in
-        if (new_cores, new_partitions, new_pool) == (cores, partitions, pool):
-            continue  # no-op
+        new_cores, new_partitions = rng.randint(1, 2), rng.choice([2, 3, 4])
+        new_pool = rng.choice(["p1", "p2"]) if action == "migrate" else pool
+        more = (new_cores, new_partitions) != (cores, partitions)
+        if action == "scale_out" and not (more and new_cores >= cores and new_partitions >= partitions):
+            continue
+        if action == "scale_in" and not (more and new_cores <= cores and new_partitions <= partitions):
+            continue
+        if action == "migrate" and new_pool == pool:
+            continue
         target = {"cores": new_cores, "partitions": new_partitions}
         if action == "migrate":
             target["pool"] = new_pool
@@ -249,26 +330,33 @@ def _random_plan(seed: int, n: int) -> list[tuple[str, dict]]:
 def test_ten_random_reconfigurations_in_a_row_match_the_oracle(clean_db):
     plan = _random_plan(RANDOM_SEED, RANDOM_ACTIONS)
     app = "rnd"
-    ref, sid = f"{app}.s", f"{app}.s"
+    ref = sid = f"{app}.s"
     reg = registry.parse(_registry_data(app, "wordcount", {}, f"{app}/in"))
     rids: list[int] = []
+    bug = None
     try:
+        # The stage starts on an empty input (start-up is slow on a busy machine), then the load begins.
+        stages.start_stage(ref, reg, wait_s=240)
         with Feeder(f"{app}/in", "web", seed=41) as feeder:
-            stages.start_stage(ref, reg, wait_s=180)
-            eventually(lambda: _commits(clean_db, sid) >= 2, 180, "two committed batches")
+            eventually(lambda: _commits(clean_db, sid) >= 2, 240, "two committed batches")
             for i, (action, target) in enumerate(plan):
-                # Every mechanism in turn: the transitions between mechanisms are covered too.
-                mechanism = MECHANISM_NAMES[i % len(MECHANISM_NAMES)]
                 try:
-                    rids.append(_reconfigure(clean_db, reg, ref, sid, mechanism, action, **target))
+                    rids.append(_reconfigure(clean_db, reg, ref, sid, "pause_resume", action, **target))
+                except KnownBug as e:
+                    bug = f"step {i} of seed {RANDOM_SEED}: {e}"
+                    _wait_new_commit(clean_db, sid, "after the rollback")
+                    break
                 except AssertionError as e:
                     raise AssertionError(f"step {i} of seed {RANDOM_SEED} plan {plan}: {e}") from None
             _settle_and_compare(clean_db, feeder, sid, "wordcount", {})
 
+        if bug is not None:
+            pytest.xfail(f"{REPARTITION_BUG} [{bug}] (the sink still equals the oracle after the rollback)")
         _assert_rows_well_formed(clean_db, rids)
-        last_action, last = plan[-1]
+        last = plan[-1][1]
         final = _live(clean_db, sid)
-        assert len(final) == 1 and (final[0].cores, final[0].state_partitions) == (last["cores"], last["partitions"])
+        assert len(final) == 1 and (final[0].cores, final[0].state_partitions) == (last["cores"], last["partitions"]), \
+            _describe(clean_db, sid)
     finally:
         _stop_quietly(ref, reg)
 
@@ -277,13 +365,26 @@ def test_ten_random_reconfigurations_in_a_row_match_the_oracle(clean_db):
 # 3. crash safety: the executor dies mid-way, resume() finishes the job
 # --------------------------------------------------------------------------------------------
 
+# The executor, in a process of its own. `slow_copy_s` stands for a slow disk or a big state:
+# every checkpoint file takes that long to copy, so the kill can land while the rollback copy
+# is being written (the code under test is unchanged: only shutil's file copy is slowed down).
 _EXECUTOR = """
-import json, sys
+import json, shutil, sys, time
 from streamops import registry
 from streamops.execute import mechanisms
 reg = registry.parse(json.loads(sys.argv[1]))
-d = json.loads(sys.argv[3])
-out = mechanisms.execute(int(sys.argv[2]), reg=reg, deadlines=mechanisms.Deadlines(**d))
+opts = json.loads(sys.argv[3])
+if opts.get("slow_copy_s"):
+    real_copytree = shutil.copytree
+    def slow_copy(src, dst, **kw):
+        time.sleep(opts["slow_copy_s"])
+        return shutil.copy2(src, dst, **kw)
+    def slow_copytree(src, dst, *args, **kw):
+        if not args:  # the top-level call; the recursion passes copy_function on positionally
+            kw["copy_function"] = slow_copy
+        return real_copytree(src, dst, *args, **kw)
+    shutil.copytree = slow_copytree
+out = mechanisms.execute(int(sys.argv[2]), reg=reg, deadlines=mechanisms.Deadlines(**opts["deadlines"]))
 print("outcome", out, flush=True)
 """
 
@@ -293,6 +394,15 @@ def _pid_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _files(path) -> int:
+    return sum(len(files) for _, _, files in os.walk(path))
+
+
+def _rollback_copies(ckpt: Path, rid: int) -> list[Path]:
+    """The rollback copy being written, whatever its temporary or final name."""
+    return [p for p in ckpt.parent.iterdir() if f"rollback-{rid}" in p.name]
 
 
 def _resume_with_retry(reg, timeout_s: float = 60) -> list:
@@ -307,63 +417,105 @@ def _resume_with_retry(reg, timeout_s: float = 60) -> list:
             time.sleep(1)
 
 
-def test_executor_killed_mid_reconfiguration_is_finished_by_resume(clean_db):
-    app = "crash"
-    ref, sid = f"{app}.s", f"{app}.s"
+@pytest.mark.parametrize("kill_point", ["while_copying_the_checkpoint", "after_the_new_run_was_launched"])
+def test_executor_killed_mid_reconfiguration_is_finished_by_resume(clean_db, kill_point):
+    mid_copy = kill_point == "while_copying_the_checkpoint"
+    app = "crash_copy" if mid_copy else "crash_launch"
+    ref = sid = f"{app}.s"
     data = _registry_data(app, "wordcount", {}, f"{app}/in")
     reg = registry.parse(data)
     executor = None
     try:
+        # The stage starts on an empty input (start-up is slow on a busy machine), then the load begins.
+        first = stages.start_stage(ref, reg, wait_s=240)
         with Feeder(f"{app}/in", "web", seed=51) as feeder:
-            first = stages.start_stage(ref, reg, wait_s=180)
-            eventually(lambda: _commits(clean_db, sid) >= 2, 180, "two committed batches")
+            eventually(lambda: _commits(clean_db, sid) >= 2, 240, "two committed batches")
+            _wait_caught_up(clean_db, sid, "before the reconfiguration")
+            ckpt = Path(_live(clean_db, sid)[0].checkpoint)
             rid = mechanisms.request(ref, "scale_out", cores=2, partitions=4, reg=reg, requested_by="test-crash")
 
             env = dict(os.environ)  # STREAMOPS_DATABASE_URL and STREAMOPS_HOME as conftest set them
             assert env.get("STREAMOPS_DATABASE_URL") and env.get("STREAMOPS_HOME")
+            opts = {"deadlines": {"stop_s": 60, "first_batch_s": 240, "caught_up_s": 300},
+                    "slow_copy_s": 0.2 if mid_copy else 0}
             executor = subprocess.Popen(
-                [sys.executable, "-c", _EXECUTOR, json.dumps(data), str(rid),
-                 json.dumps({"stop_s": 60, "first_batch_s": 180, "caught_up_s": 120})],
+                [sys.executable, "-c", _EXECUTOR, json.dumps(data), str(rid), json.dumps(opts)],
                 env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
-            def stopped():
+            def kill_point_reached():
                 if executor.poll() is not None:
                     out = executor.stdout.read().decode(errors="replace")
                     raise AssertionError(f"the executor exited before it could be killed mid-way: {out[-2000:]}")
-                return _row(clean_db, rid).stopped_at is not None
+                if _row(clean_db, rid).stopped_at is None:
+                    return False
+                if mid_copy:  # the copy has reached the state files (copied last here: ext4 order)
+                    return any((p / "state").is_dir() for p in _rollback_copies(ckpt, rid))
+                return any(d.id != first.deployment_id and d.pid is not None for d in _deployments(clean_db, sid))
 
-            eventually(stopped, 180, "the old run to be stopped by the executor", interval=0.1)
+            eventually(kill_point_reached, 240, f"the executor to reach the kill point {kill_point}", interval=0.1)
             executor.send_signal(signal.SIGKILL)
             executor.wait(30)
             executor.stdout.close()
-            killed_at = _row(clean_db, rid)
-            assert killed_at.status == "running", "the dead executor left its row running"
+            assert _row(clean_db, rid).status == "running", "the dead executor left its row running"
+            if mid_copy:
+                assert [d.id for d in _deployments(clean_db, sid)] == [first.deployment_id], \
+                    "killed before the new run was launched"
+                assert all(_files(p) < _files(ckpt) for p in _rollback_copies(ckpt, rid)), \
+                    "the kill landed while the rollback copy was incomplete"
 
             outcomes = _resume_with_retry(reg)
             mine = [o for o in outcomes if o.reconfiguration_id == rid]
             assert len(mine) == 1, f"resume handled reconfiguration {rid} once: {outcomes}"
-            assert mine[0].status in ("done", "rolled_back"), mine[0]
+            assert mine[0].status in ("done", "rolled_back"), f"{mine[0]}; {_describe(clean_db, sid)}"
             row = _row(clean_db, rid)
             assert row.status == mine[0].status, (row.status, mine[0])
             assert not _open_reconfigurations(clean_db, sid), "nothing left pending or running"
 
-            eventually(lambda: [d.status for d in _live(clean_db, sid)] == ["running"], 180,
+            eventually(lambda: [d.status for d in _live(clean_db, sid)] == ["running"], 240,
                        "exactly one running deployment after resume")
             live = _live(clean_db, sid)[0]
             if row.status == "done":
-                assert (live.cores, live.state_partitions) == (2, 4)
+                assert (live.cores, live.state_partitions) == (2, 4), _describe(clean_db, sid)
             else:
-                assert (live.cores, live.state_partitions, live.pool) == (1, 2, "p1"), "back to the old config"
+                assert (live.cores, live.state_partitions, live.pool) == (1, 2, "p1"), \
+                    f"back to the old config: {_describe(clean_db, sid)}"
                 assert live.id != first.deployment_id
-            # No split brain: every other run of the stage, including the one the dead executor
+            # No split brain: every other run of the stage, including one the dead executor
             # launched, is gone.
             for d in _deployments(clean_db, sid):
                 if d.id != live.id and d.pid is not None:
                     assert not _pid_alive(d.pid), f"deployment {d.id} ({d.status}) still has a live driver pid {d.pid}"
-            _wait_new_commit(clean_db, sid, "after resume")
+            _wait_new_commit(clean_db, sid, f"after resume ({row.status})")
             _settle_and_compare(clean_db, feeder, sid, "wordcount", {})
     finally:
         if executor is not None and executor.poll() is None:
             executor.kill()
             executor.wait(10)
+        _stop_quietly(ref, reg)
+
+
+# --------------------------------------------------------------------------------------------
+# 4. the known bug, reproduced deterministically
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, raises=KnownBug, reason=REPARTITION_BUG)
+def test_pause_resume_repartitions_a_stage_that_is_behind(clean_db):
+    """A stage whose batches take longer than its trigger interval (here: cpu_cost) runs them back
+    to back: exactly when a scale-out is wanted. The scale-out with more partitions must end done."""
+    app = "behind"
+    ref = sid = f"{app}.s"
+    reg = registry.parse(_registry_data(app, "wordcount", {"cpu_cost": 4000}, f"{app}/in"))
+    try:
+        # The stage starts on an empty input (start-up is slow on a busy machine), then the load begins.
+        stages.start_stage(ref, reg, wait_s=240)
+        with Feeder(f"{app}/in", "web", seed=61) as feeder:
+            eventually(lambda: _commits(clean_db, sid) >= 2, 240, "two committed batches")
+            rid = mechanisms.request(ref, "scale_out", cores=2, partitions=4, reg=reg, requested_by="test-behind")
+            outcome = mechanisms.execute(rid, reg=reg, deadlines=DEADLINES)
+            if outcome.status != "done" and _repartition_bug_hit(clean_db, sid, rid):
+                raise KnownBug(f"{outcome.status}: {outcome.detail}")
+            assert outcome.status == "done", f"{outcome.status}: {outcome.detail}; {_describe(clean_db, sid)}"
+            feeder.__exit__()
+    finally:
         _stop_quietly(ref, reg)
