@@ -278,16 +278,18 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
 
 
 @app.command()
-def bench(what: str = typer.Argument("all", help="policies | scale | all"),
-          quick: bool = typer.Option(False, help="fewer seeds and a smaller scale run")) -> None:
-    """Benchmarks: the policy comparison in the simulator, and one control cycle over 10 000
-    stages in PostgreSQL. Results go to bench/results/*.json; a table is printed."""
+def bench(what: str = typer.Argument("all", help="policies | scale | reconfig | all"),
+          quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only")) -> None:
+    """Benchmarks: the policy comparison in the simulator, one control cycle over 10 000 stages
+    in PostgreSQL, and reconfiguration downtime per mechanism and state size (long: real drivers).
+    Results go to bench/results/*.json; a table is printed."""
     from streamops.paths import REPO_ROOT
 
     scripts = {"policies": ["bench/policies.py"] + (["--seeds", "1"] if quick else []),
-               "scale": ["bench/scale.py"] + (["--apps", "100", "--runs", "3"] if quick else [])}
+               "scale": ["bench/scale.py"] + (["--apps", "100", "--runs", "3"] if quick else []),
+               "reconfig": ["bench/reconfig.py"] + (["--quick"] if quick else [])}
     if what not in (*scripts, "all"):
-        _fail(f"unknown benchmark {what!r}; choose policies, scale or all", 2)
+        _fail(f"unknown benchmark {what!r}; choose policies, scale, reconfig or all", 2)
     for name, cmd in scripts.items():
         if what in (name, "all"):
             rc = subprocess.call([sys.executable, *cmd], cwd=REPO_ROOT)
