@@ -37,6 +37,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -357,7 +358,9 @@ def settle(sid: str, min_commits: int, timeout_s: float) -> None:
 
 # --------------------------------------------------------------------------- one state size
 
-def run_size(keys: int, args, mechs: list[str], home: Path, save=lambda samples, setup: None) -> tuple[list[dict], dict]:
+def run_size(keys: int, args, mechs: list[str], home: Path, samples: list[dict], setup: dict,
+             save=lambda: None) -> None:
+    """Measure one state size; appends to `samples` and fills `setup` as it goes (kept on failure)."""
     stage = f"kc{keys}"
     sid = registry.stage_id(APP, stage)
     input_rel = f"{stage}/in"
@@ -365,8 +368,7 @@ def run_size(keys: int, args, mechs: list[str], home: Path, save=lambda samples,
     # The overlap of an active backup needs old + new cores (1 + 2): a 2-core pool refuses it.
     reg_overlap = make_registry(stage, input_rel, args.files_per_trigger, args.overlap_pool_cores)
     input_dir = registry.resolve_path(input_rel)
-    setup: dict = {"state_keys": keys}
-    samples: list[dict] = []
+    setup["state_keys"] = keys
     feeder: Feeder | None = None
     try:
         with console.status(f"generating {keys:,} records …"):
@@ -429,7 +431,7 @@ def run_size(keys: int, args, mechs: list[str], home: Path, save=lambda samples,
                 if outcome.status != "done" or s["old_run_stopped_at_boundary"] is False:
                     s["kept_logs"] = keep_logs(s["logs"], rid, args.logs_dir)
                 samples.append(s)
-                save(samples, setup)  # a killed bench keeps every run measured so far
+                save()  # a killed bench keeps every run measured so far
                 colour = "green" if outcome.status == "done" else "red"
                 say(f"  [{colour}]{outcome.status}[/{colour}]: stop {s['stop_s']}s, repartition {s['repartition_s']}s, "
                     f"restart {s['restart_s']}s, output gap {s['output_gap_s']}s "
@@ -452,7 +454,6 @@ def run_size(keys: int, args, mechs: list[str], home: Path, save=lambda samples,
                 shutil.rmtree(p, ignore_errors=True)
             with db.engine().begin() as conn:
                 conn.execute(text("DELETE FROM sink_outputs WHERE stage_id = :s"), {"s": sid})
-    return samples, setup
 
 
 # --------------------------------------------------------------------------- aggregation
@@ -554,6 +555,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         "in the code is 120 s, raised so that a slow catch-up is measured rather than rolled back")
     p.add_argument("--ingest-timeout", type=float, default=None, help="seconds to wait for the K keys (default 120 + K/1000)")
     p.add_argument("--out", type=Path, default=None, help="result file (default bench/results/reconfig[_quick].json)")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the result file's rows for other sizes/mechanisms (a long run done in parts)")
     p.add_argument("--keep", action="store_true", help="keep the scratch database and STREAMOPS_HOME")
     args = p.parse_args(argv)
     if args.quick:
@@ -566,6 +569,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     args.logs_dir = RESULTS / "reconfig_logs" / out.stem
+
+    def terminated(signum, _frame):  # SIGTERM: unwind through the finally blocks (stop drivers, drop the db)
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, terminated)
     shutil.rmtree(args.logs_dir, ignore_errors=True)
     started = time.monotonic()
     url, admin = scratch_database(SCRATCH_DB)
@@ -583,24 +590,26 @@ def main(argv: list[str] | None = None) -> list[dict]:
     setups: dict[int, dict] = {}
     errors: list[str] = []
     rows: list[dict] = []
+    # --merge: keep the rows of sizes/mechanisms this invocation does not measure (a run split in parts).
+    kept: list[dict] = []
+    if args.merge and out.exists():
+        kept = [r for r in json.loads(out.read_text()) if r["state_keys"] not in args.keys or r["mechanism"] not in mechs]
+
+    def save(final: bool = False) -> list[dict]:
+        new = aggregate(samples, setups, {**machine, "errors": errors, "partial": not final}, args)
+        out.write_text(json.dumps(kept + new, indent=2, default=str))
+        return kept + new
+
     try:
         for keys in args.keys:
             try:
-                def save(partial, setup, keys=keys):
-                    out.write_text(json.dumps(aggregate(samples + partial, {**setups, keys: setup},
-                                                        {**machine, "errors": errors, "partial": True}, args),
-                                              indent=2, default=str))
-                got, setup = run_size(keys, args, mechs, home, save)
-                samples += got
-                setups[keys] = setup
+                run_size(keys, args, mechs, home, samples, setups.setdefault(keys, {}), save)
             except Exception as e:  # noqa: BLE001 - report and go on with the next size
                 msg = f"{keys:,} keys: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 errors.append(msg)
                 say(f"[red]{msg}[/red]")
             finally:
-                # Whatever partial data we have is written after every size: a long run is never lost.
-                rows = aggregate(samples, setups, {**machine, "errors": errors}, args)
-                out.write_text(json.dumps(rows, indent=2, default=str))
+                rows = save()  # whatever was measured is on disk after every size
     finally:
         orphans = launcher_for("local").terminate_all()  # only drivers this process started
         if orphans:
@@ -612,7 +621,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         else:
             say(f"kept database {SCRATCH_DB} and {home}")
     wall = time.monotonic() - started
-    for r in rows:
+    rows = save(final=True)
+    for r in rows[len(kept):]:
         r["machine"]["wall_time_s"] = round(wall, 1)
         r["machine"]["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out.write_text(json.dumps(rows, indent=2, default=str))

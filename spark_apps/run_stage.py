@@ -117,7 +117,7 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
                 log.error("action=failed %s", reason)
                 break
         if status == "stopped":
-            at_boundary = agent.stop_at_batch_boundary(stop_deadline_s)
+            at_boundary = agent.stop_at_batch_boundary(agent.stop_deadline_s or stop_deadline_s)
             reason = f"{agent.stop_reason}; {'at a batch boundary' if at_boundary else 'interrupted a batch at the deadline'}"
     except Exception as e:
         status, code, reason = "failed", 1, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

@@ -114,13 +114,18 @@ def test_a_failing_new_run_is_rolled_back_and_nothing_is_lost(clean_db):
     stages.stop_stage("rc.rb", reg, deadline_s=30)
 
 
+@pytest.mark.reconfig_matrix  # passed on a lightly loaded machine; timed out at load 18: see `make test-reconfig`
 def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db):
     reg = _registry("ps")
     with Feeder("rc/ps", seed=23) as feeder:
         stages.start_stage("rc.ps", reg)
         eventually(lambda: _commits(clean_db, "rc.ps") >= 2, 120, "two committed batches")
         staged = mechanisms.prestage("rc.ps", 4, reg)  # at the alarming level, while the primary runs
-        assert checkpoint.state_partitions(staged.path) == 4 and staged.as_of_batch >= 1
+        # The sink records a commit inside foreachBatch, before Spark writes commits/N, so the
+        # checkpoint may be one batch behind the sink: the copy is as of the checkpoint's batch.
+        assert checkpoint.state_partitions(staged.path) == 4 and staged.as_of_batch >= 0
+        # Spark's offline repartition records itself as one more batch on top of the copy.
+        assert checkpoint.last_committed_batch(staged.path) == staged.as_of_batch + 1
         eventually(lambda: _commits(clean_db, "rc.ps") >= 4, 60, "the primary to keep committing")
         rid = mechanisms.request("rc.ps", "scale_out", cores=2, partitions=4, mechanism="prestaged", reg=reg,
                                  requested_by="test")

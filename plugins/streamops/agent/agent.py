@@ -130,6 +130,7 @@ class StageAgent:
         self.stop_requested = threading.Event()
         self.stop_reason: str | None = None
         self.stop_command_id: int | None = None
+        self.stop_deadline_s: float | None = None  # from the stop command: the launcher escalates after it
         self.last_batch_id: int | None = None
         self.queries: list[StreamingQuery] = []
         self._sink_stats: dict[int, SinkStats] = {}
@@ -250,6 +251,9 @@ class StageAgent:
                     for cmd in conn.execute(db.query("commands_open"), params):
                         conn.execute(db.query("command_ack"), {"id": cmd.id, "deployment_id": self.ctx.deployment_id})
                         if cmd.command == "stop":
+                            deadline = (cmd.args or {}).get("deadline_s")
+                            # Stop well inside the caller's deadline: after it the launcher sends SIGTERM.
+                            self.stop_deadline_s = max(1.0, float(deadline) / 2) if deadline else None
                             self.request_stop(f"stop command {cmd.id}", cmd.id)
             except DBAPIError as e:
                 log.warning("stage %s: cannot poll commands: %s", self.ctx.stage_id, str(e.orig).strip().splitlines()[0])
