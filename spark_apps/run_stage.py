@@ -50,9 +50,31 @@ def _stamp(reconfiguration_id: int, phase: str) -> None:
     log.info("action=reconfigure phase=%s reconfiguration=%d", phase, reconfiguration_id)
 
 
+def finish_pending_batch(spark, stage: Stage, ctx: StageContext, input_dir: Path, ckpt: Path, agent) -> bool:
+    """Run the batch an interrupted stop left planned but uncommitted (offsets/N without
+    commits/N), with the checkpoint's old layout, and stop. The repartitioner refuses such a
+    checkpoint (LAST_BATCH_FAILED), and a stage that runs batches back to back cannot be
+    stopped between two of them, so the new run finishes the old run's batch first."""
+    from spark_apps.stage import start_stage_queries
+
+    planned, committed = checkpoint.last_planned_batch(ckpt), checkpoint.last_committed_batch(ckpt)
+    if planned is None or committed == planned:
+        return False
+    log.info("action=finish-pending-batch batch=%d last_committed=%s", planned, committed)
+    queries = start_stage_queries(spark, stage, ctx, input_dir, ckpt, on_commit=agent.on_commit,
+                                  abort=agent.stop_requested, once=True)
+    for q in queries:
+        q.awaitTermination()
+    if checkpoint.last_committed_batch(ckpt) != planned:
+        raise RuntimeError(f"the pending batch {planned} did not commit; last committed is "
+                           f"{checkpoint.last_committed_batch(ckpt)}")
+    return True
+
+
 def repartition_offline(spark, stage: Stage, ckpt: Path, partitions: int) -> float | None:
     """Rewrite the checkpoint's state to `partitions` before the query starts (it must be
-    stopped: it is not started yet). Needs RocksDB state and at least one committed batch.
+    stopped: it is not started yet). Needs RocksDB state and at least one committed batch,
+    and no pending batch (see finish_pending_batch).
     Returns the seconds it took, or None when there was nothing to do."""
     current = checkpoint.state_partitions(ckpt)
     if not stage.stateful or current in (None, partitions) or checkpoint.last_committed_batch(ckpt) is None:
@@ -75,8 +97,8 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     )
     ctx = StageContext(sid, deployment_id, dep.cores, dep.state_partitions, stage.trigger_interval_ms)
     input_dir = resolve_path(stage.source.path)
-    checkpoint = Path(dep.checkpoint)
-    log.info("action=start cores=%d partitions=%d input=%s checkpoint=%s", dep.cores, dep.state_partitions, input_dir, checkpoint)
+    ckpt = Path(dep.checkpoint)
+    log.info("action=start cores=%d partitions=%d input=%s checkpoint=%s", dep.cores, dep.state_partitions, input_dir, ckpt)
 
     # Imported here: the JVM start is the slow part and is logged as such.
     from spark_apps.stage import build_session, start_stage_queries
@@ -85,20 +107,22 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     from streamops.plan.options import OperatorOptions
 
     opts = OperatorOptions.from_params(stage.policy.params)
-    agent = StageAgent(spark, ctx, input_dir, checkpoint, operator_period_s=opts.local_period_s)
+    agent = StageAgent(spark, ctx, input_dir, ckpt, operator_period_s=opts.local_period_s)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop("SIGINT"))
     agent.attach()
     status, reason, code = "stopped", None, 0
     reconfiguration_id = dep.config.get("reconfiguration_id")
     try:
-        took = repartition_offline(spark, stage, checkpoint, dep.state_partitions)
+        if stage.stateful and checkpoint.state_partitions(ckpt) not in (None, dep.state_partitions):
+            finish_pending_batch(spark, stage, ctx, input_dir, ckpt, agent)
+        took = repartition_offline(spark, stage, ckpt, dep.state_partitions)
         if reconfiguration_id:
             _stamp(reconfiguration_id, "state_ready")
             if took is not None:
                 with db.engine().begin() as conn:
                     conn.execute(db.query("reconfiguration_repartition"), {"id": reconfiguration_id, "ms": took * 1000})
-        agent.queries = start_stage_queries(spark, stage, ctx, input_dir, checkpoint, on_commit=agent.on_commit,
+        agent.queries = start_stage_queries(spark, stage, ctx, input_dir, ckpt, on_commit=agent.on_commit,
                                             abort=agent.stop_requested, fault=dep.config.get("fault"))
         if reconfiguration_id:
             _stamp(reconfiguration_id, "restarted")

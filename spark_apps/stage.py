@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -61,6 +62,17 @@ def _failing(sink):
     return fail
 
 
+def _slow(sink, seconds: float = 3.0):
+    """Fault injector (tests): every batch takes `seconds` longer than the trigger interval, so
+    batches run back to back and a stop can only interrupt one (a stage that is behind)."""
+
+    def slow(df, batch_id: int) -> None:
+        time.sleep(seconds)
+        sink(df, batch_id)
+
+    return slow
+
+
 def start_stage_queries(
     spark: SparkSession,
     stage: Stage,
@@ -71,9 +83,12 @@ def start_stage_queries(
     available_now: bool = False,
     abort: threading.Event | None = None,
     fault: str | None = None,
+    once: bool = False,
 ) -> list[StreamingQuery]:
-    """Start [main, quarantine]. `available_now` drains the input and stops (tests). `abort`
-    (the agent's stop request) cuts short the sinks' retries while the database is away."""
+    """Start [main, quarantine]. `available_now` drains the input and stops (tests). `once`
+    runs a single batch and stops: after an interrupted stop, that batch is the pending one
+    (offsets/N without commits/N). `abort` (the agent's stop request) cuts short the sinks'
+    retries while the database is away."""
     workload = WORKLOADS[stage.workload]
     spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
     Path(input_dir).mkdir(parents=True, exist_ok=True)
@@ -98,8 +113,12 @@ def start_stage_queries(
 
     if fault == "fail_batches":
         sink = _failing(sink)
+    elif fault == "slow_batches":
+        sink = _slow(sink)
 
     def trigger(writer):
+        if once:
+            return writer.trigger(once=True)
         if available_now:
             return writer.trigger(availableNow=True)
         return writer.trigger(processingTime=f"{ctx.trigger_interval_ms} milliseconds")

@@ -10,8 +10,8 @@ records: no key lost, none double-counted.
 * a seeded random sequence of 10 reconfigurations of one wordcount stage;
 * crash safety: the executor (a separate process) is SIGKILLed mid-way and
   `mechanisms.resume` must finish or roll back its reconfiguration;
-* a deterministic reproduction of a known bug (strict xfail): pause-resume cannot repartition
-  a stage that is behind.
+* a stage that is behind (batches back to back, so a stop always interrupts one) still
+  repartitions: the new run finishes the interrupted batch before the offline repartition.
 """
 
 from __future__ import annotations
@@ -58,24 +58,6 @@ TICK_S = 2.0
 DEADLINES = mechanisms.Deadlines(stop_s=60, first_batch_s=240, caught_up_s=300)
 PHASES = ["requested_at", "stop_requested_at", "stopped_at", "state_ready_at", "restarted_at",
           "first_batch_done_at", "caught_up_at", "finished_at"]
-
-# Seen under load in the matrix and the random walk (and reproduced deterministically by
-# test_pause_resume_repartitions_a_stage_that_is_behind below).
-REPARTITION_BUG = (
-    "BUG: pause_resume with a partition change fails whenever the stop of the old run interrupts a batch: "
-    "StageAgent.stop_at_batch_boundary waits for isTriggerActive == False, which never happens while batches "
-    "run back to back (a stage that is behind, or batches longer than the trigger interval), so after the "
-    "30 s deadline it stops mid-batch (offsets/N without commits/N); run_stage.repartition_offline then "
-    "fails with STATE_REPARTITION_INVALID_CHECKPOINT.LAST_BATCH_FAILED, the new run dies before its first "
-    "commit and the reconfiguration is rolled back instead of done (the stop command's deadline_s is also "
-    "ignored by the driver, which uses its own 30 s)"
-)
-REPARTITION_BUG_SIGNATURE = "STATE_REPARTITION_INVALID_CHECKPOINT.LAST_BATCH_FAILED"
-
-
-class KnownBug(Exception):
-    """Raised when a documented bug's exact signature is observed (see the xfail reasons)."""
-
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -179,23 +161,13 @@ def _wait_caught_up(engine, sid: str, what: str, timeout_s: float = 300) -> None
     eventually(caught_up, timeout_s, f"{sid} to catch up with its input {what}", interval=1)
 
 
-def _repartition_bug_hit(engine, sid: str, rid: int) -> bool:
-    """The rolled-back new run died of the known offline-repartition bug (its log says so)."""
-    if _row(engine, rid).status != "rolled_back":
-        return False
-    runs = [d for d in _deployments(engine, sid) if (d.config or {}).get("reconfiguration_id") == rid]
-    return any(REPARTITION_BUG_SIGNATURE in _log_of(d) for d in runs)
-
-
 def _reconfigure(engine, reg, ref: str, sid: str, mechanism: str, action: str, **target) -> int:
     """request + execute one reconfiguration in steady state; it must end done, with the target
-    deployed and running, and the new run must keep committing. Raises KnownBug on the known bug."""
+    deployed and running, and the new run must keep committing."""
     _wait_caught_up(engine, sid, f"before {action} {target}")
     rid = mechanisms.request(ref, action, mechanism=mechanism, reg=reg, requested_by="test-matrix", **target)
     outcome = mechanisms.execute(rid, reg=reg, deadlines=DEADLINES)
     what = f"{action} {target} with {mechanism} (reconfiguration {rid})"
-    if outcome.status != "done" and _repartition_bug_hit(engine, sid, rid):
-        raise KnownBug(f"{what}: {outcome.status}: {outcome.detail}")
     assert outcome.status == "done", f"{what}: {outcome.status}: {outcome.detail}; {_describe(engine, sid)}"
     row = _row(engine, rid)
     assert row.status == "done" and row.mechanism == mechanism, (what, row.status, row.mechanism)
@@ -276,7 +248,6 @@ def test_scale_out_scale_in_migrate_matches_the_oracle(clean_db, mechanism, work
     reg = registry.parse(_registry_data(app, workload, params, f"{app}/in",
                                         pool_cores=4 if mechanism in OVERLAPPING else 2))
     rids: list[int] = []
-    bug = None
     try:
         # The stage starts on an empty input (start-up is slow on a busy machine), then the load begins.
         first = stages.start_stage(ref, reg, wait_s=240)
@@ -284,18 +255,12 @@ def test_scale_out_scale_in_migrate_matches_the_oracle(clean_db, mechanism, work
             eventually(lambda: _commits(clean_db, sid) >= 2, 240, "two committed batches")
             initial = _live(clean_db, sid)[0]
             assert (initial.cores, initial.state_partitions, initial.pool) == (1, 2, "p1")
-            try:
-                for action, target in [("scale_out", {"cores": 2, "partitions": 4}),
-                                       ("scale_in", {"cores": 1, "partitions": 2}),
-                                       ("migrate", {"pool": "p2"})]:
-                    rids.append(_reconfigure(clean_db, reg, ref, sid, mechanism, action, **target))
-            except KnownBug as e:
-                bug = e  # still check below that the rollback lost and doubled nothing
-                _wait_new_commit(clean_db, sid, "after the rollback")
+            for action, target in [("scale_out", {"cores": 2, "partitions": 4}),
+                                   ("scale_in", {"cores": 1, "partitions": 2}),
+                                   ("migrate", {"pool": "p2"})]:
+                rids.append(_reconfigure(clean_db, reg, ref, sid, mechanism, action, **target))
             _settle_and_compare(clean_db, feeder, sid, workload, params)
 
-        if bug is not None:
-            pytest.xfail(f"{REPARTITION_BUG} [{bug}] (the sink still equals the oracle after the rollback)")
         _assert_rows_well_formed(clean_db, rids)
         assert not _open_reconfigurations(clean_db, sid)
         live = _live(clean_db, sid)
@@ -347,7 +312,6 @@ def test_ten_random_reconfigurations_in_a_row_match_the_oracle(clean_db):
     ref = sid = f"{app}.s"
     reg = registry.parse(_registry_data(app, "wordcount", {}, f"{app}/in"))
     rids: list[int] = []
-    bug = None
     try:
         # The stage starts on an empty input (start-up is slow on a busy machine), then the load begins.
         stages.start_stage(ref, reg, wait_s=240)
@@ -356,16 +320,10 @@ def test_ten_random_reconfigurations_in_a_row_match_the_oracle(clean_db):
             for i, (action, target) in enumerate(plan):
                 try:
                     rids.append(_reconfigure(clean_db, reg, ref, sid, "pause_resume", action, **target))
-                except KnownBug as e:
-                    bug = f"step {i} of seed {RANDOM_SEED}: {e}"
-                    _wait_new_commit(clean_db, sid, "after the rollback")
-                    break
                 except AssertionError as e:
                     raise AssertionError(f"step {i} of seed {RANDOM_SEED} plan {plan}: {e}") from None
             _settle_and_compare(clean_db, feeder, sid, "wordcount", {})
 
-        if bug is not None:
-            pytest.xfail(f"{REPARTITION_BUG} [{bug}] (the sink still equals the oracle after the rollback)")
         _assert_rows_well_formed(clean_db, rids)
         last = plan[-1][1]
         final = _live(clean_db, sid)
@@ -509,27 +467,34 @@ def test_executor_killed_mid_reconfiguration_is_finished_by_resume(clean_db, kil
 
 
 # --------------------------------------------------------------------------------------------
-# 4. the known bug, reproduced deterministically
+# 4. a stage that is behind: every stop interrupts a batch
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=KnownBug, reason=REPARTITION_BUG)
 def test_pause_resume_repartitions_a_stage_that_is_behind(clean_db):
-    """A stage whose batches take longer than its trigger interval (here: cpu_cost) runs them back
-    to back: exactly when a scale-out is wanted. The scale-out with more partitions must end done."""
+    """A stage whose batches take longer than its trigger interval (here: a slow sink, injected)
+    runs them back to back, exactly when a scale-out is wanted, so the stop lands mid-batch (offsets/N without
+    commits/N) and the offline repartitioner refuses such a checkpoint. The new run must finish
+    that batch with the old layout, repartition, and lose or double nothing."""
     app = "behind"
     ref = sid = f"{app}.s"
-    reg = registry.parse(_registry_data(app, "wordcount", {"cpu_cost": 4000}, f"{app}/in"))
+    params: dict = {}
+    reg = registry.parse(_registry_data(app, "wordcount", params, f"{app}/in"))
     try:
         # The stage starts on an empty input (start-up is slow on a busy machine), then the load begins.
-        stages.start_stage(ref, reg, wait_s=240)
+        stages.start_stage(ref, reg, wait_s=240, fault="slow_batches")
         with Feeder(f"{app}/in", "web", seed=61) as feeder:
             eventually(lambda: _commits(clean_db, sid) >= 2, 240, "two committed batches")
             rid = mechanisms.request(ref, "scale_out", cores=2, partitions=4, reg=reg, requested_by="test-behind")
-            outcome = mechanisms.execute(rid, reg=reg, deadlines=DEADLINES)
-            if outcome.status != "done" and _repartition_bug_hit(clean_db, sid, rid):
-                raise KnownBug(f"{outcome.status}: {outcome.detail}")
+            # A 10 s stop deadline: the driver waits half of it for a boundary that never comes.
+            short = mechanisms.Deadlines(stop_s=10, first_batch_s=240, caught_up_s=300)
+            outcome = mechanisms.execute(rid, reg=reg, deadlines=short)
             assert outcome.status == "done", f"{outcome.status}: {outcome.detail}; {_describe(clean_db, sid)}"
-            feeder.__exit__()
+            old = next(d for d in _deployments(clean_db, sid) if (d.config or {}).get("reconfiguration_id") != rid)
+            new = next(d for d in _deployments(clean_db, sid) if (d.config or {}).get("reconfiguration_id") == rid)
+            assert "interrupted a batch" in (old.stop_reason or ""), f"the stop was not mid-batch: {old.stop_reason}"
+            assert "action=finish-pending-batch" in _log_of(new), "the new run did not finish the interrupted batch"
+            assert "action=repartition partitions=2->4" in _log_of(new)
+            _settle_and_compare(clean_db, feeder, sid, "wordcount", params)
     finally:
         _stop_quietly(ref, reg)
