@@ -8,7 +8,8 @@ CREATE TABLE failures (
     deployment_id           bigint REFERENCES deployments (id) ON DELETE SET NULL,  -- the run that failed
     kind                    text NOT NULL CHECK (kind IN ('stale_heartbeat', 'dead_pid', 'query_failed')),
     detail                  text NOT NULL,
-    last_commit_at          timestamptz,          -- the last output before the failure (start of the outage)
+    failed_at               timestamptz NOT NULL,  -- last sign of life: the run's last heartbeat, or its recorded end
+    last_commit_at          timestamptz,          -- the last output before the failure (start of the output gap)
     detected_at             timestamptz NOT NULL DEFAULT now(),
     attempts                integer NOT NULL DEFAULT 0,   -- restarts tried for this failure
     recovery_deployment_id  bigint REFERENCES deployments (id) ON DELETE SET NULL,
@@ -16,7 +17,7 @@ CREATE TABLE failures (
     status                  text NOT NULL DEFAULT 'recovering'
                             CHECK (status IN ('recovering', 'recovered', 'gave_up')),
     closed_at               timestamptz,
-    -- MTTR of this failure: detection to the first output of the recovered run.
+    -- Time to recovery: the failure (failed_at) to the first output of the recovering run.
     mttr_ms                 double precision,
     -- The output gap the failure caused (last commit before it → first commit after it).
     downtime_ms             double precision
