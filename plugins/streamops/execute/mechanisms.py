@@ -8,6 +8,7 @@ never reconfigure one stage at once and a dead executor's row can be found and f
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import logging
 import shutil
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 from sqlalchemy import Connection, text
 
@@ -69,6 +70,20 @@ def _unlock(conn: Connection, stage_id: str) -> None:
     # Explicitly: closing a pooled connection does not end its session, so the lock would outlive us.
     conn.execute(text("SELECT pg_advisory_unlock(hashtext('reconfigure:' || :s))"), {"s": stage_id})
     conn.commit()
+
+
+@contextlib.contextmanager
+def stage_lock(stage_id: str) -> Iterator[bool]:
+    """Hold the stage's lock for a whole action (the watchdog's restart): yields whether it was
+    free. Reconfigurations take the same lock, so the two never act on one stage at once."""
+    conn = db.engine().connect()
+    got = _try_lock(conn, stage_id)
+    try:
+        yield got
+    finally:
+        if got:
+            _unlock(conn, stage_id)
+        conn.close()
 
 
 class Execution:
@@ -485,21 +500,36 @@ def request(stage_ref: str, action: str, *, cores: int | None = None, partitions
     return rid
 
 
-def resume(reg: registry.Registry | None = None, progress: Progress = lambda _: None) -> list[Outcome]:
+def resume(reg: registry.Registry | None = None, progress: Progress = lambda _: None, *,
+           statuses: tuple[str, ...] = ("pending", "running"), stage_ids: Iterable[str] | None = None,
+           apps: Iterable[str] | None = None, actions: Iterable[str] | None = None,
+           keep_going: Callable[[], bool] = lambda: True) -> list[Outcome]:
     """Finish what a dead executor left: `running` rows whose stage lock is free are rolled back
-    to the previous configuration unless the new run already committed; `pending` rows are run."""
+    to the previous configuration unless the new run already committed; `pending` rows are run.
+    The filters narrow it to some stages, apps or actions; `keep_going` is asked before each
+    row (a maintenance window that closed stops starting new actions)."""
     reg = reg or registry.load()
     with db.engine().connect() as conn:
-        rows = conn.execute(text("SELECT * FROM reconfigurations WHERE status IN ('pending','running') ORDER BY id")).all()
+        rows = conn.execute(text(
+            "SELECT * FROM reconfigurations WHERE status = ANY(:st) "
+            "AND (CAST(:stages AS text[]) IS NULL OR stage_id = ANY(CAST(:stages AS text[]))) "
+            "AND (CAST(:apps AS text[]) IS NULL OR app = ANY(CAST(:apps AS text[]))) "
+            "AND (CAST(:actions AS text[]) IS NULL OR action = ANY(CAST(:actions AS text[]))) ORDER BY id"), {
+            "st": list(statuses), "stages": None if stage_ids is None else list(stage_ids),
+            "apps": None if apps is None else list(apps), "actions": None if actions is None else list(actions),
+        }).all()
     outcomes = []
     for row in rows:
-        if row.status == "pending":
-            try:
+        if not keep_going():
+            progress(f"stopped before reconfiguration {row.id} of {row.stage_id}: no longer allowed to start actions")
+            break
+        try:
+            if row.status == "pending":
                 outcomes.append(execute(row.id, reg=reg, progress=progress))
-            except ReconfigurationBusy as e:
-                progress(str(e))
-            continue
-        outcomes.append(_recover_running(row, reg, progress))
+            else:
+                outcomes.append(_recover_running(row, reg, progress))
+        except ReconfigurationBusy as e:
+            progress(str(e))
     return outcomes
 
 

@@ -1,0 +1,56 @@
+"""streamops_reconfigure: realize one reconfiguration of a stage (manual, and triggered by re-plan)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from airflow.sdk import Param, dag, task
+
+from streamops.orchestrate.tasks import ACTIONS, choices
+
+CHOICES = choices()
+
+
+@dag(
+    dag_id="streamops_reconfigure",
+    schedule=None,
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    tags=["streamops", "reconfigure"],
+    doc_md="""
+### Reconfigure a stage
+Scale out, scale in or migrate a live stateful stage with one of the mechanisms of
+`docs/reconfiguration.md` (pause–resume, pre-staged checkpoint, active backup). The task log
+shows every phase and the measured downtime (the output gap). A new run that fails is rolled
+back and the task fails with the reason. **resume-pending** realizes what re-plan granted.
+
+Runs share the `streamops_reconfigure` pool; a per-stage database lock still serializes
+changes to one stage, whoever asks.
+""",
+    params={
+        "stage": Param(CHOICES["stages"][0] if CHOICES["stages"] else "", enum=CHOICES["stages"],
+                       description="app.stage"),
+        "action": Param("scale-out", enum=list(ACTIONS)),
+        "cores": Param(None, type=["null", "integer"], minimum=1, description="target cores"),
+        "partitions": Param(None, type=["null", "integer"], minimum=1,
+                            description="target state partitions (offline repartition)"),
+        "pool": Param(None, type=["null", "string"], enum=[None, *CHOICES["pools"]],
+                      description="target pool (migrate)"),
+        "mechanism": Param("pause_resume", enum=CHOICES["mechanisms"]),
+    },
+    # Not retried: a failed reconfiguration was rolled back, and repeating it is a new decision.
+    default_args={"retries": 0},
+)
+def streamops_reconfigure():
+    @task(pool="streamops_reconfigure")
+    def reconfigure(params: dict | None = None, dag_run=None) -> dict:
+        from streamops.orchestrate import tasks
+
+        user = getattr(dag_run, "triggering_user_name", None) or "airflow"
+        return tasks.reconfigure(params["stage"], params["action"], params["cores"], params["partitions"],
+                                 params["pool"], params["mechanism"], requested_by=f"user:{user} (airflow)")
+
+    reconfigure()
+
+
+streamops_reconfigure()

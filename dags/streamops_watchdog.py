@@ -1,0 +1,44 @@
+"""streamops_watchdog: detect failed stages and restart them from their checkpoints (every minute)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import Param, dag, task
+
+
+@dag(
+    dag_id="streamops_watchdog",
+    schedule=timedelta(minutes=1),
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    tags=["streamops", "recovery"],
+    doc_md="""
+### Watchdog
+Finds failed stage runs (dead driver, stale heartbeat, failed query), records a `failures` row,
+and restarts each from its checkpoint; the replayable source and idempotent sink keep the
+output identical to a failure-free run. Records the time to recovery (MTTR) and the output gap.
+Also finishes or rolls back reconfigurations a crashed executor left `running`.
+
+**Alert:** after `max_restarts` failed restarts in a row the stage is marked `failed`
+(`stages.health`) and this DAG's task fails, naming the stage, until it is redeployed.
+""",
+    params={
+        "max_restarts": Param(3, type="integer", minimum=1, description="restarts in a row before giving up"),
+        "stale_s": Param(60, type="integer", minimum=10, description="heartbeat age that counts as a failure"),
+    },
+    # Not retried: the next minute's run is the retry, and a give-up must stay a visible failure.
+    default_args={"retries": 0},
+)
+def streamops_watchdog():
+    @task
+    def recover(params: dict | None = None) -> dict:
+        from streamops.orchestrate import tasks
+
+        return tasks.watchdog(max_restarts=int(params["max_restarts"]), stale_s=float(params["stale_s"]))
+
+    recover()
+
+
+streamops_watchdog()

@@ -1,0 +1,258 @@
+"""The Airflow installation streamops runs: its configuration, secrets, metadata database and
+background processes (api-server, scheduler, dag-processor, triggerer).
+
+Configuration is environment variables (written to `$AIRFLOW_HOME/env.sh` too, so that an
+operator can `source` it and use the `airflow` CLI by hand). Metadata lives in the embedded
+PostgreSQL's `airflow` database; the executor is the LocalExecutor. Auth is the Simple auth
+manager with an admin and a read-only viewer, whose passwords we generate once, mode 0600.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamops.paths import REPO_ROOT, registry_path, state_dir
+from streamops.store import db
+
+log = logging.getLogger(__name__)
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+USERS = {"admin": "admin", "viewer": "viewer"}  # username → Simple auth manager role
+RECONFIGURE_POOL = "streamops_reconfigure"
+
+
+@dataclass(frozen=True)
+class AirflowSite:
+    home: Path
+    database: str
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def site(home: Path | None = None, database: str | None = None, port: int | None = None) -> AirflowSite:
+    """The demo's site by default; tests pass their own home, database and port."""
+    return AirflowSite(
+        home=home or Path(os.environ.get("STREAMOPS_AIRFLOW_HOME", state_dir() / "airflow")),
+        database=database or os.environ.get("STREAMOPS_AIRFLOW_DB", "airflow"),
+        port=port or int(os.environ.get("STREAMOPS_AIRFLOW_PORT", "8080")),
+    )
+
+
+def _write_private(path: Path, content: str) -> None:
+    """Create with mode 0600 from the start: a secret is never readable by others, even briefly."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(content)
+    os.chmod(path, 0o600)
+
+
+def _secrets(s: AirflowSite) -> dict[str, str]:
+    path = s.home / "secrets.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    values = {"jwt_secret": secrets.token_urlsafe(48), "api_secret_key": secrets.token_urlsafe(32)}
+    _write_private(path, json.dumps(values))
+    return values
+
+
+def passwords_file(s: AirflowSite) -> Path:
+    return s.home / "passwords.json"
+
+
+def passwords(s: AirflowSite) -> dict[str, str]:
+    """The users' passwords, generated at first use (the Simple auth manager reads this file)."""
+    path = passwords_file(s)
+    current = json.loads(path.read_text()) if path.exists() else {}
+    missing = [u for u in USERS if u not in current]
+    if missing:
+        current.update({u: secrets.token_urlsafe(12) for u in missing})
+        _write_private(path, json.dumps(current) + "\n")
+    return current
+
+
+def metadata_url(s: AirflowSite) -> str:
+    base = db.libpq_url(db.database_url()).rsplit("/", 1)[0]
+    return db.sqlalchemy_url(f"{base}/{s.database}")
+
+
+def environment(s: AirflowSite) -> dict[str, str]:
+    """What every Airflow process (and the tasks it runs) needs, on top of os.environ."""
+    sec = _secrets(s)
+    passwords(s)
+    venv_bin = str(Path(sys.executable).parent)
+    env = {
+        "AIRFLOW_HOME": str(s.home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        # Two cores: a few task processes at a time; reconfigurations are further limited by a pool.
+        "AIRFLOW__CORE__PARALLELISM": "8",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{s.base_url}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in USERS.items()),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file(s)),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url(s),
+        "AIRFLOW__API__BASE_URL": s.base_url,
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(s.port),
+        "AIRFLOW__API__SECRET_KEY": sec["api_secret_key"],
+        "AIRFLOW__API_AUTH__JWT_SECRET": sec["jwt_secret"],
+        # New or edited DAG files show up within seconds in the demo.
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "STREAMOPS_HOME": str(state_dir()),
+        "STREAMOPS_APPS": str(registry_path()),
+        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",  # components spawn `airflow`
+    }
+    if os.environ.get("STREAMOPS_DATABASE_URL"):
+        env["STREAMOPS_DATABASE_URL"] = os.environ["STREAMOPS_DATABASE_URL"]
+    return env
+
+
+def _airflow(s: AirflowSite, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    cmd = [str(Path(sys.executable).parent / "airflow"), *args]
+    res = subprocess.run(cmd, env={**os.environ, **environment(s)}, capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"`airflow {' '.join(args)}` failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    return res
+
+
+def _ensure_database(s: AirflowSite) -> None:
+    import psycopg2
+
+    base = db.libpq_url(db.database_url()).rsplit("/", 1)[0]
+    conn = psycopg2.connect(f"{base}/postgres")
+    conn.autocommit = True  # CREATE DATABASE cannot run inside a transaction
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (s.database,))
+            if cur.fetchone() is None:
+                cur.execute(f'CREATE DATABASE "{s.database}"')
+    finally:
+        conn.close()
+
+
+def init(s: AirflowSite) -> float:
+    """Create and migrate the metadata database, the reconfiguration pool and `env.sh`. Idempotent.
+    Returns the seconds it took."""
+    started = time.monotonic()
+    s.home.mkdir(parents=True, exist_ok=True)
+    _ensure_database(s)
+    _airflow(s, "db", "migrate")
+    # One reconfiguration at a time on this 2-core machine; the per-stage database lock still
+    # serializes a stage's changes whatever the pool size.
+    _airflow(s, "pools", "set", RECONFIGURE_POOL, "1", "streamops reconfigurations running at once")
+    env = environment(s)
+    _write_private(s.home / "env.sh", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items())))
+    return time.monotonic() - started
+
+
+def _pid_file(s: AirflowSite, component: str) -> Path:
+    return s.home / "run" / f"{component}.pid"
+
+
+def log_file(s: AirflowSite, component: str) -> Path:
+    return s.home / "logs" / f"{component}.log"
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def running(s: AirflowSite) -> dict[str, int]:
+    out = {}
+    for c in COMPONENTS:
+        p = _pid_file(s, c)
+        if p.exists():
+            try:
+                pid = int(p.read_text())
+            except ValueError:
+                continue
+            if _alive(pid):
+                out[c] = pid
+    return out
+
+
+def health(s: AirflowSite, timeout: float = 3.0) -> dict | None:
+    """The api-server's /api/v2/monitor/health document, or None while it is not answering."""
+    import httpx
+
+    try:
+        r = httpx.get(f"{s.base_url}/api/v2/monitor/health", timeout=timeout)
+        return r.json() if r.status_code == 200 else None
+    except httpx.HTTPError:
+        return None
+
+
+def up(s: AirflowSite, wait_s: float = 240, progress=lambda _: None) -> float:
+    """Start the four components in the background (each in its own session, so that `down`
+    stops a component with its children) and wait until the API answers and the scheduler and
+    dag-processor are healthy. Returns the seconds it took."""
+    started = time.monotonic()
+    env = {**os.environ, **environment(s)}
+    already = running(s)
+    for c in COMPONENTS:
+        if c in already:
+            progress(f"airflow {c} already running (pid {already[c]})")
+            continue
+        log_path = log_file(s, c)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        _pid_file(s, c).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), c], env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                    cwd=s.home)
+        _pid_file(s, c).write_text(str(proc.pid))
+        progress(f"airflow {c} started (pid {proc.pid}, log {log_path})")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        h = health(s)
+        if h and all((h.get(k) or {}).get("status") == "healthy" for k in ("metadatabase", "scheduler", "dag_processor")):
+            return time.monotonic() - started
+        dead = [c for c in COMPONENTS if c not in running(s)]
+        if dead:
+            raise RuntimeError(f"airflow {', '.join(dead)} exited during start-up; see {log_file(s, dead[0])}")
+        time.sleep(2)
+    raise TimeoutError(f"Airflow was not healthy within {wait_s:.0f}s (last health: {health(s)}); "
+                       f"see the logs under {s.home / 'logs'}")
+
+
+def down(s: AirflowSite, timeout_s: float = 30) -> list[str]:
+    """SIGTERM every component's process group, SIGKILL what is left after `timeout_s`."""
+    procs = running(s)
+    for pid in procs.values():
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_alive(p) for p in procs.values()):
+        time.sleep(0.5)
+    for pid in procs.values():
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for c in COMPONENTS:
+        _pid_file(s, c).unlink(missing_ok=True)
+    return list(procs)

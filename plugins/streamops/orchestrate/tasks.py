@@ -1,0 +1,212 @@
+"""What each Airflow task does: one function per task, called with the task's Params.
+
+The DAG files stay thin (a schedule, Params, one call here per task). These functions log each
+step with the stage and the action, return a small JSON-able summary (the task's XCom), and
+raise with a clear message when the platform did not do what was asked, so that the task,
+and the run, fail visibly in the UI.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Any
+
+from streamops import registry
+
+log = logging.getLogger("streamops.airflow")
+
+ACTIONS = ("scale-out", "scale-in", "migrate", "resume-pending")
+
+
+def _say(msg: str) -> None:
+    log.info("%s", msg)
+
+
+# -- Param choices (read at DAG parse time: registry only, no Spark, no database) -------------
+def choices() -> dict[str, list[str]]:
+    """Apps, stages, pools and mechanisms, for the trigger forms' enums."""
+    from streamops.execute.mechanisms import MECHANISMS
+
+    reg = registry.load()
+    return {
+        "apps": sorted(reg.apps),
+        "stages": sorted(registry.stage_id(a, s) for a, s, _ in reg.stages()),
+        "pools": sorted(reg.pools),
+        "mechanisms": list(MECHANISMS),
+    }
+
+
+# -- streamops_deploy -------------------------------------------------------------------------
+def deploy(app: str, restart: bool = False, wait_s: float = 240) -> dict[str, Any]:
+    """Validate and sync the registry, then make sure every stage of `app` runs. A running stage
+    is left alone unless `restart`; a stage that is not running starts with its configured pool
+    and cores (from apps.yaml) from its checkpoint."""
+    from streamops.execute import stages, watchdog
+
+    reg = registry.load()
+    synced = stages.sync_registry(reg, [app])
+    watchdog.clear_health(synced)  # a deploy puts a given-up stage back under the watchdog
+    _say(f"app {app}: action=sync registry synced, stages {', '.join(synced)}")
+    result = {}
+    for sid in synced:
+        _, _, st = reg.stage(sid)
+        if restart:
+            try:
+                stages.stop_stage(sid, reg, requested_by="airflow:streamops_deploy", progress=_say)
+            except stages.StageNotRunning:
+                pass
+        res = stages.start_stage(sid, reg, cores=st.cores.initial, pool=st.pool, wait_s=wait_s, progress=_say)
+        if res.already_running:
+            _say(f"stage {sid}: action=deploy already running (deployment {res.deployment_id}); left alone")
+            result[sid] = {"deployment": res.deployment_id, "action": "left running"}
+        else:
+            _say(f"stage {sid}: action=deploy running (deployment {res.deployment_id}, {st.cores.initial} cores, "
+                 f"pool {st.pool})")
+            result[sid] = {"deployment": res.deployment_id, "action": "restarted" if restart else "started"}
+    return result
+
+
+# -- streamops_replan -------------------------------------------------------------------------
+def replan_apps() -> list[str]:
+    """The apps a re-plan covers: those synced into the database (deployed at least once)."""
+    from sqlalchemy import text
+
+    from streamops.store import db
+
+    with db.engine().connect() as conn:
+        return [r.name for r in conn.execute(text("SELECT name FROM apps ORDER BY name"))]
+
+
+def replan(app: str) -> list[dict[str, Any]]:
+    """One Application Manager cycle for `app` (its stages' Operator Managers first). Local
+    grants (pre-stage, release) are realized here; granted scale-outs are returned as confs for
+    `streamops_reconfigure`; disruptive grants stay pending for the maintenance window."""
+    from streamops import control
+    from streamops.execute import mechanisms
+
+    report = control.replan(app, decided_by="airflow:streamops_replan")
+    _say(f"app {app}: action=replan {report.stages_analyzed} stage window(s), {len(report.requests)} request(s), "
+         f"{report.seconds['total_s'] * 1000:.0f} ms")
+    realize = []
+    for r in control.to_rows(report):
+        _say(f"stage {r['stage']}: action=decide {r['action']} → {r['outcome']}: {r['reason']}"
+             + (f" (reconfiguration {r['reconfiguration']} pending)" if r["reconfiguration"] else ""))
+        if r["outcome"] != "granted":
+            continue
+        if r["action"] == "prestage":
+            try:
+                staged = mechanisms.prestage(r["stage"], None, progress=_say)
+                _say(f"stage {r['stage']}: action=prestage staged as of batch {staged.as_of_batch}")
+            except (RuntimeError, ValueError) as e:
+                log.warning("stage %s: action=prestage failed: %s", r["stage"], e)
+        elif r["action"] == "release_prestage":
+            mechanisms.release(r["stage"])
+            _say(f"stage {r['stage']}: action=release staged copy discarded")
+        elif r["action"] == "scale_out" and r["reconfiguration"]:
+            realize.append({"stage": r["stage"], "action": "resume-pending"})
+    return realize
+
+
+# -- streamops_reconfigure --------------------------------------------------------------------
+def reconfigure(stage: str, action: str, cores: int | None = None, partitions: int | None = None,
+                pool: str | None = None, mechanism: str = "pause_resume",
+                requested_by: str = "user:airflow-ui") -> dict[str, Any]:
+    """Realize one reconfiguration of `stage` and log every phase; `resume-pending` realizes the
+    stage's pending one (granted by re-plan). Raises unless it ends `done`."""
+    from streamops.execute import mechanisms
+
+    if action not in ACTIONS:
+        raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
+    reg = registry.load()
+    if action == "resume-pending":
+        outcomes = mechanisms.resume(reg, progress=_say, stage_ids=[stage])
+        if not outcomes:
+            _say(f"stage {stage}: action=resume-pending nothing pending or left running")
+            return {"stage": stage, "reconfigurations": []}
+    else:
+        if action in ("scale-out", "scale-in") and cores is None and partitions is None:
+            raise ValueError(f"{action} of {stage} needs cores or partitions")
+        if action == "migrate" and pool is None:
+            raise ValueError(f"migrate of {stage} needs a target pool")
+        rid = mechanisms.request(stage, action.replace("-", "_"), cores=cores, partitions=partitions, pool=pool,
+                                 mechanism=mechanism, reg=reg, requested_by=requested_by)
+        _say(f"stage {stage}: action={action} reconfiguration {rid} recorded as pending")
+        outcomes = [mechanisms.execute(rid, reg=reg, progress=_say)]
+    summary = []
+    for o in outcomes:
+        gap = "–" if o.downtime_ms is None else f"{o.downtime_ms / 1000:.1f}s"
+        _say(f"stage {o.stage_id}: action=reconfigure reconfiguration {o.reconfiguration_id} {o.status}: "
+             f"output gap (downtime) {gap}, took {o.seconds:.1f}s; {o.detail}")
+        summary.append({"id": o.reconfiguration_id, "status": o.status, "downtime_ms": o.downtime_ms,
+                        "seconds": round(o.seconds, 1), "detail": o.detail})
+    bad = [s for s in summary if s["status"] != "done"]
+    if bad:
+        raise RuntimeError(f"stage {stage}: reconfiguration(s) not done: "
+                           + "; ".join(f"{b['id']} {b['status']}: {b['detail']}" for b in bad))
+    return {"stage": stage, "reconfigurations": summary}
+
+
+# -- streamops_maintenance_window -------------------------------------------------------------
+def open_windows(now: datetime | None = None) -> dict[str, datetime]:
+    """Apps whose maintenance window is open now → when it closes."""
+    from datetime import timedelta
+
+    from streamops.plan.application import AppView, maintenance_window
+
+    now = now or datetime.now(timezone.utc)
+    reg = registry.load()
+    out = {}
+    for name in replan_apps():
+        if name not in reg.apps:
+            continue
+        mw = reg.apps[name].maintenance_window
+        view = AppView(name, reg.apps[name].r_max_ms, mw.cron, mw.duration_min, mw.max_actions)
+        w = maintenance_window(view, now)
+        if w.open:
+            out[name] = w.start + timedelta(minutes=mw.duration_min)
+    return out
+
+
+def maintenance_window(now: datetime | None = None) -> dict[str, Any]:
+    """Realize the deferred (now granted and pending) scale-ins and migrations of every app whose
+    window is open, one at a time, and start nothing once the window has closed."""
+    from streamops.execute import mechanisms
+
+    windows = open_windows(now)
+    if not windows:
+        _say("action=maintenance-window no app's window is open now: nothing to do")
+        return {}
+    done: dict[str, list] = {}
+    reg = registry.load()
+    for app, closes in windows.items():
+        _say(f"app {app}: action=maintenance-window open until {closes:%H:%M} UTC")
+        outcomes = mechanisms.resume(reg, progress=_say, statuses=("pending",), apps=[app],
+                                     actions=("scale_in", "migrate"),
+                                     keep_going=lambda c=closes: datetime.now(timezone.utc) < c)
+        for o in outcomes:
+            _say(f"stage {o.stage_id}: action=reconfigure reconfiguration {o.reconfiguration_id} {o.status}, "
+                 f"output gap {'–' if o.downtime_ms is None else f'{o.downtime_ms / 1000:.1f}s'}")
+        done[app] = [{"id": o.reconfiguration_id, "stage": o.stage_id, "status": o.status} for o in outcomes]
+    return done
+
+
+# -- streamops_watchdog -----------------------------------------------------------------------
+def watchdog(max_restarts: int = 3, stale_s: float = 60.0, wait_s: float = 180) -> dict[str, Any]:
+    """Recover failed stages; fail (an alert in the UI) while any stage is given up on."""
+    from streamops.execute import watchdog as wd
+
+    report = wd.cycle(stale_s=stale_s, max_restarts=max_restarts, wait_s=wait_s, progress=_say)
+    for o in report.reconfigurations:
+        _say(f"stage {o.stage_id}: action=resume reconfiguration {o.reconfiguration_id} left by a dead executor: "
+             f"{o.status}")
+    for s in report.skipped:
+        _say(f"action=skip {s}")
+    _say(f"action=watchdog {report.checked} healthy stage(s) checked, {len(report.recoveries)} failure(s) handled")
+    failed = wd.failed_stages()
+    if failed:
+        raise wd.WatchdogAlert("ALERT: stage(s) given up after repeated failed restarts; fix and redeploy them: "
+                               + "; ".join(f"{s}: {why}" for s, why in failed))
+    return {"checked": report.checked,
+            "recoveries": [r.__dict__ for r in report.recoveries],
+            "reconfigurations": [o.reconfiguration_id for o in report.reconfigurations]}

@@ -1,0 +1,238 @@
+"""Airflow runs the platform: the DAG files parse cleanly, and each DAG does its job through
+`dag.test()` against the real metadata database and real stage drivers; then one end-to-end
+run through the real REST API of a real Airflow (api-server, scheduler, dag-processor, triggerer).
+
+Airflow is imported only after the module fixture has pointed its configuration at a test
+metadata database (`airflow_test_<pid>` on the same PostgreSQL), because it reads its settings
+once, at import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import text
+
+from streamops import generator, registry
+from streamops.execute import stages
+from streamops.paths import REPO_ROOT
+from tests import oracles
+from tests.conftest import _server_url, drop_database, recreate_database
+from tests.test_e2e_stage import eventually
+
+pytestmark = pytest.mark.e2e
+
+CONTRACT_DAGS = {"streamops_deploy", "streamops_replan", "streamops_reconfigure", "streamops_maintenance_window",
+                 "streamops_watchdog"}
+APP, SID = "af", "af.wc"
+REGISTRY = {
+    "pools": {"p1": {"cores": 4, "network_delay_ms": {"p2": 5}}, "p2": {"cores": 2, "network_delay_ms": {"p1": 5}}},
+    "apps": {APP: {
+        "r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+        "stages": {"wc": {"workload": "wordcount", "source": {"kind": "files", "path": "af/in", "max_files_per_trigger": 2},
+                          "cores": {"initial": 1, "min": 1, "max": 2}, "state_partitions": 2,
+                          "trigger_interval_ms": 1000, "pool": "p1", "policy": {"kind": "edf"}}},
+    }},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def airflow_site(test_env, tmp_path_factory):
+    from streamops.orchestrate import airflow_home
+
+    home = tmp_path_factory.mktemp("airflow")
+    apps = home / "apps.yaml"
+    apps.write_text(yaml.safe_dump(REGISTRY))
+    saved = dict(os.environ)
+    os.environ["STREAMOPS_APPS"] = str(apps)
+    site = airflow_home.site(home=home, database=f"airflow_test_{os.getpid()}", port=_free_port())
+    recreate_database(_server_url(), site.database)
+    airflow_home.init(site)
+    os.environ.update(airflow_home.environment(site))
+    try:
+        yield site
+    finally:
+        airflow_home.down(site)  # always, even when a test failed with Airflow running
+        if "airflow.settings" in sys.modules:  # let go of the metadata database before dropping it
+            sys.modules["airflow.settings"].dispose_orm()
+        os.environ.clear()
+        os.environ.update(saved)
+        drop_database(_server_url(), site.database)
+
+
+@pytest.fixture(scope="module")
+def dagbag(airflow_site):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO_ROOT / "dags"))
+
+
+@pytest.fixture
+def reg(airflow_site) -> registry.Registry:
+    return registry.load()
+
+
+def _stop_quietly(reg) -> None:
+    try:
+        stages.stop_stage(SID, reg, deadline_s=30, kill_after_s=10, requested_by="test teardown")
+    except stages.StageNotRunning:
+        pass
+
+
+def _live(engine):
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' AND status = 'running' "
+            "ORDER BY started_at DESC LIMIT 1"), {"s": SID}).first()
+
+
+def _run(dagbag, dag_id: str, conf: dict | None = None):
+    dr = dagbag.get_dag(dag_id).test(run_conf=conf)
+    return dr
+
+
+def _task_states(dr) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
+
+
+# -- DagBag integrity -------------------------------------------------------------------------
+def test_dag_files_parse_cleanly_without_spark(airflow_site):
+    """Parsed in a fresh interpreter (this one may have Spark loaded by other tests)."""
+    probe = (
+        "import json, sys\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"b = DagBag(dag_folder={str(REPO_ROOT / 'dags')!r})\n"
+        "out = {'errors': {k: str(v)[-500:] for k, v in b.import_errors.items()},\n"
+        "       'pyspark': sorted(m for m in sys.modules if m.startswith('pyspark'))[:3],\n"
+        "       'dags': {d.dag_id: {'tags': sorted(d.tags), 'doc': bool(d.doc_md and d.doc_md.strip()),\n"
+        "                          'retries_set': 'retries' in (d.default_args or {}),\n"
+        "                          'max_active_runs': d.max_active_runs}\n"
+        "                for d in b.dags.values()}}\n"
+        "print('RESULT' + json.dumps(out))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ, timeout=300)
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("RESULT")), None)
+    assert line, f"the DagBag probe failed: {res.stderr[-3000:]}"
+    out = json.loads(line.removeprefix("RESULT"))
+    assert out["errors"] == {}, out["errors"]
+    assert out["pyspark"] == [], f"parsing the DAGs imported Spark: {out['pyspark']}"
+    assert CONTRACT_DAGS <= set(out["dags"]), f"missing DAG ids: {CONTRACT_DAGS - set(out['dags'])}"
+    for dag_id, d in out["dags"].items():
+        assert "streamops" in d["tags"], f"{dag_id} has no tags"
+        assert d["doc"], f"{dag_id} has no doc_md"
+        assert d["retries_set"], f"{dag_id}: retries are not set explicitly"
+    assert out["dags"]["streamops_replan"]["max_active_runs"] == 1
+    assert out["dags"]["streamops_watchdog"]["max_active_runs"] == 1
+
+
+def test_bad_params_are_rejected_by_the_form_schema(dagbag):
+    import copy
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    for bad in ({"stage": "nope.nothing"}, {"stage": SID, "cores": 0}, {"stage": SID, "action": "explode"},
+                {"stage": SID, "pool": "atlantis"}):
+        params = copy.deepcopy(dagbag.get_dag("streamops_reconfigure").params)
+        with pytest.raises(ParamValidationError):
+            params.update(bad)
+            params.validate()
+    deploy = copy.deepcopy(dagbag.get_dag("streamops_deploy").params)
+    with pytest.raises(ParamValidationError):
+        deploy.update({"app": "unknown"})
+        deploy.validate()
+
+
+# -- dag.test() runs --------------------------------------------------------------------------
+def test_deploy_then_reconfigure_then_watchdog(dagbag, reg, clean_db):
+    """One stage's life through the DAGs: deployed (idempotently), scaled out, killed and recovered;
+    the sink still equals the generator's ground truth at the end (no row lost or doubled)."""
+    inputs = registry.resolve_path("af/in")
+    generator.generate(inputs, "web", "constant:rate=150", seed=7, duration_s=30, realtime=False)
+    want = oracles.expected("wordcount", generator.read_valid_records(inputs))
+    try:
+        dr = _run(dagbag, "streamops_deploy", {"app": APP, "restart": False})
+        assert str(dr.state) == "success", _task_states(dr)
+        first = _live(clean_db)
+        assert first is not None and (first.cores, first.pool) == (1, "p1")
+
+        dr = _run(dagbag, "streamops_deploy", {"app": APP, "restart": False})
+        assert str(dr.state) == "success"
+        assert _live(clean_db).id == first.id, "a second deploy must leave the running stage alone"
+
+        eventually(lambda: _commits(clean_db) >= 2, 180, "two committed batches")
+        dr = _run(dagbag, "streamops_reconfigure", {"stage": SID, "action": "scale-out", "cores": 2})
+        assert str(dr.state) == "success", _task_states(dr)
+        with clean_db.connect() as conn:
+            row = conn.execute(text("SELECT * FROM reconfigurations WHERE stage_id = :s ORDER BY id DESC LIMIT 1"),
+                               {"s": SID}).one()
+        assert row.status == "done" and row.downtime_ms > 0, (row.status, row.outcome)
+        assert row.requested_by.startswith("user:"), row.requested_by
+        scaled = _live(clean_db)
+        assert scaled.cores == 2
+
+        os.kill(scaled.pid, signal.SIGKILL)  # the driver dies; its JVM child goes with its session
+        eventually(lambda: not stages.launcher_for("local").is_alive(scaled.pid), 30, "the driver to die")
+        dr = _run(dagbag, "streamops_watchdog", {"max_restarts": 3, "stale_s": 60})
+        assert str(dr.state) == "success", _task_states(dr)
+        with clean_db.connect() as conn:
+            f = conn.execute(text("SELECT * FROM failures WHERE stage_id = :s"), {"s": SID}).one()
+        assert (f.kind, f.status, f.deployment_id) == ("dead_pid", "recovered", scaled.id)
+        assert f.mttr_ms > 0 and f.downtime_ms >= f.mttr_ms * 0  # measured, from commits
+        recovered = _live(clean_db)
+        assert recovered.id == f.recovery_deployment_id and recovered.cores == 2, "restarted with its last config"
+
+        eventually(lambda: oracles.actual(clean_db, SID, "wordcount") == want, 180, "the sink to equal the ground truth")
+    finally:
+        _stop_quietly(reg)
+
+
+def test_watchdog_gives_up_and_alerts(dagbag, reg, clean_db):
+    """A stage whose every restart fails is marked failed after N restarts, and the task fails
+    with a message naming it (the alert in the UI)."""
+    from streamops.execute import watchdog
+
+    try:
+        stages.start_stage(SID, reg, wait_s=240)
+        live = _live(clean_db)
+        # Break the stage so that every restart dies: its checkpoint becomes a file.
+        stages.stop_stage(SID, reg, deadline_s=30)
+        with clean_db.begin() as conn:
+            conn.execute(text("UPDATE deployments SET status = 'failed', stop_reason = 'query failed: test' "
+                              "WHERE id = :i"), {"i": live.id})
+        ckpt = Path(live.checkpoint)
+        import shutil
+
+        shutil.rmtree(ckpt)
+        ckpt.write_text("not a checkpoint")
+        for _ in range(2):
+            report = watchdog.cycle(reg, max_restarts=2, wait_s=120)
+        assert [r.status for r in report.recoveries] == ["gave_up"], report
+        dr = _run(dagbag, "streamops_watchdog", {"max_restarts": 2, "stale_s": 60})
+        assert str(dr.state) == "failed"
+        with clean_db.connect() as conn:
+            health = conn.execute(text("SELECT health, health_reason FROM stages WHERE stage_id = :s"), {"s": SID}).one()
+            f = conn.execute(text("SELECT status, attempts FROM failures WHERE stage_id = :s"), {"s": SID}).one()
+        assert health.health == "failed" and "restarts in a row failed" in health.health_reason
+        assert (f.status, f.attempts) == ("gave_up", 2)
+    finally:
+        _stop_quietly(reg)
+
+
+def _commits(engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"),
+                            {"s": SID}).scalar_one()
