@@ -59,7 +59,8 @@ def airflow_site(test_env, tmp_path_factory):
     apps.write_text(yaml.safe_dump(REGISTRY))
     saved = dict(os.environ)
     os.environ["STREAMOPS_APPS"] = str(apps)
-    site = airflow_home.site(home=home, database=f"airflow_test_{os.getpid()}", port=_free_port())
+    site = airflow_home.site(home=home, database=f"airflow_test_{os.getpid()}", port=_free_port(),
+                             paused_at_creation=True)
     recreate_database(_server_url(), site.database)
     airflow_home.init(site)
     os.environ.update(airflow_home.environment(site))
@@ -236,3 +237,49 @@ def _commits(engine) -> int:
     with engine.connect() as conn:
         return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"),
                             {"s": SID}).scalar_one()
+
+
+# -- end to end through the REST API ----------------------------------------------------------
+def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
+    """A real Airflow (api-server, scheduler, dag-processor, triggerer; LocalExecutor) on the
+    test database: the admin's token triggers streamops_reconfigure with a conf that scales a
+    running stage; a conf naming an unknown stage is rejected; the viewer cannot trigger."""
+    from streamops.orchestrate import airflow_home
+    from streamops.orchestrate.rest import AirflowAPIError, AirflowClient
+
+    inputs = registry.resolve_path("af/in")
+    generator.generate(inputs, "web", "constant:rate=150", seed=11, duration_s=20, realtime=False)
+    pw = airflow_home.passwords(airflow_site)
+    try:
+        airflow_home.up(airflow_site, wait_s=300)
+        stages.start_stage(SID, reg, wait_s=240)
+        eventually(lambda: _commits(clean_db) >= 1, 180, "a committed batch")
+        with AirflowClient(airflow_site.base_url, "admin", pw["admin"]) as api:
+            api.wait_for_dags(["streamops_reconfigure"], timeout_s=180)
+            api.unpause("streamops_reconfigure")
+
+            with pytest.raises(AirflowAPIError) as bad:
+                api.trigger("streamops_reconfigure", {"stage": "nope.nothing", "action": "scale-out", "cores": 2})
+            assert bad.value.status == 400, bad.value
+            assert "stage" in str(bad.value.detail)
+
+            run = api.trigger("streamops_reconfigure", {"stage": SID, "action": "scale-out", "cores": 2})
+            done = api.wait("streamops_reconfigure", run["dag_run_id"], timeout_s=600)
+            assert done["state"] == "success", api.task_instances("streamops_reconfigure", run["dag_run_id"])
+            assert len(api.dag_runs("streamops_reconfigure")) == 1, "the rejected conf created a run"
+
+        with clean_db.connect() as conn:
+            row = conn.execute(text("SELECT * FROM reconfigurations WHERE stage_id = :s"), {"s": SID}).one()
+        assert (row.status, row.target_cores) == ("done", 2), row
+        assert _live(clean_db).cores == 2
+
+        with AirflowClient(airflow_site.base_url, "viewer", pw["viewer"]) as viewer:
+            with pytest.raises(AirflowAPIError) as denied:
+                viewer.trigger("streamops_reconfigure", {"stage": SID, "action": "scale-in", "cores": 1})
+            assert denied.value.status == 403, denied.value
+        with pytest.raises(AirflowAPIError) as wrong:
+            AirflowClient(airflow_site.base_url, "admin", "not-the-password")
+        assert wrong.value.status in (401, 403)
+    finally:
+        airflow_home.down(airflow_site)
+        _stop_quietly(reg)

@@ -24,6 +24,9 @@ app = typer.Typer(help="Operations platform for streaming Spark applications.", 
                   context_settings={"help_option_names": ["-h", "--help"]})
 db_app = typer.Typer(help="The PostgreSQL database: embedded cluster and schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+airflow_app = typer.Typer(help="The Airflow that runs the DAGs: metadata in the embedded PostgreSQL.",
+                          no_args_is_help=True)
+app.add_typer(airflow_app, name="airflow")
 console = Console(soft_wrap=True)  # long paths and messages stay on one line
 err = Console(stderr=True, soft_wrap=True)
 
@@ -96,6 +99,87 @@ def db_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no output
     console.print(c.url("streamops"))
     if not running:
         raise typer.Exit(1)
+
+
+# -- airflow -----------------------------------------------------------------------------------
+@airflow_app.command("up")
+def airflow_up(wait: float = typer.Option(300, help="seconds to wait for Airflow to be healthy")) -> None:
+    """Create and migrate Airflow's metadata database (first time), then start the api-server,
+    scheduler, dag-processor and triggerer in the background. Prints the UI address and logins."""
+    from streamops.orchestrate import airflow_home
+
+    s = airflow_home.site()
+    try:
+        with console.status("migrating Airflow's metadata database …"):
+            took = airflow_home.init(s)
+        _say(f"Airflow metadata database {s.database!r} ready in {took:.0f}s")
+        with console.status("starting Airflow …"):
+            took = airflow_home.up(s, wait_s=wait, progress=_say)
+    except (RuntimeError, TimeoutError) as e:
+        _fail(str(e))
+    _say(f"Airflow healthy {took:.0f}s after start")
+    _print_logins(s)
+
+
+def _print_logins(s) -> None:
+    from streamops.orchestrate import airflow_home
+
+    pw = airflow_home.passwords(s)
+    console.print(f"Airflow UI: [bold]{s.base_url}[/]   logins (also in {airflow_home.passwords_file(s)}, mode 0600):")
+    for user, role in airflow_home.USERS.items():
+        console.print(f"  {user:<7} / {pw[user]}   ({role})")
+    console.print(f"Airflow CLI by hand: [dim]source {s.home / 'env.sh'}[/]")
+
+
+@airflow_app.command("down")
+def airflow_down() -> None:
+    """Stop the Airflow processes (SIGTERM, then SIGKILL after 30 s)."""
+    from streamops.orchestrate import airflow_home
+
+    stopped = airflow_home.down(airflow_home.site())
+    _say(f"Airflow stopped: {', '.join(stopped)}" if stopped else "Airflow was not running")
+
+
+@airflow_app.command("status")
+def airflow_status() -> None:
+    """Which Airflow processes run, and what the API's health check says."""
+    from streamops.orchestrate import airflow_home
+
+    s = airflow_home.site()
+    procs = airflow_home.running(s)
+    for c in airflow_home.COMPONENTS:
+        console.print(f"{c:<14} {'[green]pid ' + str(procs[c]) + '[/]' if c in procs else '[red]not running[/]'}"
+                      f"   log {airflow_home.log_file(s, c)}")
+    h = airflow_home.health(s)
+    console.print(f"health: {h if h else 'the API does not answer at ' + s.base_url}")
+    if not procs:
+        raise typer.Exit(1)
+
+
+@airflow_app.command("trigger")
+def airflow_trigger(dag_id: str = typer.Argument(..., help="e.g. streamops_deploy"),
+                    conf: str = typer.Option("{}", help="the run's conf, JSON (validated against the DAG's Params)"),
+                    wait: bool = typer.Option(False, "--wait", help="poll until the run finishes"),
+                    user: str = typer.Option("admin", help="login to use")) -> None:
+    """Trigger a DAG run through the REST API, as the UI's form does."""
+    import json
+
+    from streamops.orchestrate import airflow_home
+    from streamops.orchestrate.rest import AirflowAPIError, AirflowClient
+
+    s = airflow_home.site()
+    try:
+        with AirflowClient(s.base_url, user, airflow_home.passwords(s)[user]) as api:
+            run = api.trigger(dag_id, json.loads(conf))
+            _say(f"{dag_id}: run {run['dag_run_id']} {run['state']}")
+            if wait:
+                run = api.wait(dag_id, run["dag_run_id"], progress=_say)
+    except (AirflowAPIError, json.JSONDecodeError, TimeoutError) as e:
+        _fail(str(e))
+    except Exception as e:  # httpx connection errors: Airflow is not up
+        _fail(f"cannot reach Airflow at {s.base_url}: {e} (start it with `streamops airflow up`)")
+    if wait and run["state"] != "success":
+        _fail(f"{dag_id}: run {run['dag_run_id']} {run['state']}")
 
 
 # -- registry and stages -----------------------------------------------------------------------
@@ -405,10 +489,15 @@ def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
 
 @app.command()
 def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded PostgreSQL")) -> None:
-    """Stop every running stage and background generator."""
+    """Stop Airflow, then every running stage and background generator."""
     from streamops.execute import stages
+    from streamops.orchestrate import airflow_home
     from streamops.store import db, embedded
 
+    # Airflow first: its scheduler would otherwise let the watchdog restart what we stop.
+    stopped = airflow_home.down(airflow_home.site())
+    if stopped:
+        _say(f"Airflow stopped: {', '.join(stopped)}")
     run_dir = state_dir() / "run"
     for pid_file in sorted(run_dir.glob("gen-*.pid")) if run_dir.exists() else []:
         try:

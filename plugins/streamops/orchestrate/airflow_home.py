@@ -36,18 +36,22 @@ class AirflowSite:
     home: Path
     database: str
     port: int
+    # Tests create DAGs paused, so that only what they unpause runs; the demo runs them all.
+    paused_at_creation: bool = False
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
 
-def site(home: Path | None = None, database: str | None = None, port: int | None = None) -> AirflowSite:
+def site(home: Path | None = None, database: str | None = None, port: int | None = None,
+         paused_at_creation: bool = False) -> AirflowSite:
     """The demo's site by default; tests pass their own home, database and port."""
     return AirflowSite(
         home=home or Path(os.environ.get("STREAMOPS_AIRFLOW_HOME", state_dir() / "airflow")),
         database=database or os.environ.get("STREAMOPS_AIRFLOW_DB", "airflow"),
         port=port or int(os.environ.get("STREAMOPS_AIRFLOW_PORT", "8080")),
+        paused_at_creation=paused_at_creation,
     )
 
 
@@ -99,7 +103,7 @@ def environment(s: AirflowSite) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(s.paused_at_creation),
         # Two cores: a few task processes at a time; reconfigurations are further limited by a pool.
         "AIRFLOW__CORE__PARALLELISM": "8",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{s.base_url}/execution/",
