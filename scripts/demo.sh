@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# `make demo`: database, the demo apps from apps.yaml, their generators, then a live status table.
+# `make demo`: database, Airflow, the demo apps deployed through the streamops_deploy DAG, their
+# generators, then a live status table. Re-plan, maintenance window and watchdog run on schedule.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 t0=$(date +%s)
 
 streamops db up
-for app in taxi hibench; do streamops deploy "$app"; done
+streamops airflow up
+echo "Airflow up $(( $(date +%s) - t0 ))s after \`make demo\` started"
 
-# Drivers start in parallel (the JVM start is the slow part); the generators feed them.
-streamops start taxi.top10 --wait 0
-streamops start hibench.wordcount --wait 0
+# Deploys run as Airflow DAG runs (in parallel; the JVM start is the slow part).
+for app in taxi hibench; do
+    streamops airflow trigger streamops_deploy --conf "{\"app\": \"$app\"}"
+done
 streamops gen taxi.top10 --background --duration 86400 --seed 1 --garbage 0.002 \
     --trace "ramp:start_rate=100,doubling_s=300,max_rate=3000"
 streamops gen hibench.wordcount --background --duration 86400 --seed 2 --garbage 0.002 \
@@ -34,5 +37,6 @@ else:
 PY
 echo
 echo "database: $(streamops db status | tail -1)   (psql it, or query stage_metrics)"
+streamops airflow logins
 echo "Ctrl-C leaves the status view; the stages keep running until 'make demo-stop'."
 streamops status --watch || true

@@ -131,6 +131,14 @@ def _print_logins(s) -> None:
     console.print(f"Airflow CLI by hand: [dim]source {s.home / 'env.sh'}[/]")
 
 
+@airflow_app.command("logins")
+def airflow_logins() -> None:
+    """Print the UI address and the generated logins."""
+    from streamops.orchestrate import airflow_home
+
+    _print_logins(airflow_home.site())
+
+
 @airflow_app.command("down")
 def airflow_down() -> None:
     """Stop the Airflow processes (SIGTERM, then SIGKILL after 30 s)."""
@@ -170,6 +178,7 @@ def airflow_trigger(dag_id: str = typer.Argument(..., help="e.g. streamops_deplo
     s = airflow_home.site()
     try:
         with AirflowClient(s.base_url, user, airflow_home.passwords(s)[user]) as api:
+            api.wait_for_dags([dag_id], timeout_s=180)  # right after `airflow up` the files may be unparsed
             run = api.trigger(dag_id, json.loads(conf))
             _say(f"{dag_id}: run {run['dag_run_id']} {run['state']}")
             if wait:
