@@ -35,19 +35,25 @@ def _chunks(rows: Iterable, size: int) -> Iterator[list]:
         yield chunk
 
 
-def _execute_values_partition(url: str, sql: str, template: str, to_tuple: Callable) -> Callable:
+def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple: Callable,
+                              conflict_key: Callable) -> Callable:
     """A foreachPartition function: one connection per partition, pages of `execute_values`.
-    Runs in the executors' Python workers, so it carries only picklable strings."""
+    Runs in the executors' Python workers, so it carries only picklable strings.
+
+    Rows are written in `conflict_key` order: every writer (the partitions of a batch, and a
+    primary and its active backup writing the same keys) then takes row locks in one global
+    order, so concurrent upserts wait for each other but never deadlock."""
 
     def write(rows: Iterable) -> None:
         import psycopg2
         from psycopg2.extras import execute_values
 
+        tuples = sorted((to_tuple(r) for r in rows), key=conflict_key)
         conn = psycopg2.connect(url)
         try:
             with conn, conn.cursor() as cur:
-                for chunk in _chunks(rows, WRITE_PAGE):
-                    execute_values(cur, sql, [to_tuple(r) for r in chunk], template=template, page_size=WRITE_PAGE)
+                for chunk in _chunks(tuples, WRITE_PAGE):
+                    execute_values(cur, sql, chunk, template=template, page_size=WRITE_PAGE)
         finally:
             conn.close()
 
@@ -72,10 +78,12 @@ def _event_time_stats(df: DataFrame) -> tuple[int, float | None, float | None, f
     return int(r["n"]), q[0], q[1], r["lo"]
 
 
-# Text of psycopg2/libpq errors that mean "the database is away", as seen through Spark's
-# Python worker tracebacks (the exception type does not survive the trip through the JVM).
+# Text of psycopg2/libpq errors that mean "the database is away", or that PostgreSQL rolled the
+# transaction back and a retry will do (deadlock, serialization), as seen through Spark's Python
+# worker tracebacks (the exception type does not survive the trip through the JVM).
 _TRANSIENT = ("OperationalError", "could not connect", "server closed the connection",
-              "Connection refused", "the database system is", "terminating connection")
+              "Connection refused", "the database system is", "terminating connection",
+              "deadlock detected", "could not serialize access")
 
 
 def is_transient(e: BaseException) -> bool:
@@ -148,6 +156,7 @@ class PostgresUpsertSink(BatchSink):
         fn = _execute_values_partition(
             self.url, sql, "(%s, %s, %s::jsonb, %s, %s, %s)",
             lambda r: (stage_id, r["key"], r["value"], _utc(r["event_ts"]), r["version"], batch_id),
+            conflict_key=lambda t: t[1],
         )
         df.select("key", "value", "event_ts", "version").foreachPartition(fn)
 
@@ -184,6 +193,7 @@ class QuarantineSink:
         fn = _execute_values_partition(
             self.url, db.query("quarantine_insert").text, None,
             lambda r: (stage_id, dep, batch_id, r["source_file"], r["record_key"], r["raw"], r["reason"]),
+            conflict_key=lambda t: t[4],
         )
         started = time.monotonic()
         retry_idempotent(lambda: keyed.foreachPartition(fn), f"stage {stage_id}: quarantine batch {batch_id}",
