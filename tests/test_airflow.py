@@ -239,6 +239,60 @@ def _commits(engine) -> int:
                             {"s": SID}).scalar_one()
 
 
+def _request(engine, action: str, target_cores: int) -> None:
+    """An Operator Manager's request, as a driver's agent would upsert it."""
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO requests (stage_id, app, action, target_cores, gain, cost_ms, reason, policy) "
+            "VALUES (:s, :a, :act, :c, 1.0, 5000, 'test: S_out high', 'edf')"),
+            {"s": SID, "a": APP, "act": action, "c": target_cores})
+
+
+def test_replan_grants_and_triggers_the_reconfigure_dag(dagbag, reg, clean_db):
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    stages.sync_registry(reg)
+    _request(clean_db, "scale_out", 2)
+    dr = _run(dagbag, "streamops_replan")
+    assert str(dr.state) == "success", _task_states(dr)
+    with clean_db.connect() as conn:
+        d = conn.execute(text("SELECT * FROM decisions WHERE stage_id = :s"), {"s": SID}).one()
+        plan = conn.execute(text("SELECT * FROM reconfigurations WHERE stage_id = :s"), {"s": SID}).one()
+    assert (d.outcome, d.decided_by) == ("granted", "airflow:streamops_replan"), d
+    assert (plan.status, plan.action, plan.target_cores, plan.decision_id) == ("pending", "scale_out", 2, d.id)
+    with create_session() as session:
+        runs = session.query(DagRun).filter(DagRun.dag_id == "streamops_reconfigure").all()
+    assert [r.conf for r in runs] == [{"stage": SID, "action": "resume-pending"}], \
+        "the granted scale-out is realized by a streamops_reconfigure run"
+
+
+def test_maintenance_window_realizes_only_disruptive_plans_while_open(reg, clean_db):
+    """Pending scale-ins and migrations of an app whose window is open are taken up; a scale-out
+    is not (re-plan realizes those); a closed window starts nothing."""
+    from datetime import datetime, timedelta, timezone
+
+    from streamops.orchestrate import tasks
+
+    stages.sync_registry(reg)
+    with clean_db.begin() as conn:
+        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, requested_by) "
+                          "VALUES (:s, :a, 'scale_in', 2, 1, 'policy:edf')"), {"s": SID, "a": APP})
+    today = datetime.now(timezone.utc).replace(hour=3, minute=10, second=0, microsecond=0)
+    assert tasks.maintenance_window(now=today - timedelta(hours=12)) == {}, "outside the window: nothing"
+    # Open (03:00 + 30 min) as of `now`, but already closed in real time: nothing may start.
+    assert tasks.maintenance_window(now=today - timedelta(days=1)) == {APP: []}
+    with clean_db.connect() as conn:
+        assert conn.execute(text("SELECT status FROM reconfigurations WHERE stage_id = :s"), {"s": SID}).scalar() == "pending"
+    # Open as of `now` and still open in real time (today's window, or tomorrow's once today's
+    # has passed): the scale-in is claimed (the stage is not running, so it cannot end done).
+    in_window = today if datetime.now(timezone.utc) < today + timedelta(minutes=30) else today + timedelta(days=1)
+    done = tasks.maintenance_window(now=in_window)
+    assert [r["stage"] for r in done[APP]] == [SID]
+    with clean_db.connect() as conn:
+        assert conn.execute(text("SELECT status FROM reconfigurations WHERE stage_id = :s"), {"s": SID}).scalar() != "pending"
+
+
 # -- end to end through the REST API ----------------------------------------------------------
 def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
     """A real Airflow (api-server, scheduler, dag-processor, triggerer; LocalExecutor) on the
