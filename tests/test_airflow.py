@@ -192,7 +192,7 @@ def test_deploy_then_reconfigure_then_watchdog(dagbag, reg, clean_db):
         with clean_db.connect() as conn:
             f = conn.execute(text("SELECT * FROM failures WHERE stage_id = :s"), {"s": SID}).one()
         assert (f.kind, f.status, f.deployment_id) == ("dead_pid", "recovered", scaled.id)
-        assert f.mttr_ms > 0 and f.downtime_ms >= f.mttr_ms * 0  # measured, from commits
+        assert 0 < f.mttr_ms < 600_000 and 0 < f.downtime_ms < 600_000, (f.mttr_ms, f.downtime_ms)  # measured
         recovered = _live(clean_db)
         assert recovered.id == f.recovery_deployment_id and recovered.cores == 2, "restarted with its last config"
 
