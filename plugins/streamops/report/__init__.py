@@ -1,0 +1,1 @@
+"""Reports over the `reporting` schema (sql/reports/) and the upkeep they need."""

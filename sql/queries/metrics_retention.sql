@@ -1,0 +1,1 @@
+SELECT action, target, detail FROM stage_metrics_retention(CAST(:keep_days AS integer), CAST(:today AS date))
