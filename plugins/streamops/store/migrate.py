@@ -1,4 +1,5 @@
-"""Apply `sql/schema/NNN_name.sql` in order, once each, each in its own transaction."""
+"""Apply `sql/schema/NNN_name.sql` in order, once each, each in its own transaction; then
+(re)create the `reporting` schema from `sql/reports/*.sql` whenever those files change."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ _BOOKKEEPING = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    integer PRIMARY KEY,
     name       text NOT NULL,
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+_REPORTS_BOOKKEEPING = """
+CREATE TABLE IF NOT EXISTS schema_reports (
+    id         boolean PRIMARY KEY DEFAULT true CHECK (id),
     checksum   text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 )
@@ -88,4 +98,34 @@ def apply(engine: Engine, directory: Path | None = None) -> list[Migration]:
             )
             applied_now.append(m)
             log.info("applied migration %s", m.path.name)
+    if directory is None:
+        apply_reports(engine)
     return applied_now
+
+
+def apply_reports(engine: Engine, directory: Path | None = None) -> bool:
+    """Drop and re-create the `reporting` schema from `sql/reports/*.sql` (name order, one
+    transaction) if the files changed since the last time. Views and functions there are derived
+    objects: replacing them whole lets their columns evolve without numbered migrations."""
+    directory = directory or sql_dir() / "reports"
+    files = sorted(directory.glob("*.sql"))
+    if not files:
+        return False
+    digest = hashlib.sha256(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in files)).hexdigest()
+    with engine.begin() as conn:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+        conn.exec_driver_sql(_REPORTS_BOOKKEEPING)
+        if conn.execute(text("SELECT checksum FROM schema_reports")).scalar() == digest:
+            return False
+        cur = conn.connection.cursor()
+        cur.execute("DROP SCHEMA IF EXISTS reporting CASCADE")
+        for p in files:
+            try:
+                cur.execute(p.read_text())
+            except Exception as e:
+                raise MigrationError(f"reporting SQL {p.name} failed and was rolled back: {e}".strip()) from e
+        conn.execute(text("INSERT INTO schema_reports (checksum) VALUES (:c) "
+                          "ON CONFLICT (id) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()"),
+                     {"c": digest})
+    log.info("re-created the reporting schema from %d file(s)", len(files))
+    return True

@@ -1,0 +1,357 @@
+"""The `reporting` schema (sql/reports/) against real PostgreSQL: exact figures from hand-built
+rows, the day edge cases, the reader role, and stage_metrics retention."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+
+import psycopg2
+import pytest
+from sqlalchemy import create_engine, text
+
+from streamops.report import retention
+from streamops.store import db, migrate
+from tests.conftest import drop_database, recreate_database
+
+D = date(2024, 3, 10)  # a past day: observed all of it
+T0 = datetime(2024, 3, 10, tzinfo=timezone.utc)
+FULL_DAY = 86400.0
+
+
+def at(seconds: float, day: date = D) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=timezone.utc) + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def rdb(clean_db):
+    """Reporting days are server-TimeZone days: pin UTC for the fixtures' arithmetic."""
+    with clean_db.begin() as conn:
+        tz = conn.execute(text("SHOW TimeZone")).scalar_one()
+    if tz not in ("UTC", "Etc/UTC"):
+        pytest.skip(f"server TimeZone is {tz}; these fixtures are written in UTC")
+    with clean_db.begin() as conn:
+        conn.execute(text("INSERT INTO pools (name, master, cores) VALUES ('p', 'local', 8)"))
+    return clean_db
+
+
+def add_app(engine, name: str, r_max_ms: int = 1000, created_at: datetime = T0 - timedelta(days=30),
+            stages: dict[str, int] | None = None) -> None:
+    """An app and its stages ({stage name: trigger ms})."""
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO apps (name, r_max_ms, maintenance_window, spec, created_at) "
+                          "VALUES (:n, :r, '{}', '{}', :c)"), {"n": name, "r": r_max_ms, "c": created_at})
+        for s, trig in (stages or {"s": 1000}).items():
+            conn.execute(text(
+                "INSERT INTO stages (stage_id, app, name, workload, pool, cores, min_cores, max_cores, "
+                "state_partitions, trigger_ms, spec) VALUES (:id, :app, :s, 'wordcount', 'p', 1, 1, 4, 2, :t, '{}')"),
+                {"id": f"{name}.{s}", "app": name, "s": s, "t": trig})
+
+
+def add_batches(engine, stage_id: str, rows: list[tuple[datetime, float, float | None]], trigger_ms: int = 1000) -> None:
+    """Batches (start, p95, p50); p50 None means p95 − 450 (so the interpolated p90 is p95 − 50)."""
+    with engine.begin() as conn:
+        for i, (ts, p95, p50) in enumerate(rows):
+            conn.execute(text(
+                "INSERT INTO stage_metrics (ts, stage_id, run_id, batch_id, input_rows, batch_duration_ms, "
+                "trigger_interval_ms, latency_p50_ms, latency_p95_ms, latency_max_ms, cores) "
+                "VALUES (:ts, :sid, 'r1', :b, 10, 300, :trig, :p50, :p95, :p95, 1)"),
+                {"ts": ts, "sid": stage_id, "b": i, "trig": trigger_ms, "p95": p95,
+                 "p50": p95 - 450 if p50 is None else p50})
+
+
+def add_reconfiguration(engine, stage_id: str, app: str, first_output: datetime, downtime_ms: float, **kw) -> int:
+    cols = {"stage_id": stage_id, "app": app, "action": "scale_out", "mechanism": "pause_resume", "status": "done",
+            "requested_by": "policy:edf", "requested_at": first_output - timedelta(seconds=30),
+            "first_batch_done_at": first_output, "finished_at": first_output + timedelta(seconds=1),
+            "outcome": "done", "downtime_ms": downtime_ms, "from_cores": 1, "target_cores": 2, **kw}
+    with engine.begin() as conn:
+        return conn.execute(text(f"INSERT INTO reconfigurations ({', '.join(cols)}) "
+                                 f"VALUES ({', '.join(':' + c for c in cols)}) RETURNING id"), cols).scalar_one()
+
+
+def add_failure(engine, stage_id: str, app: str, failed_at: datetime, recovered_at: datetime | None,
+                last_commit_at: datetime | None = None, downtime_ms: float | None = None, mttr_ms: float | None = None):
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO failures (stage_id, app, kind, detail, failed_at, last_commit_at, detected_at, status, "
+            "recovered_at, closed_at, mttr_ms, downtime_ms) VALUES (:sid, :app, 'dead_pid', 'test', :f, :lc, :f, "
+            ":st, :rec, :rec, :mttr, :down)"),
+            {"sid": stage_id, "app": app, "f": failed_at, "lc": last_commit_at or failed_at,
+             "st": "recovered" if recovered_at else "recovering", "rec": recovered_at, "mttr": mttr_ms,
+             "down": downtime_ms})
+
+
+def add_run(engine, stage_id: str, cores: int, start: datetime, stop: datetime | None, status: str = "stopped"):
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+            "started_at, running_at, stopped_at) VALUES (:sid, 'p', :c, 2, '{}', 'local', '/x', :st, :a, :a, :b)"),
+            {"sid": stage_id, "c": cores, "st": status, "a": start, "b": stop})
+
+
+def view(engine, name: str, day: date = D, app: str | None = None) -> list[dict]:
+    with engine.begin() as conn:
+        rows = conn.execute(text(f"SELECT * FROM reporting.{name} WHERE day = :d ORDER BY app"), {"d": day})
+        out = [dict(r._mapping) for r in rows]
+    return [r for r in out if app is None or r["app"] == app]
+
+
+def one(engine, name: str, app: str, day: date = D) -> dict:
+    rows = view(engine, name, day, app)
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+# -- downtime -------------------------------------------------------------------------------------
+def test_two_reconfigurations_and_a_failure_give_availability_and_mttr(rdb):
+    add_app(rdb, "a", stages={"s": 1000, "t": 1000})
+    add_reconfiguration(rdb, "a.s", "a", at(3600), 4000)
+    add_reconfiguration(rdb, "a.t", "a", at(7200), 6000)
+    add_failure(rdb, "a.s", "a", failed_at=at(40000), last_commit_at=at(40000), recovered_at=at(40020),
+                downtime_ms=20000, mttr_ms=20000)
+    r = one(rdb, "downtime_daily", "a")
+    assert r["observed_s"] == FULL_DAY
+    assert r["downtime_reconfig_s"] == pytest.approx(10.0)
+    assert r["downtime_failure_s"] == pytest.approx(20.0)
+    assert r["downtime_s"] == pytest.approx(30.0)
+    assert r["availability"] == pytest.approx(1 - 30 / 86400)
+    assert (r["reconfigurations"], r["failures"], r["failures_recovered"]) == (2, 1, 1)
+    assert r["mttr_s"] == pytest.approx(20.0)
+
+
+def test_overlapping_gaps_count_once(rdb):
+    """Two stages down at the same time: the app's output was down once, not twice."""
+    add_app(rdb, "a", stages={"s": 1000, "t": 1000})
+    add_reconfiguration(rdb, "a.s", "a", at(1010), 10000)          # 1000 → 1010
+    add_failure(rdb, "a.t", "a", failed_at=at(1005), recovered_at=at(1015), downtime_ms=10000)  # 1005 → 1015
+    r = one(rdb, "downtime_daily", "a")
+    assert (r["downtime_reconfig_s"], r["downtime_failure_s"]) == (pytest.approx(10.0), pytest.approx(10.0))
+    assert r["downtime_s"] == pytest.approx(15.0)
+
+
+def test_downtime_across_midnight_is_split_between_both_days(rdb):
+    add_app(rdb, "a")
+    nxt = D + timedelta(days=1)
+    # failure 23:59:50 → 00:00:20 (30 s: 10 s today, 20 s tomorrow); reconfiguration gap 23:59:58 → 00:00:03
+    add_failure(rdb, "a.s", "a", failed_at=at(86390), last_commit_at=at(86390), recovered_at=at(20, nxt),
+                downtime_ms=30000, mttr_ms=30000)
+    add_reconfiguration(rdb, "a.s", "a", at(3, nxt), 5000, requested_at=at(86000))
+    today, tomorrow = one(rdb, "downtime_daily", "a"), one(rdb, "downtime_daily", "a", nxt)
+    assert today["downtime_failure_s"] == pytest.approx(10.0)
+    assert tomorrow["downtime_failure_s"] == pytest.approx(20.0)
+    assert today["downtime_reconfig_s"] == pytest.approx(2.0)
+    assert tomorrow["downtime_reconfig_s"] == pytest.approx(3.0)
+    # the gaps overlap from 23:59:58 on: the union, per day
+    assert today["downtime_s"] == pytest.approx(10.0)
+    assert tomorrow["downtime_s"] == pytest.approx(20.0)
+    # a failure and a reconfiguration belong to the day they started
+    assert (today["failures"], tomorrow["failures"]) == (1, 0)
+    assert (today["reconfigurations"], tomorrow["reconfigurations"]) == (1, 0)
+    assert today["mttr_s"] == pytest.approx(30.0) and tomorrow["mttr_s"] is None
+
+
+def test_unrecovered_failure_is_down_until_now(rdb):
+    add_app(rdb, "a", created_at=datetime.now(timezone.utc) - timedelta(days=2))
+    failed = datetime.now(timezone.utc) - timedelta(hours=30)
+    add_failure(rdb, "a.s", "a", failed_at=failed, recovered_at=None)
+    with rdb.begin() as conn:
+        today = conn.execute(text("SELECT current_date")).scalar_one()
+    r = one(rdb, "downtime_daily", "a", today)
+    assert r["downtime_failure_s"] == pytest.approx(r["observed_s"], abs=5)
+    assert r["availability"] == pytest.approx(0.0, abs=1e-3)
+
+
+# -- SLA --------------------------------------------------------------------------------------------
+# p95 per second; p90 = p95 − 50; R_max = 1000 ms
+LATENCIES = [500, 800, 1200, 900, 1500, 1040, 600, 2000, 400, 300]
+
+
+def test_known_latencies_give_known_windows_and_percentiles(rdb):
+    add_app(rdb, "a", r_max_ms=1000)
+    add_batches(rdb, "a.s", [(at(43200 + i + 0.25), p95, None) for i, p95 in enumerate(LATENCIES)])
+    r = one(rdb, "sla_daily", "a")
+    assert r["observed_s"] == FULL_DAY
+    assert r["measured_s"] == 10
+    assert r["seconds_within_rmax"] == 6                     # 500 800 900 600 400 300
+    assert r["share_within_rmax"] == pytest.approx(6 / 86400)
+    assert (r["batches"], r["batches_within_slo"]) == (10, 6)
+    assert r["share_batches_within_slo"] == pytest.approx(0.6)
+    assert r["violated_windows"] == 3                        # p90 above 1000: 1150 1450 1950 (not 990)
+    assert r["response_p50_ms"] == pytest.approx(850.0)      # continuous percentiles of the 10 windows
+    assert r["response_p95_ms"] == pytest.approx(1775.0)
+    assert r["response_p99_ms"] == pytest.approx(1955.0)
+
+
+def test_response_sums_the_stages_and_a_slower_trigger_holds_its_value(rdb):
+    """Stage a every 1 s, stage b every 2 s: b's batch speaks for two windows. A window counts only
+    when both stages have a batch speaking for it."""
+    add_app(rdb, "c", r_max_ms=1000, stages={"a": 1000, "b": 2000})
+    base = 7200
+    add_batches(rdb, "c.a", [(at(base + i + 0.1), p, None) for i, p in enumerate([300, 300, 700, 300, 300])])
+    add_batches(rdb, "c.b", [(at(base + 0.5), 400, None), (at(base + 2.5), 500, None)], trigger_ms=2000)
+    r = one(rdb, "sla_daily", "c")
+    # windows: 700, 700, 1200, 800; the 5th has stage a only (b stopped): not measured
+    assert r["measured_s"] == 4
+    assert r["seconds_within_rmax"] == 3
+    assert r["batches"] == 7
+    assert r["violated_windows"] == 1                        # p90 sums: 600 600 1100 700
+    assert r["response_p50_ms"] == pytest.approx(750.0)
+
+
+def test_empty_day(rdb):
+    add_app(rdb, "a")
+    s, d, c = one(rdb, "sla_daily", "a"), one(rdb, "downtime_daily", "a"), one(rdb, "cost_daily", "a")
+    assert s["observed_s"] == FULL_DAY and s["measured_s"] == 0 and s["batches"] == 0
+    assert s["seconds_within_rmax"] == 0 and s["violated_windows"] == 0
+    assert s["share_batches_within_slo"] is None and s["response_p95_ms"] is None
+    assert d["downtime_s"] == 0 and d["availability"] == 1.0 and d["failures"] == 0 and d["mttr_s"] is None
+    assert c["core_hours"] == 0 and c["runs"] == 0
+    assert view(rdb, "reconfigurations") == []
+    # before any app was registered there is nothing to report
+    for v in ("sla_daily", "downtime_daily", "cost_daily"):
+        assert view(rdb, v, D - timedelta(days=365)) == []
+
+
+def test_app_registered_mid_day_is_observed_from_registration(rdb):
+    add_app(rdb, "a", r_max_ms=1000, created_at=at(43200))
+    # a leftover batch from before registration does not count
+    add_batches(rdb, "a.s", [(at(40000), 5000, None), (at(50000), 500, None), (at(50001), 1500, None)])
+    add_failure(rdb, "a.s", "a", failed_at=at(60000), recovered_at=at(60010), downtime_ms=10000, mttr_ms=10000)
+    add_run(rdb, "a.s", 2, at(43200), at(43200 + 3600))
+    s, d = one(rdb, "sla_daily", "a"), one(rdb, "downtime_daily", "a")
+    assert s["observed_s"] == d["observed_s"] == 43200.0
+    assert (s["batches"], s["measured_s"], s["seconds_within_rmax"]) == (2, 2, 1)
+    assert s["share_within_rmax"] == pytest.approx(1 / 43200)
+    assert d["availability"] == pytest.approx(1 - 10 / 43200)
+    assert one(rdb, "cost_daily", "a")["core_hours"] == pytest.approx(2.0)
+    assert view(rdb, "sla_daily", D - timedelta(days=1)) == []
+
+
+# -- cost, reconfigurations -------------------------------------------------------------------------
+def test_core_hours_split_at_midnight(rdb):
+    add_app(rdb, "a")
+    add_run(rdb, "a.s", 2, at(22 * 3600), at(26 * 3600))                          # 22:00 → 02:00, 2 cores
+    add_run(rdb, "a.s", 4, at(10 * 3600), at(10 * 3600 + 1800))                    # 30 min at 4 cores
+    add_run(rdb, "a.s", 8, at(11 * 3600), None, status="refused")                 # never held cores
+    assert one(rdb, "cost_daily", "a")["core_hours"] == pytest.approx(4.0 + 2.0)
+    nxt = one(rdb, "cost_daily", "a", D + timedelta(days=1))
+    assert nxt["core_hours"] == pytest.approx(4.0) and nxt["runs"] == 1 and nxt["max_cores"] == 2
+
+
+def test_reconfigurations_view_says_who_asked_and_what_was_decided(rdb):
+    add_app(rdb, "a")
+    with rdb.begin() as conn:
+        req = conn.execute(text(
+            "INSERT INTO requests (stage_id, app, action, target_cores, gain, cost_ms, reason, policy, status) "
+            "VALUES ('a.s', 'a', 'scale_out', 2, 0.4, 5000, 'busy 0.93 > 0.8', 'edf', 'granted') RETURNING id")).scalar_one()
+        dec = conn.execute(text(
+            "INSERT INTO decisions (app, request_id, stage_id, action, outcome, reason, policy, decided_by) "
+            "VALUES ('a', :r, 'a.s', 'scale_out', 'granted', 'token available', 'token_bucket', 'replan') RETURNING id"),
+            {"r": req}).scalar_one()
+    rid = add_reconfiguration(rdb, "a.s", "a", at(5000), 4000, request_id=req, decision_id=dec)
+    add_reconfiguration(rdb, "a.s", "a", at(9000), 0, requested_by="user:alice", status="rolled_back",
+                        outcome="rolled back", rollback_reason="no commit within 120 s")
+    rows = view(rdb, "reconfigurations")
+    assert [r["requested_by_kind"] for r in rows] == ["policy", "user"]
+    r = next(x for x in rows if x["id"] == rid)
+    assert (r["requested_by_name"], r["request_policy"], r["request_reason"]) == ("edf", "edf", "busy 0.93 > 0.8")
+    assert (r["decision_outcome"], r["decision_reason"], r["decided_by"]) == ("granted", "token available", "replan")
+    assert r["downtime_s"] == pytest.approx(4.0) and r["first_batch_done_at"] == at(5000)
+    u = next(x for x in rows if x["id"] != rid)
+    assert (u["requested_by_name"], u["status"], u["rollback_reason"]) == ("alice", "rolled_back", "no commit within 120 s")
+
+
+# -- the design: a filter on day computes that day only ----------------------------------------------
+def test_filter_on_day_calls_the_per_day_function_once(rdb):
+    add_app(rdb, "a", created_at=T0 - timedelta(days=400))
+    with rdb.begin() as conn:
+        plan = "\n".join(conn.execute(text(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM reporting.sla_daily WHERE day = :d"), {"d": D}).scalars())
+    fn = [line for line in plan.splitlines() if "sla_for_day" in line]
+    assert fn and "loops=1)" in fn[0], plan
+    # and the function agrees with the view
+    with rdb.begin() as conn:
+        direct = conn.execute(text("SELECT * FROM reporting.sla_for_day(:d)"), {"d": D}).mappings().all()
+    assert [dict(r) for r in direct] == view(rdb, "sla_daily")
+
+
+# -- the reader role ----------------------------------------------------------------------------------
+def _as_reader(engine, sql: str):
+    with engine.connect() as conn:
+        conn.execute(text("SET ROLE streamops_reader"))
+        try:
+            return conn.execute(text(sql)).all()
+        finally:
+            conn.rollback()
+
+
+def test_reader_selects_reporting_and_nothing_else(rdb):
+    add_app(rdb, "a")
+    add_reconfiguration(rdb, "a.s", "a", at(100), 1000)
+    for v in ("sla_daily", "downtime_daily", "cost_daily", "reconfigurations"):
+        _as_reader(rdb, f"SELECT * FROM reporting.{v} WHERE day = '{D}'")
+    assert len(_as_reader(rdb, f"SELECT * FROM reporting.sla_for_day('{D}')")) == 1
+    for raw in ("reconfigurations", "requests", "decisions", "stage_metrics", "apps", "failures", "deployments"):
+        with pytest.raises(Exception, match="permission denied"):
+            _as_reader(rdb, f"SELECT * FROM public.{raw} LIMIT 1")
+    for write in ("INSERT INTO public.pools (name, master, cores) VALUES ('x', 'local', 1)",
+                  "DELETE FROM public.reconfigurations",
+                  "CREATE TABLE reporting.mine (x int)",
+                  "CREATE TABLE public.mine (x int)",
+                  "DELETE FROM reporting.reconfigurations",
+                  "SELECT stage_metrics_retention(1)"):
+        with pytest.raises(Exception, match="permission denied|cannot delete"):
+            _as_reader(rdb, write)
+
+
+def test_reader_grants_are_made_in_every_migrated_database(test_env):
+    name = f"streamops_test_reporting_{__import__('os').getpid()}"
+    url = recreate_database(test_env["server"], name)
+    eng = create_engine(db.sqlalchemy_url(url))
+    try:
+        migrate.apply(eng)
+        with eng.connect() as conn:
+            ok = conn.execute(text(
+                "SELECT has_schema_privilege('streamops_reader', 'reporting', 'USAGE'), "
+                "has_table_privilege('streamops_reader', 'reporting.sla_daily', 'SELECT'), "
+                "has_table_privilege('streamops_reader', 'public.stage_metrics', 'SELECT')")).one()
+        assert tuple(ok) == (True, True, False)
+        assert migrate.apply_reports(eng) is False, "unchanged reporting SQL is not re-applied"
+    finally:
+        eng.dispose()
+        drop_database(test_env["server"], name)
+
+
+# -- retention ------------------------------------------------------------------------------------------
+def test_retention_drops_old_partitions_and_creates_tomorrows(rdb):
+    today = date(2000, 6, 15)  # in the past: the partitions around the real today stay
+
+    def partitions() -> set[str]:
+        with rdb.begin() as conn:
+            return set(conn.execute(text(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = 'stage_metrics'::regclass AND c.relname ~ '^stage_metrics_2000'")).scalars())
+
+    with rdb.begin() as conn:
+        conn.execute(text("SELECT ensure_stage_metrics_partitions(:d, 4)"), {"d": today - timedelta(days=10)})
+        conn.execute(text(  # a stray old row in the default partition goes too
+            "INSERT INTO stage_metrics (ts, stage_id, run_id, batch_id, input_rows, batch_duration_ms) "
+            "VALUES ('2000-05-01T00:00:00Z', 'x.s', 'r', 1, 0, 0)"))
+    assert partitions() == {"stage_metrics_20000605", "stage_metrics_20000606", "stage_metrics_20000607",
+                            "stage_metrics_20000608"}
+    res = retention.apply_retention(keep_days=8, today=today, engine=rdb)
+    # cutoff 2000-06-07: the 5th and 6th go, the 7th is kept
+    assert sorted(res.dropped) == ["stage_metrics_20000605", "stage_metrics_20000606"]
+    assert res.deleted_default_rows == 1 and res.created == 2
+    assert partitions() == {"stage_metrics_20000607", "stage_metrics_20000608", "stage_metrics_20000615",
+                            "stage_metrics_20000616"}
+    again = retention.apply_retention(keep_days=8, today=today, engine=rdb)
+    assert again.dropped == [] and again.created == 0
+    with rdb.begin() as conn:  # leave the test database's partitions as the migration made them
+        for p in partitions():
+            conn.execute(text(f'DROP TABLE "{p}"'))
+
+
+def test_retention_refuses_zero_days(rdb):
+    with pytest.raises(Exception, match="keep_days must be at least 1"):
+        retention.apply_retention(keep_days=0, engine=rdb)
