@@ -17,7 +17,7 @@ RETURNS TABLE (
     batches bigint, batches_within_slo bigint, share_batches_within_slo double precision,
     violated_windows bigint,
     response_p50_ms double precision, response_p95_ms double precision, response_p99_ms double precision)
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, public
 SET work_mem = '256MB'  -- the per-second hash aggregate (apps × 86 400 groups) stays in memory
 SET jit = off           -- compiling costs more than it saves at this size
@@ -38,25 +38,27 @@ BEGIN
                ceil(date_part('epoch', o.obs_to) - epoch0)::int AS to_sec
         FROM reporting.observed_for_day(p_day) o
     ),
-    st AS (
+    st AS MATERIALIZED (
         -- from the tables themselves (not `obs`), so that the planner knows how few rows these
-        -- are and hashes them, not the day's batches
+        -- are; materialized, so the day's batches meet them in one hash join
         SELECT s.stage_id, s.app, s.trigger_ms, a.r_max_ms,
                GREATEST(day_from, a.created_at) AS obs_from, LEAST(day_to, now()) AS obs_to
         FROM stages s JOIN apps a ON a.name = s.app
         WHERE a.created_at < day_to AND day_from < now()
     ),
-    stage_counts AS (
-        -- stages that reported while observed: an index probe each
-        SELECT st.app, count(*) AS n_stages
-        FROM st
-        WHERE EXISTS (SELECT 1 FROM stage_metrics m
-                      WHERE m.stage_id = st.stage_id AND m.ts >= st.obs_from AND m.ts < st.obs_to)
-        GROUP BY st.app
+    params AS MATERIALIZED (
+        -- per app: its bound, its observed seconds, and how many stages reported while observed
+        -- (an index probe each)
+        SELECT o.app, o.r_max_ms, o.from_sec, o.to_sec,
+               (SELECT count(*) FROM st
+                WHERE st.app = o.app
+                  AND EXISTS (SELECT 1 FROM stage_metrics m
+                              WHERE m.stage_id = st.stage_id AND m.ts >= st.obs_from AND m.ts < st.obs_to)) AS n_stages
+        FROM obs o
     ),
     starts AS (
-        -- one pass over the day's partition: per app, second a batch started in, and hold (how
-        -- many windows a batch speaks for), the weighted sums; few groups, so a hash aggregate
+        -- One pass over the day's partition: per app, second a batch started in, and hold (how
+        -- many windows a batch speaks for), the weighted sums. Few groups: a hash aggregate.
         SELECT st.app, floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
                LEAST(3600, ceil(COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000'))::int AS hold_s,
                sum(m.latency_p95_ms * w.wt) AS p95,
@@ -73,27 +75,29 @@ BEGIN
         GROUP BY 1, 2, 3
     ),
     per_window AS (
-        -- spread each group over the windows its batches speak for (sums commute with this)
-        SELECT g.app, g.sec + k AS w, sum(g.p95) AS response_ms, sum(g.p90) AS p90_ms, sum(g.stages) AS stages,
+        -- spread each group over the windows its batches speak for (sums commute with this);
+        -- the app's parameters ride along as grouping keys (one per app), so no join follows
+        SELECT g.app, g.sec + k AS w, p.r_max_ms, p.n_stages, p.from_sec, p.to_sec,
+               sum(g.p95) AS response_ms, sum(g.p90) AS p90_ms, sum(g.stages) AS stages,
                sum(g.batches) FILTER (WHERE k = 0) AS batches,
                sum(g.batches_within) FILTER (WHERE k = 0) AS batches_within
-        FROM starts g CROSS JOIN LATERAL generate_series(0, g.hold_s - 1) k
-        GROUP BY 1, 2
+        FROM starts g
+        JOIN params p ON p.app = g.app
+        CROSS JOIN LATERAL generate_series(0, g.hold_s - 1) k
+        GROUP BY 1, 2, 3, 4, 5, 6
     ),
     windows AS (
         SELECT pw.app,
                sum(pw.batches)::bigint                                          AS batches,
                sum(pw.batches_within)::bigint                                   AS batches_within,
                count(*) FILTER (WHERE ok)                                       AS measured_s,
-               count(*) FILTER (WHERE ok AND COALESCE(pw.response_ms, 0) <= o.r_max_ms) AS within_s,
-               count(*) FILTER (WHERE ok AND pw.p90_ms > o.r_max_ms)            AS violated,
+               count(*) FILTER (WHERE ok AND COALESCE(pw.response_ms, 0) <= pw.r_max_ms) AS within_s,
+               count(*) FILTER (WHERE ok AND pw.p90_ms > pw.r_max_ms)           AS violated,
                percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY pw.response_ms)
                    FILTER (WHERE ok)                                            AS pct
         FROM per_window pw
-        JOIN obs o ON o.app = pw.app
-        JOIN stage_counts c ON c.app = pw.app
         -- measured: every stage that reported has a batch speaking for this window (float sums)
-        CROSS JOIN LATERAL (SELECT pw.stages > c.n_stages - 0.001 AND pw.w >= o.from_sec AND pw.w < o.to_sec AS ok) x
+        CROSS JOIN LATERAL (SELECT pw.stages > pw.n_stages - 0.001 AND pw.w >= pw.from_sec AND pw.w < pw.to_sec AS ok) x
         GROUP BY pw.app
     )
     SELECT p_day, o.app, o.r_max_ms, o.observed_s,
