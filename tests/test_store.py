@@ -96,3 +96,28 @@ def test_missing_server_binaries_say_what_to_do(monkeypatch, tmp_path):
     with pytest.raises(embedded.EmbeddedPgError) as e:
         embedded.find_bindir()
     assert "apt-get install postgresql" in str(e.value) and "STREAMOPS_DATABASE_URL" in str(e.value)
+
+
+def test_a_policy_grant_runs_prestaged_when_a_copy_is_staged(clean_db):
+    """The claim picks the mechanism: the caller's, else the row's, else prestaged when a copy is
+    ready for the stage, else pause_resume."""
+    from streamops import registry as reg_mod
+    from streamops.execute import stages
+    from streamops.store import db
+
+    reg = reg_mod.parse({"pools": {"p": {"cores": 2}}, "apps": {"c": {
+        "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+        "stages": {"a": {"workload": "wordcount", "source": {"kind": "files", "path": "c/a"}, "pool": "p",
+                         "cores": {"initial": 1, "max": 2}},
+                   "b": {"workload": "wordcount", "source": {"kind": "files", "path": "c/b"}, "pool": "p",
+                         "cores": {"initial": 1, "max": 2}}}}}})
+    stages.sync_registry(reg)
+    with clean_db.begin() as conn:
+        ids = {s: conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, requested_by) "
+                                    "VALUES (:s, 'c', 'scale_out', 'policy:edf') RETURNING id"), {"s": s}).scalar()
+               for s in ("c.a", "c.b")}
+        conn.execute(text("INSERT INTO staged_checkpoints (stage_id, source, path, as_of_batch, partitions) "
+                          "VALUES ('c.a', '/x', '/x.staged', 3, 4)"))
+        claimed = {s: conn.execute(db.query("reconfiguration_claim"), {"id": i, "mechanism": None}).one().mechanism
+                   for s, i in ids.items()}
+    assert claimed == {"c.a": "prestaged", "c.b": "pause_resume"}
