@@ -10,7 +10,8 @@ from streamops.cli import app
 runner = CliRunner()
 COMMANDS = [[], ["db"], ["db", "up"], ["db", "down"], ["db", "status"], ["deploy"], ["start"], ["stop"],
             ["replan"], ["reconfigure"], ["prestage"], ["release"], ["sim"], ["bench"],
-            ["gen"], ["status"], ["down"]]
+            ["gen"], ["status"], ["down"], ["airflow"], ["airflow", "up"], ["airflow", "down"], ["airflow", "status"],
+            ["airflow", "logins"], ["airflow", "trigger"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "streamops")
@@ -46,3 +47,22 @@ def test_unknown_stage_and_app_name_the_known_ones(clean_db):
     assert result.exit_code == 2 and "known apps: taxi, hibench" in result.output
     result = runner.invoke(app, ["gen", "taxi.top10", "--trace", "ramp:speed=3"])
     assert result.exit_code == 2 and "unknown param 'speed'" in result.output
+
+
+def test_status_shows_a_stage_the_watchdog_gave_up_on(clean_db, monkeypatch):
+    from sqlalchemy import text
+
+    from streamops.execute import stages
+    from streamops import registry
+
+    reg = registry.parse({"pools": {"p": {"cores": 2}}, "apps": {"w": {
+        "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+        "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "w/s"}, "pool": "p",
+                         "cores": {"initial": 1, "max": 2}}}}}})
+    stages.sync_registry(reg)
+    with clean_db.begin() as conn:
+        conn.execute(text("UPDATE stages SET health = 'failed', health_reason = '3 restarts in a row failed' "
+                          "WHERE stage_id = 'w.s'"))
+    result = runner.invoke(app, ["status"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "FAILED (watchdog gave up; redeploy)" in result.output

@@ -371,7 +371,7 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
 
 
 @app.command()
-def bench(what: str = typer.Argument("all", help="policies | scale | reconfig | all"),
+def bench(what: str = typer.Argument("all", help="policies | scale | reconfig | reporting | all"),
           quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only")) -> None:
     """Benchmarks: the policy comparison in the simulator, one control cycle over 10 000 stages
     in PostgreSQL, and reconfiguration downtime per mechanism and state size (long: real drivers).
@@ -380,9 +380,10 @@ def bench(what: str = typer.Argument("all", help="policies | scale | reconfig | 
 
     scripts = {"policies": ["bench/policies.py"] + (["--seeds", "1"] if quick else []),
                "scale": ["bench/scale.py"] + (["--apps", "100", "--runs", "3"] if quick else []),
-               "reconfig": ["bench/reconfig.py"] + (["--quick"] if quick else [])}
+               "reconfig": ["bench/reconfig.py"] + (["--quick"] if quick else []),
+               "reporting": ["bench/reporting.py"] + (["--stages", "10,50", "--runs", "1"] if quick else [])}
     if what not in (*scripts, "all"):
-        _fail(f"unknown benchmark {what!r}; choose policies, scale, reconfig or all", 2)
+        _fail(f"unknown benchmark {what!r}; choose policies, scale, reconfig, reporting or all", 2)
     for name, cmd in scripts.items():
         if what in (name, "all"):
             rc = subprocess.call([sys.executable, *cmd], cwd=REPO_ROOT)
@@ -458,10 +459,12 @@ def status_table() -> Table:
         rows = conn.execute(db.query("stage_status")).all()
     t = Table(title=f"streamops stages · {datetime.now():%H:%M:%S}", header_style="bold",
               caption="in/s, out/s: rows per second over the last minute · backlog: input files not yet read · "
-                      "beat: heartbeat age · quar.: quarantined records · plan: granted or deferred reconfiguration")
+                      "beat: heartbeat age · quar.: quarantined records · fail 24h: failures the watchdog handled · "
+                      "plan: granted or deferred reconfiguration")
     for col, just in [("stage", "left"), ("state", "left"), ("pool", "left"), ("cores", "right"), ("parts", "right"),
                       ("in/s", "right"), ("out/s", "right"), ("p95 ms", "right"), ("backlog", "right"),
-                      ("batch", "right"), ("beat", "right"), ("quar.", "right"), ("plan", "left")]:
+                      ("batch", "right"), ("beat", "right"), ("quar.", "right"), ("fail 24h", "right"),
+                      ("plan", "left")]:
         t.add_column(col, justify=just)
     colors = {"running": "green", "starting": "yellow", "stopping": "yellow", "failed": "red", "refused": "red"}
     for r in rows:
@@ -469,9 +472,12 @@ def status_table() -> Table:
         hb_txt = _fmt(hb, ".0f") + "s" if hb is not None else "–"
         if hb is not None and r.status == "running" and hb > 15:
             hb_txt = f"[red]{hb_txt}[/]"
-        t.add_row(r.stage_id, f"[{colors.get(r.status, 'dim')}]{r.status}[/]", r.pool, str(r.cores), str(r.partitions),
+        state = f"[{colors.get(r.status, 'dim')}]{r.status}[/]"
+        if r.health == "failed":  # the watchdog gave up: say so louder than the last run's state
+            state = "[bold red]FAILED (watchdog gave up; redeploy)[/]"
+        t.add_row(r.stage_id, state, r.pool, str(r.cores), str(r.partitions),
                   _fmt(r.in_rps, ",.0f"), _fmt(r.out_rps, ",.0f"), _fmt(r.latency_p95_ms, ",.0f"),
-                  _fmt(r.backlog_files), _fmt(r.batch_id), hb_txt, str(r.quarantined), r.plan or "")
+                  _fmt(r.backlog_files), _fmt(r.batch_id), hb_txt, str(r.quarantined), str(r.failures_24h), r.plan or "")
     return t
 
 

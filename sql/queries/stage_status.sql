@@ -34,7 +34,9 @@ SELECT s.stage_id, s.app, s.workload, s.pool,
        EXTRACT(EPOCH FROM now() - h.beat_at) AS heartbeat_age_s,
        COALESCE(q.quarantined, 0) AS quarantined,
        pl.label AS plan,
-       r.stop_reason
+       r.stop_reason,
+       s.health, s.health_reason,
+       (SELECT count(*) FROM failures f WHERE f.stage_id = s.stage_id AND f.detected_at > now() - interval '1 day') AS failures_24h
 FROM stages s
 LEFT JOIN latest_run r ON r.stage_id = s.stage_id
 LEFT JOIN latest_batch b ON b.stage_id = s.stage_id
