@@ -160,8 +160,9 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     try:
         res = stages.start_stage(f.stage_id, reg, wait_s=min(wait_s, 240), progress=progress)
         recovered_at, why = _wait_recovered(res.deployment_id, wait_s)
-    except (stages.AdmissionRefused, RuntimeError, TimeoutError) as e:
-        recovered_at, why, res = None, str(e), None
+    except Exception as e:  # any failed restart is one attempt; the next cycle tries again or gives up
+        log.exception("stage %s: action=restart failed", f.stage_id)
+        recovered_at, why, res = None, f"{type(e).__name__}: {e}", None
     if recovered_at is not None:
         with db.engine().begin() as conn:
             row = conn.execute(text("""
