@@ -140,6 +140,19 @@ def test_dag_files_parse_cleanly_without_spark(airflow_site):
     assert out["dags"]["streamops_watchdog"]["max_active_runs"] == 1
 
 
+def test_secrets_are_generated_once_and_private(airflow_site):
+    import stat
+
+    from streamops.orchestrate import airflow_home
+
+    first = airflow_home.passwords(airflow_site)
+    assert set(first) == {"admin", "viewer"} and all(len(p) >= 16 for p in first.values())
+    assert airflow_home.passwords(airflow_site) == first, "passwords are generated once"
+    for f in ("passwords.json", "secrets.json", "env.sh"):
+        mode = stat.S_IMODE((airflow_site.home / f).stat().st_mode)
+        assert mode == 0o600, f"{f} has mode {oct(mode)}"
+
+
 def test_bad_params_are_rejected_by_the_form_schema(dagbag):
     import copy
 
