@@ -75,29 +75,28 @@ BEGIN
         GROUP BY 1, 2, 3
     ),
     per_window AS (
-        -- spread each group over the windows its batches speak for (sums commute with this);
-        -- the app's parameters ride along as grouping keys (one per app), so no join follows
-        SELECT g.app, g.sec + k AS w, p.r_max_ms, p.n_stages, p.from_sec, p.to_sec,
+        -- spread each group over the windows its batches speak for (sums commute with this)
+        SELECT g.app, g.sec + k AS w,
                sum(g.p95) AS response_ms, sum(g.p90) AS p90_ms, sum(g.stages) AS stages,
                sum(g.batches) FILTER (WHERE k = 0) AS batches,
                sum(g.batches_within) FILTER (WHERE k = 0) AS batches_within
         FROM starts g
-        JOIN params p ON p.app = g.app
         CROSS JOIN LATERAL generate_series(0, g.hold_s - 1) k
-        GROUP BY 1, 2, 3, 4, 5, 6
+        GROUP BY 1, 2
     ),
     windows AS (
         SELECT pw.app,
                sum(pw.batches)::bigint                                          AS batches,
                sum(pw.batches_within)::bigint                                   AS batches_within,
                count(*) FILTER (WHERE ok)                                       AS measured_s,
-               count(*) FILTER (WHERE ok AND COALESCE(pw.response_ms, 0) <= pw.r_max_ms) AS within_s,
-               count(*) FILTER (WHERE ok AND pw.p90_ms > pw.r_max_ms)           AS violated,
+               count(*) FILTER (WHERE ok AND COALESCE(pw.response_ms, 0) <= p.r_max_ms) AS within_s,
+               count(*) FILTER (WHERE ok AND pw.p90_ms > p.r_max_ms)           AS violated,
                percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY pw.response_ms)
                    FILTER (WHERE ok)                                            AS pct
         FROM per_window pw
+        JOIN params p ON p.app = pw.app
         -- measured: every stage that reported has a batch speaking for this window (float sums)
-        CROSS JOIN LATERAL (SELECT pw.stages > pw.n_stages - 0.001 AND pw.w >= pw.from_sec AND pw.w < pw.to_sec AS ok) x
+        CROSS JOIN LATERAL (SELECT pw.stages > p.n_stages - 0.001 AND pw.w >= p.from_sec AND pw.w < p.to_sec AS ok) x
         GROUP BY pw.app
     )
     SELECT p_day, o.app, o.r_max_ms, o.observed_s,

@@ -1,0 +1,183 @@
+"""Reporting views over one synthetic day: 10, 50 and 100 stages at a 1-second trigger.
+
+For each size, a scratch database (`streamops_bench_reporting`) gets one day of stage_metrics
+generated in SQL (sql/bench/reporting_fixture.sql: 86 400 × stages rows, apps of 10 stages),
+then each reporting view is timed for that day (`SELECT * FROM reporting.<view> WHERE day = D`,
+median of --runs). Writes bench/results/reporting.json and the EXPLAIN (ANALYZE, BUFFERS) of the
+heaviest view's query at the largest size to bench/results/reporting_explain.txt.
+
+    .venv/bin/python bench/reporting.py [--stages 10,50,100] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from datetime import date, datetime, timezone
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import text
+
+from streamops.paths import REPO_ROOT
+from streamops.store import db, migrate
+
+RESULTS = REPO_ROOT / "bench" / "results"
+DAY = date(2025, 1, 15)
+VIEWS = ("sla_daily", "downtime_daily", "cost_daily", "reconfigurations")
+console = Console()
+
+
+def scratch_database(name: str) -> str:
+    import psycopg2
+
+    server = db.libpq_url(db.database_url())
+    base = server.rpartition("/")[0]
+    conn = psycopg2.connect(f"{base}/postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    return f"{base}/{name}"
+
+
+def drop_database(url: str) -> None:
+    import psycopg2
+
+    base, _, name = url.rpartition("/")
+    conn = psycopg2.connect(f"{base}/postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    conn.close()
+
+
+def generate(engine, stages: int, day: date = DAY) -> dict:
+    t = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(text("SELECT ensure_stage_metrics_partitions(:d, 1)"), {"d": day})
+        conn.execute(text((REPO_ROOT / "sql" / "bench" / "reporting_fixture.sql").read_text()),
+                     {"stages": stages, "day": day})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE"))  # as autovacuum would after a day of inserts
+        rows = conn.execute(text("SELECT count(*) FROM stage_metrics WHERE ts >= :d AND ts < :d + 1"),
+                            {"d": day}).scalar_one()
+    return {"rows": rows, "generated_s": round(time.perf_counter() - t, 1)}
+
+
+def backend_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) the server process `pid` has used, if it runs on this machine:
+    on a shared machine wall time depends on the neighbours, CPU time much less."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def time_views(engine, runs: int, day: date = DAY) -> dict[str, dict]:
+    """Median wall (and server CPU) time of `SELECT * FROM reporting.<view> WHERE day = D`, each in
+    a fresh transaction."""
+    out = {}
+    for view in VIEWS:
+        times, cpu, n = [], [], 0
+        for _ in range(runs):
+            with engine.connect() as conn:
+                pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                c0, t = backend_cpu_s(pid), time.perf_counter()
+                n = len(conn.execute(text(f"SELECT * FROM reporting.{view} WHERE day = :d"), {"d": day}).all())
+                times.append(time.perf_counter() - t)
+                c1 = backend_cpu_s(pid)
+                if c0 is not None and c1 is not None:
+                    cpu.append(c1 - c0)
+        out[view] = {"median_s": round(statistics.median(times), 3), "runs_s": [round(x, 3) for x in times],
+                     "cpu_median_s": round(statistics.median(cpu), 3) if cpu else None,
+                     "cpu_runs_s": [round(x, 3) for x in cpu], "rows": n,
+                     "loadavg_1m": round(os.getloadavg()[0], 2)}
+    return out
+
+
+def explain_heaviest(url: str, view: str, day: date = DAY) -> list[str]:
+    """The view's plan, then the plan of the per-day query inside it (auto_explain, nested)."""
+    import psycopg2
+
+    conn = psycopg2.connect(db.libpq_url(url))
+    try:
+        cur = conn.cursor()
+        cur.execute(f"EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM reporting.{view} WHERE day = %s", (day,))
+        lines = [r[0] for r in cur.fetchall()]
+        for s in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0", "SET auto_explain.log_analyze = on",
+                  "SET auto_explain.log_buffers = on", "SET auto_explain.log_nested_statements = on",
+                  "SET auto_explain.log_level = notice", "SET client_min_messages = notice"):
+            cur.execute(s)
+        del conn.notices[:]
+        cur.execute(f"SELECT * FROM reporting.{view} WHERE day = %s", (day,))
+        cur.fetchall()
+        nested = [n for n in conn.notices if "stage_metrics m" in n]
+    finally:
+        conn.close()
+    return lines + ["", "-- the per-day function's query, as it ran inside the view (auto_explain):"] + \
+        "\n".join(nested).splitlines()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stages", default="10,50,100", help="comma-separated stage counts")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--keep", action="store_true", help="keep the scratch database")
+    args = p.parse_args(argv)
+    sizes = [int(x) for x in args.stages.split(",")]
+
+    results, explain = [], []
+    url = None
+    for stages in sizes:
+        url = scratch_database("streamops_bench_reporting")
+        os.environ["STREAMOPS_DATABASE_URL"] = url
+        db.engine.cache_clear()
+        engine = db.engine()
+        migrate.apply(engine)
+        with console.status(f"generating one day of {stages} stages at 1 s …"):
+            gen = generate(engine, stages)
+        console.print(f"{stages} stages: {gen['rows']:,} stage_metrics rows in {gen['generated_s']}s")
+        views = time_views(engine, args.runs)
+        for v, r in views.items():
+            console.print(f"  reporting.{v}: {r['median_s'] * 1000:,.0f} ms (median of {args.runs}: {r['runs_s']}; "
+                          f"server CPU {r['cpu_runs_s']} s; load {r['loadavg_1m']})")
+        results.append({"stages": stages, **gen, "views": views,
+                        "total_median_s": round(sum(r["median_s"] for r in views.values()), 3)})
+        if stages == max(sizes):
+            heaviest = max(views, key=lambda v: views[v]["median_s"])
+            explain = [f"-- EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM reporting.{heaviest} WHERE day = '{DAY}'; "
+                       f"{stages} stages, {gen['rows']:,} rows"] + explain_heaviest(url, heaviest)
+        engine.dispose()
+        if not args.keep:
+            drop_database(url)
+
+    result = {"benchmark": "reporting_views", "day": DAY.isoformat(), "trigger_s": 1, "runs": args.runs,
+              "sizes": results, "limit_s": 10.0, "cpus": os.cpu_count(),
+              "measured_at": datetime.now(timezone.utc).replace(microsecond=0).isoformat()}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "reporting.json").write_text(json.dumps(result, indent=2))
+    if explain:
+        (RESULTS / "reporting_explain.txt").write_text("\n".join(explain) + "\n")
+
+    t = Table(title=f"reporting views for one day at 1 s batches (median of {args.runs})")
+    t.add_column("stages", justify="right")
+    t.add_column("rows", justify="right")
+    for v in VIEWS:
+        t.add_column(v, justify="right")
+    t.add_column("all", justify="right")
+    for r in results:
+        t.add_row(str(r["stages"]), f"{r['rows']:,}", *(f"{r['views'][v]['median_s'] * 1000:,.0f} ms" for v in VIEWS),
+                  f"{r['total_median_s'] * 1000:,.0f} ms")
+    console.print(t)
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
