@@ -88,7 +88,9 @@ def detect(stale_s: float = 60.0) -> list[Failure]:
         if d.health == "failed":
             continue
         launcher = launcher_for(d.master)
-        if d.status in ("running", "stopping") and not launcher.is_alive(d.pid, d.driver_id):
+        # A run still `starting` without a pid is being launched right now: not a failure.
+        if d.status in ("starting", "running", "stopping") and d.pid is not None \
+                and not launcher.is_alive(d.pid, d.driver_id):
             out.append(Failure(d.stage_id, d.id, "dead_pid", f"driver pid {d.pid} is gone while the run is {d.status}",
                                d.beat_at or d.running_at or d.started_at))
         elif d.status == "running" and d.silent_s is not None and d.silent_s > stale_s:
