@@ -491,6 +491,7 @@ def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
     try:
         if not watch:
             console.print(status_table())
+            console.print(_last_report_line(), markup=False, highlight=False)
             return
         with Live(status_table(), console=console, refresh_per_second=4) as live:
             while True:
@@ -500,6 +501,46 @@ def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
         _fail(str(e))
     except KeyboardInterrupt:
         pass
+
+
+def _last_report_line() -> str:
+    """Where the last report is: `reports/D/index.html (day D, generated …)`."""
+    from streamops.paths import REPO_ROOT
+    from streamops.report.nightly import last_report
+
+    r = last_report()
+    if r is None:
+        return "last report: none yet (`streamops report`, or the streamops_nightly_report DAG, writes one)"
+    path = Path(r["path"])
+    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    scope = f", app {r['app']}" if r["app"] else ""
+    return f"last report: {shown} (day {r['day']}{scope}, generated {r['created_at']:%Y-%m-%d %H:%M %Z})"
+
+
+@app.command()
+def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD",
+                                             help="the day to report (database time zone); default: yesterday (UTC)"),
+           app_name: Optional[str] = typer.Option(None, "--app", metavar="APP", help="one app; default: every app"),
+           out: Optional[Path] = typer.Option(None, "--out", metavar="DIR",
+                                              help="reports root; default: reports/ (or STREAMOPS_REPORTS_DIR)")) -> None:
+    """Write the day's report: DIR/D/index.html (summary per app, SLO met, availability, downtime,
+    charts of response time against R_max and cores, data quality) and a CSV per reporting view,
+    and record it in the `reports` table."""
+    from datetime import date
+
+    from streamops.report import nightly
+    from streamops.store import db
+
+    try:
+        d = date.fromisoformat(day) if day else None
+    except ValueError:
+        _fail(f"--date must be YYYY-MM-DD, got {day!r}", code=2)
+    t0 = time.monotonic()
+    try:
+        index = nightly.build_report(d, app=app_name, out_dir=out)
+    except (db.DatabaseUnavailable, ValueError) as e:
+        _fail(str(e))
+    _say(f"report written in {time.monotonic() - t0:.1f} s: {index}")
 
 
 @app.command()

@@ -126,6 +126,8 @@ class Stage(_Frozen):
 
 class App(_Frozen):
     r_max_ms: int = Field(gt=0, description="SLO: end-to-end response-time bound")
+    slo_target: float = Field(default=0.99, gt=0, le=1,
+                              description="SLO: share of the observed time within R_max (the report's 'SLO met')")
     maintenance_window: MaintenanceWindow
     description: str = ""
     control: dict[str, Any] = Field(default_factory=dict, description="overrides of plan.options.AppOptions")

@@ -1,0 +1,107 @@
+"""The report's charts: PNG bytes from matplotlib's object API (Agg canvas, no pyplot and no
+global backend state, so it is safe inside Airflow workers and tests)."""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+import matplotlib.dates as mdates
+from matplotlib.figure import Figure
+
+# Colours by reconfiguration action; anything else is grey.
+ACTION_COLOURS = {"scale_out": "#2a7ab0", "scale_in": "#7a4fb0", "migrate": "#c77c0e"}
+FAILURE_COLOUR = "#d62728"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A reconfiguration on the chart: when its new run produced output, what it did."""
+
+    at: datetime
+    action: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Span:
+    """An output gap (a failure) shaded on the chart."""
+
+    start: datetime
+    end: datetime
+    label: str
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+def response_chart(app: str, ts: list[datetime], response_ms: list[float | None], worst_ms: list[float | None],
+                   cores: list[int], r_max_ms: float, beta: float, markers: list[Marker], spans: list[Span],
+                   title: str) -> bytes:
+    """EDF's Fig. 4 for one app and day: response time against R_max and β·R_max above, the cores
+    (replicas) below, on one time axis; reconfigurations as vertical lines through both, failures
+    as shaded gaps. `None` in `response_ms` (a bucket missing a stage) breaks the line."""
+    fig = Figure(figsize=(11, 5.2), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1.3])
+    nan = float("nan")
+    resp = [nan if v is None else v for v in response_ms]
+    worst = [nan if v is None else v for v in worst_ms]
+    top.plot(ts, worst, color="#9ecae1", linewidth=0.6, label="worst batch per stage")
+    top.plot(ts, resp, color="#08519c", linewidth=1.0, label="response time (Σ stages, batch p95)")
+    top.axhline(r_max_ms, color=FAILURE_COLOUR, linestyle="--", linewidth=1.2, label=f"R_max = {r_max_ms:,.0f} ms")
+    top.axhline(beta * r_max_ms, color="#ff7f0e", linestyle=":", linewidth=1.2,
+                label=f"β·R_max = {beta * r_max_ms:,.0f} ms (β = {beta:g})")
+    finite = [v for v in resp + worst if not math.isnan(v)]
+    top.set_ylim(0, max([r_max_ms * 1.25, *finite]) * 1.05)
+    top.set_ylabel("response time (ms)")
+    top.set_title(title, loc="left", fontsize=11)
+    bottom.step(ts, cores, where="post", color="#238b45", linewidth=1.4)
+    bottom.set_ylabel("cores")
+    bottom.set_ylim(0, max(cores or [1]) + 1)
+    bottom.yaxis.get_major_locator().set_params(integer=True)
+    for ax in (top, bottom):
+        for m in markers:
+            ax.axvline(m.at, color=ACTION_COLOURS.get(m.action, "grey"), linestyle="-.", linewidth=1.1)
+        for s in spans:
+            # a line as well: a gap of seconds is invisible as a span on a day's axis
+            ax.axvline(s.start, color=FAILURE_COLOUR, linestyle=":", linewidth=1.1)
+            ax.axvspan(s.start, s.end, color=FAILURE_COLOUR, alpha=0.2, linewidth=0)
+        ax.grid(True, alpha=0.3)
+    ymax = top.get_ylim()[1]
+    for m in markers:
+        top.annotate(m.label, (mdates.date2num(m.at), ymax), xytext=(3, -3), textcoords="offset points",
+                     rotation=90, va="top", fontsize=7.5, color=ACTION_COLOURS.get(m.action, "grey"))
+    for s in spans:
+        top.annotate(s.label, (mdates.date2num(s.start), ymax), xytext=(3, -3), textcoords="offset points",
+                     rotation=90, va="top", fontsize=7.5, color=FAILURE_COLOUR)
+    handles, labels = top.get_legend_handles_labels()
+    top.legend(handles, labels, loc="upper right", fontsize=8, framealpha=0.85)
+    bottom.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz="UTC"))
+    bottom.set_xlabel("time of day (UTC)")
+    return _png(fig)
+
+
+def downtime_chart(apps: list[str], reconfig_s: list[float], failure_s: list[float], title: str) -> bytes:
+    """Per app, the downtime caused by reconfigurations next to the downtime caused by failures."""
+    fig = Figure(figsize=(11, 0.9 + 0.55 * max(len(apps), 1)), layout="constrained")
+    ax = fig.subplots()
+    y = list(range(len(apps)))
+    h = 0.38
+    ax.barh([i - h / 2 for i in y], reconfig_s, height=h, color=ACTION_COLOURS["scale_out"], label="reconfigurations")
+    ax.barh([i + h / 2 for i in y], failure_s, height=h, color=FAILURE_COLOUR, label="failures")
+    for i, (r, f) in enumerate(zip(reconfig_s, failure_s)):
+        ax.annotate(f"{r:,.1f} s", (r, i - h / 2), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
+        ax.annotate(f"{f:,.1f} s", (f, i + h / 2), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.set_yticks(y, apps)
+    ax.invert_yaxis()
+    ax.set_xlabel("downtime (s)")
+    ax.set_xlim(0, max([1.0, *reconfig_s, *failure_s]) * 1.15)
+    ax.set_title(title, loc="left", fontsize=11)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(True, axis="x", alpha=0.3)
+    return _png(fig)

@@ -1,0 +1,236 @@
+"""The nightly report: for one day (and one app, or all), a self-contained `index.html` (inline CSS,
+charts as PNG data URIs) and one CSV per reporting view, under `reports/D/` (or
+`reports/D/<app>/`); each report is recorded in the `reports` table.
+
+Everything it shows comes from the `reporting` schema (sql/reports/) and named queries
+(sql/queries/report_*.sql). SLO met: the app's `share_within_rmax` (observed time with response
+time ≤ R_max) is at least its `slo_target` (apps.yaml, default 0.99).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from sqlalchemy import Connection, Engine
+
+from streamops.paths import REPO_ROOT
+from streamops.plan.options import AppOptions
+from streamops.report import charts
+from streamops.store import db
+
+log = logging.getLogger(__name__)
+
+VIEWS = ("sla_daily", "downtime_daily", "reconfigurations", "cost_daily")
+DEFAULT_SLO_TARGET = 0.99
+BUCKET_S = 10  # chart resolution: 8 640 points per app for a whole day
+
+
+def yesterday_utc() -> date:
+    return (datetime.now(timezone.utc) - timedelta(days=1)).date()
+
+
+def reports_dir() -> Path:
+    """`STREAMOPS_REPORTS_DIR`, else `reports/` at the repo root (gitignored)."""
+    return Path(os.environ.get("STREAMOPS_REPORTS_DIR", REPO_ROOT / "reports"))
+
+
+def report_dir(day: date, app: str | None = None, out_dir: Path | None = None) -> Path:
+    base = Path(out_dir) if out_dir else reports_dir()
+    return base / day.isoformat() / app if app else base / day.isoformat()
+
+
+@dataclass(frozen=True)
+class AppSummary:
+    """One row of the summary table."""
+
+    app: str
+    r_max_ms: int
+    beta: float
+    slo_target: float
+    slo_met: bool
+    share_within_rmax: float
+    observed_s: float
+    measured_s: int
+    violated_windows: int
+    response_p95_ms: float | None
+    availability: float
+    downtime_s: float
+    downtime_reconfig_s: float
+    downtime_failure_s: float
+    reconfigurations: int
+    failures: int
+    failures_recovered: int
+    mttr_s: float | None
+    core_hours: float
+    max_cores: int | None
+
+
+def summarize(apps: list[dict], sla: list[dict], down: list[dict], cost: list[dict]) -> list[AppSummary]:
+    """Join the day's view rows per app. Apps come from sla_daily: those observed that day."""
+    opts = {a["app"]: a for a in apps}
+    d = {r["app"]: r for r in down}
+    c = {r["app"]: r for r in cost}
+    out = []
+    for s in sla:
+        a = opts.get(s["app"], {})
+        target = a.get("slo_target") or DEFAULT_SLO_TARGET
+        dn, cs = d.get(s["app"], {}), c.get(s["app"], {})
+        out.append(AppSummary(
+            app=s["app"], r_max_ms=s["r_max_ms"], beta=AppOptions.from_params(a.get("control")).beta,
+            slo_target=target, slo_met=s["share_within_rmax"] >= target,
+            share_within_rmax=s["share_within_rmax"], observed_s=s["observed_s"], measured_s=s["measured_s"],
+            violated_windows=s["violated_windows"], response_p95_ms=s["response_p95_ms"],
+            availability=dn.get("availability", 1.0), downtime_s=dn.get("downtime_s", 0.0),
+            downtime_reconfig_s=dn.get("downtime_reconfig_s", 0.0),
+            downtime_failure_s=dn.get("downtime_failure_s", 0.0),
+            reconfigurations=dn.get("reconfigurations", 0), failures=dn.get("failures", 0),
+            failures_recovered=dn.get("failures_recovered", 0), mttr_s=dn.get("mttr_s"),
+            core_hours=cs.get("core_hours", 0.0), max_cores=cs.get("max_cores")))
+    return out
+
+
+def _rows(conn: Connection, name: str, **params: Any) -> list[dict]:
+    return [dict(r._mapping) for r in conn.execute(db.query(name), params)]
+
+
+def _write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: "" if v is None else v for k, v in r.items()})
+
+
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _app_chart(app: AppSummary, series: list[dict], reconfigs: list[dict], failures: list[dict], day: date) -> str | None:
+    if not series:
+        return None
+    markers = []
+    for r in reconfigs:
+        # the moment the new run produced output: where the cores step in the chart below
+        at = r["first_batch_done_at"] or r["finished_at"] or r["restarted_at"] or r["requested_at"]
+        cores = f" {r['from_cores']}→{r['target_cores']}" if r["target_cores"] else ""
+        down = f", down {r['downtime_s']:.1f} s" if r["downtime_s"] is not None else ""
+        markers.append(charts.Marker(at, r["action"], f"{r['action']}{cores}{down}"))
+    day_from = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    day_to = day_from + timedelta(days=1)
+    spans = [charts.Span(max(f["gap_from"], day_from), min(f["gap_to"], day_to), f"failure ({f['kind']})")
+             for f in failures]
+    png = charts.response_chart(
+        app.app, [p["ts"] for p in series],
+        [p["response_ms"] if p["complete"] else None for p in series],
+        [p["response_max_ms"] if p["complete"] else None for p in series],
+        [p["cores"] for p in series], app.r_max_ms, app.beta, markers, spans,
+        title=f"{app.app} · {day} · response time and cores ({BUCKET_S} s buckets)")
+    return _data_uri(png)
+
+
+def _dq_view(rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        st, det = r["statistics"] or {}, r["details"] or {}
+        failed = det.get("failed") if isinstance(det, dict) else None
+        if isinstance(failed, list):
+            what = "; ".join(
+                " ".join(str(f.get(k)) for k in ("expectation", "column", "observed") if f.get(k) is not None)
+                if isinstance(f, dict) else str(f) for f in failed)
+        else:
+            what = "" if not det else json.dumps(det)[:300]
+        out.append({**r, "evaluated": st.get("evaluated_expectations"),
+                    "successful": st.get("successful_expectations"), "failed_text": what})
+    return out
+
+
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["pct"] = lambda v, digits=2: "–" if v is None else f"{100 * v:.{digits}f} %"
+    env.filters["num"] = lambda v, spec=",.1f": "–" if v is None else format(v, spec)
+    return env.get_template("report.html.j2")
+
+
+def build_report(day: date | None = None, app: str | None = None, out_dir: Path | None = None,
+                 engine: Engine | None = None) -> Path:
+    """Write `<out_dir or reports/>/D[/app]/index.html` and the CSVs of the day's views, record the
+    report in `reports`, and return the path of index.html. Day: yesterday (UTC) by default."""
+    t0 = time.monotonic()
+    day = day or yesterday_utc()
+    scope = app or "all apps"
+    eng = engine or db.engine()
+    target = report_dir(day, app, out_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    p = {"day": day, "app": app}
+    with eng.connect() as conn:
+        apps = _rows(conn, "report_apps", app=app)
+        if app and not apps:
+            raise ValueError(f"no app {app!r} in the database; known: run `streamops deploy` first")
+        views = {}
+        for v in VIEWS:
+            res = conn.execute(db.query(f"report_{v}"), p)
+            views[v] = ([dict(r._mapping) for r in res], list(res.keys()))
+        series = _rows(conn, "report_response_series", bucket_s=BUCKET_S, **p)
+        failures = _rows(conn, "report_failures", **p)
+        dq = _dq_view(_rows(conn, "report_dq_results", **p))
+    log.info("report %s (%s): queries done in %.2f s", day, scope, time.monotonic() - t0)
+
+    for v, (rows, cols) in views.items():
+        _write_csv(target / f"{v}.csv", rows, cols)
+    summary = summarize(apps, views["sla_daily"][0], views["downtime_daily"][0], views["cost_daily"][0])
+    reconfigs = views["reconfigurations"][0]
+    sections = []
+    for s in summary:
+        app_reconfigs = [r for r in reconfigs if r["app"] == s.app]
+        sections.append({
+            "app": s, "reconfigurations": app_reconfigs,
+            "chart": _app_chart(s, [x for x in series if x["app"] == s.app], app_reconfigs,
+                                [f for f in failures if f["app"] == s.app], day)})
+    downtime_png = _data_uri(charts.downtime_chart(
+        [s.app for s in summary], [s.downtime_reconfig_s for s in summary], [s.downtime_failure_s for s in summary],
+        title=f"downtime on {day}: reconfigurations and failures")) if summary else None
+    generated = datetime.now(timezone.utc)
+    html = _template().render(
+        day=day, app=app, generated=generated, summary=summary, sections=sections, downtime_chart=downtime_png,
+        dq=dq, csvs=[f"{v}.csv" for v in VIEWS], bucket_s=BUCKET_S, default_target=DEFAULT_SLO_TARGET)
+    index = target / "index.html"
+    index.write_text(html)
+
+    elapsed_ms = (time.monotonic() - t0) * 1000
+    record = {"apps": {s.app: asdict(s) for s in summary},
+              "dq": {"results": len(dq), "failed": sum(1 for r in dq if not r["success"])}}
+    with eng.begin() as conn:
+        conn.execute(db.query("report_insert"), {"day": day, "app": app, "path": str(index.resolve()),
+                                                 "duration_ms": elapsed_ms, "summary": json.dumps(record)})
+    met = sum(s.slo_met for s in summary)
+    log.info("report %s (%s): wrote %s and %d CSV files in %.2f s; SLO met by %d of %d apps", day, scope, index,
+             len(VIEWS), elapsed_ms / 1000, met, len(summary))
+    return index
+
+
+def last_report(engine: Engine | None = None) -> dict | None:
+    """The most recently written report (`reports` row), or None."""
+    with (engine or db.engine()).connect() as conn:
+        row = conn.execute(db.query("report_last")).first()
+    return dict(row._mapping) if row else None
+
+
+def day_of_run(override: str | None, data_interval_start: datetime | None, run_after: datetime) -> date:
+    """The day a nightly DAG run reports: the Param if given, else the data interval's start day
+    (UTC), else, for a manual run without a logical date, the day before it ran."""
+    if override:
+        return date.fromisoformat(override)
+    if data_interval_start is not None:
+        return data_interval_start.astimezone(timezone.utc).date()
+    return (run_after.astimezone(timezone.utc) - timedelta(days=1)).date()

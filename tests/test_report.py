@@ -1,0 +1,223 @@
+"""The nightly report (report/nightly.py) from hand-built rows on real PostgreSQL: the exact figures
+of its summary table, the CSVs and the `reports` row, the data-quality section, `streamops
+status`'s pointer to it, and a screenshot of the page in headless Chromium."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+import time
+from datetime import date, timedelta
+
+import numpy as np
+import pytest
+from PIL import Image
+from sqlalchemy import text
+
+from streamops.report import nightly
+from tests.test_reporting_sql import D, FULL_DAY, add_app, add_failure, add_reconfiguration, add_run, at
+
+# taxi: one stage, a batch every second all day at 500 ms except 600 s at 3000 ms; a scale-out whose
+# output gap is 6 s (39 994 → 40 000 s) and a failure whose gap is 20 s (60 000 → 60 020 s).
+# web: registered at noon, two stages (400 + 700 ms), 3 600 s at 400 + 1200 ms above its 1500 ms bound.
+TAXI_SPIKE = (36000, 36600)
+TAXI_GAPS = [(39994, 40000), (60000, 60020)]
+WEB_SPIKE = (50000, 53600)
+
+
+def _batches(engine, day: date, stage_id: str, first_s: int, last_s: int, p95_sql: str, cores_sql: str = "1",
+             gaps: list[tuple[int, int]] = ()) -> None:
+    """One batch per second in [first_s, last_s) of `day`, started 0.25 s into its second; SQL
+    expressions of the second `s` give p95 and cores. Generated in SQL: a day is 86 400 rows."""
+    not_gap = " AND ".join(f"NOT (s >= {a} AND s < {b})" for a, b in gaps) or "true"
+    with engine.begin() as conn:
+        conn.execute(text("SELECT ensure_stage_metrics_partitions(CAST(:d AS date), 1)"), {"d": day})
+        conn.execute(text(
+            "INSERT INTO stage_metrics (ts, stage_id, run_id, batch_id, input_rows, batch_duration_ms, "
+            " trigger_interval_ms, latency_p50_ms, latency_p95_ms, latency_max_ms, cores) "
+            f"SELECT CAST(:d AS date)::timestamptz + make_interval(secs => s + 0.25), :sid, 'r1', s, 10, 300, 1000, "
+            f"       0.6 * ({p95_sql}), {p95_sql}, {p95_sql}, {cores_sql} "
+            f"FROM generate_series(:a, :b - 1) s WHERE {not_gap}"),
+            {"d": day, "sid": stage_id, "a": first_s, "b": last_s})
+
+
+def two_apps(eng, day: date) -> None:
+    """The rows above, on `day`."""
+    with eng.begin() as conn:
+        tz = conn.execute(text("SHOW TimeZone")).scalar_one()
+        if tz not in ("UTC", "Etc/UTC"):
+            pytest.skip(f"server TimeZone is {tz}; these fixtures are written in UTC")
+        conn.execute(text("TRUNCATE reports, dq_results"))
+        conn.execute(text("INSERT INTO pools (name, master, cores) VALUES ('p', 'local', 8)"))
+    add_app(eng, "taxi", r_max_ms=1000)
+    add_app(eng, "web", r_max_ms=1500, created_at=at(43200, day), stages={"a": 1000, "b": 1000})
+    with eng.begin() as conn:  # the specs `streamops deploy` writes: β and the SLO target
+        conn.execute(text("""UPDATE apps SET spec = '{"control": {"beta": 0.5}, "slo_target": 0.99}' WHERE name = 'taxi'"""))
+    _batches(eng, day, "taxi.s", 0, 86400, f"CASE WHEN s >= {TAXI_SPIKE[0]} AND s < {TAXI_SPIKE[1]} THEN 3000 ELSE 500 END",
+             cores_sql="CASE WHEN s >= 40000 THEN 2 ELSE 1 END", gaps=TAXI_GAPS)
+    _batches(eng, day, "web.a", 43200, 86400, "400")
+    _batches(eng, day, "web.b", 43200, 86400, f"CASE WHEN s >= {WEB_SPIKE[0]} AND s < {WEB_SPIKE[1]} THEN 1200 ELSE 700 END")
+    add_reconfiguration(eng, "taxi.s", "taxi", at(40000, day), 6000)
+    add_failure(eng, "taxi.s", "taxi", failed_at=at(60000, day), last_commit_at=at(60000, day),
+                recovered_at=at(60020, day), downtime_ms=20000, mttr_ms=20000)
+    add_run(eng, "taxi.s", 1, at(0, day), at(40000, day))
+    add_run(eng, "taxi.s", 2, at(40000, day), at(86400, day))
+    add_run(eng, "web.a", 1, at(43200, day), at(86400, day))
+    add_run(eng, "web.b", 1, at(43200, day), at(86400, day))
+
+
+@pytest.fixture
+def day_of_two_apps(clean_db):
+    two_apps(clean_db, D)
+    return clean_db
+
+
+def _add_dq(engine, success: bool) -> None:
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO dq_results (suite, target, app, day, success, statistics, details) "
+            "VALUES ('stage_metrics', 'stage_metrics', NULL, :d, :ok, CAST(:st AS jsonb), CAST(:det AS jsonb))"),
+            {"d": D, "ok": success,
+             "st": json.dumps({"evaluated_expectations": 4, "successful_expectations": 4 if success else 3}),
+             "det": json.dumps({} if success else {"failed": [
+                 {"expectation": "expect_column_values_to_be_between", "column": "input_rps", "observed": "3 rows < 0"}]})})
+
+
+def test_summary_table_figures_are_exact(day_of_two_apps, tmp_path):
+    index = nightly.build_report(D, out_dir=tmp_path)
+    assert index == tmp_path / D.isoformat() / "index.html"
+    with day_of_two_apps.connect() as conn:
+        rec = conn.execute(text("SELECT * FROM reports")).one()
+    assert (rec.day, rec.app, rec.path) == (D, None, str(index.resolve()))
+    taxi, web = rec.summary["apps"]["taxi"], rec.summary["apps"]["web"]
+
+    measured = FULL_DAY - 6 - 20
+    assert taxi["measured_s"] == measured
+    assert taxi["share_within_rmax"] == pytest.approx((measured - 600) / FULL_DAY)     # 0.99275
+    assert taxi["slo_met"] is True and taxi["slo_target"] == 0.99 and taxi["beta"] == 0.5
+    assert taxi["violated_windows"] == 600
+    assert taxi["availability"] == pytest.approx(1 - 26 / FULL_DAY)
+    assert (taxi["downtime_reconfig_s"], taxi["downtime_failure_s"]) == (pytest.approx(6.0), pytest.approx(20.0))
+    assert (taxi["reconfigurations"], taxi["failures"], taxi["failures_recovered"]) == (1, 1, 1)
+    assert taxi["mttr_s"] == pytest.approx(20.0)
+    assert taxi["core_hours"] == pytest.approx((40000 * 1 + 46400 * 2) / 3600)        # 36.89
+
+    assert web["observed_s"] == 43200 and web["measured_s"] == 43200
+    assert web["share_within_rmax"] == pytest.approx((43200 - 3600) / 43200)          # 0.9167
+    assert web["slo_met"] is False and web["slo_target"] == 0.99 and web["beta"] == 0.75
+    assert web["availability"] == 1.0 and web["reconfigurations"] == 0 and web["failures"] == 0
+    assert web["core_hours"] == pytest.approx(24.0)
+
+    html = index.read_text()
+    rows = dict(re.findall(r'<tr class="app-row" data-app="(\w+)">(.*?)</tr>', html, re.S))
+    cells = {a: [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+             for a, r in rows.items()}
+    assert cells["taxi"] == ["taxi", "met", "99.275 %", "99.0 %", "1,000 ms", "99.97 %", "600", "500 ms",
+                             "99.970 %", "26.0 s", "6.0 s", "20.0 s", "1", "1 (1 recovered)", "20.0 s", "36.89"]
+    assert cells["web"] == ["web", "missed", "91.667 %", "99.0 %", "1,500 ms", "100.00 %", "3,600", "1,600 ms",
+                            "100.000 %", "0.0 s", "0.0 s", "0.0 s", "0", "0", "–", "24.00"]
+
+    # one CSV per view, the day's rows
+    for view in nightly.VIEWS:
+        with (index.parent / f"{view}.csv").open() as f:
+            got = list(csv.DictReader(f))
+        assert {r["day"] for r in got} == {D.isoformat()}, view
+    with (index.parent / "reconfigurations.csv").open() as f:
+        (r,) = list(csv.DictReader(f))
+    assert (r["app"], r["action"], float(r["downtime_s"])) == ("taxi", "scale_out", 6.0)
+    assert "no data-quality results recorded for 2024-03-10" in html
+
+
+def test_one_app_and_data_quality_results(day_of_two_apps, tmp_path):
+    _add_dq(day_of_two_apps, success=True)
+    _add_dq(day_of_two_apps, success=False)  # a later run of the same suite: the one shown
+    index = nightly.build_report(D, app="web", out_dir=tmp_path)
+    assert index == tmp_path / D.isoformat() / "web" / "index.html"
+    html = index.read_text()
+    assert 'data-app="web"' in html and 'data-app="taxi"' not in html
+    dq = re.search(r'<table id="dq">(.*?)</table>', html, re.S).group(1)
+    assert "failed" in dq and "expect_column_values_to_be_between input_rps 3 rows &lt; 0" in dq
+    assert dq.count("<tr>") == 2  # header + the latest result
+    with day_of_two_apps.connect() as conn:
+        rec = conn.execute(text("SELECT app, summary FROM reports")).one()
+    assert rec.app == "web" and rec.summary["dq"] == {"results": 1, "failed": 1}
+    with pytest.raises(ValueError, match="no app 'nope'"):
+        nightly.build_report(D, app="nope", out_dir=tmp_path)
+
+
+def test_a_nightly_run_reports_its_data_interval_day():
+    from datetime import datetime, timezone
+
+    utc = timezone.utc
+    # the scheduled run of 2026-11-22 00:15 has the data interval [11-21 00:15, 11-22 00:15)
+    assert nightly.day_of_run(None, datetime(2026, 11, 21, 0, 15, tzinfo=utc), datetime(2026, 11, 22, 0, 15, tzinfo=utc)) \
+        == date(2026, 11, 21)
+    assert nightly.day_of_run(None, None, datetime(2026, 11, 22, 9, 0, tzinfo=utc)) == date(2026, 11, 21)
+    assert nightly.day_of_run("2026-11-02", None, datetime(2026, 11, 22, tzinfo=utc)) == date(2026, 11, 2)
+
+
+def test_empty_day_before_any_app_still_writes_a_page(day_of_two_apps, tmp_path):
+    index = nightly.build_report(D - timedelta(days=400), out_dir=tmp_path)
+    html = index.read_text()
+    assert 'id="no-apps"' in html and "no data-quality results recorded" in html
+
+
+def test_status_points_at_the_last_report(day_of_two_apps, tmp_path):
+    from typer.testing import CliRunner
+
+    from streamops.cli import app
+
+    runner = CliRunner()
+    before = runner.invoke(app, ["status"], env={"COLUMNS": "250"})
+    assert before.exit_code == 0, before.output
+    assert "last report: none yet" in before.output
+    index = nightly.build_report(D, out_dir=tmp_path)
+    after = runner.invoke(app, ["status"], env={"COLUMNS": "250"})
+    assert after.exit_code == 0, after.output
+    assert f"last report: {index}" in after.output.replace("\n", "") and f"day {D}" in after.output
+
+
+def test_report_cli_writes_the_page(day_of_two_apps, tmp_path):
+    from typer.testing import CliRunner
+
+    from streamops.cli import app
+
+    res = CliRunner().invoke(app, ["report", "--date", D.isoformat(), "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / D.isoformat() / "index.html").exists()
+    assert "index.html" in res.output
+    bad = CliRunner().invoke(app, ["report", "--date", "yesterday-ish"])
+    assert bad.exit_code != 0
+
+
+def test_screenshot_in_headless_chromium(day_of_two_apps, tmp_path, artifacts):
+    """The page renders in a real browser: tables and the embedded PNG charts."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("chromium is not installed: scripts/ensure-system-deps.sh installs it (apt-get install chromium)")
+    t0 = time.monotonic()
+    index = nightly.build_report(D, out_dir=tmp_path)
+    build_s = time.monotonic() - t0
+    html = index.read_text()
+    assert html.count('<tr class="app-row"') == 2
+    uris = re.findall(r'<img[^>]+src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(uris) == 3, "one chart per app and the downtime chart"
+    assert "<link" not in html and "<script" not in html and "http" not in html.split("<body>")[1], "self-contained"
+
+    shot = artifacts / "report-screenshot.png"
+    shot.unlink(missing_ok=True)
+    res = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={shot}",
+         "--window-size=1280,2000", index.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.exists(), f"chromium wrote no screenshot: {res.stderr[-2000:]}"
+    shutil.copy(index, artifacts / "report-index.html")
+    assert shot.stat().st_size > 50_000, shot.stat().st_size
+    img = np.asarray(Image.open(shot).convert("RGB"))
+    assert img.shape[:2] == (2000, 1280)
+    assert len(np.unique(img.reshape(-1, 3), axis=0)) > 200, "the screenshot is (nearly) one colour"
+    # the charts are drawn: plenty of the page is neither white nor near-white
+    assert (img.sum(axis=2) < 600).mean() > 0.02
+    print(f"report built in {build_s:.2f} s; screenshot {shot} ({shot.stat().st_size:,} bytes)")
