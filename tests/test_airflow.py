@@ -31,7 +31,7 @@ from tests.test_e2e_stage import eventually
 pytestmark = pytest.mark.e2e
 
 CONTRACT_DAGS = {"streamops_deploy", "streamops_replan", "streamops_reconfigure", "streamops_maintenance_window",
-                 "streamops_watchdog"}
+                 "streamops_watchdog", "streamops_nightly_report"}
 APP, SID = "af", "af.wc"
 REGISTRY = {
     "pools": {"p1": {"cores": 4, "network_delay_ms": {"p2": 5}}, "p2": {"cores": 2, "network_delay_ms": {"p1": 5}}},
@@ -304,6 +304,25 @@ def test_maintenance_window_realizes_only_disruptive_plans_while_open(reg, clean
     assert [r["stage"] for r in done[APP]] == [SID]
     with clean_db.connect() as conn:
         assert conn.execute(text("SELECT status FROM reconfigurations WHERE stage_id = :s"), {"s": SID}).scalar() != "pending"
+
+
+def test_nightly_report_writes_the_days_html(dagbag, clean_db, tmp_path, monkeypatch):
+    """The scheduled run of today 00:15 UTC reports yesterday: retention, then the page and its record."""
+    from datetime import datetime, time, timedelta, timezone
+
+    from tests.test_report import two_apps
+
+    today = datetime.now(timezone.utc).date()
+    two_apps(clean_db, today - timedelta(days=1))
+    monkeypatch.setenv("STREAMOPS_REPORTS_DIR", str(tmp_path))
+    dr = dagbag.get_dag("streamops_nightly_report").test(
+        logical_date=datetime.combine(today, time(0, 15), tzinfo=timezone.utc))
+    assert str(dr.state) == "success", _task_states(dr)
+    assert _task_states(dr) == {"retention": "success", "report": "success"}
+    html = (tmp_path / str(today - timedelta(days=1)) / "index.html").read_text()
+    assert 'data-app="taxi"' in html and 'data-app="web"' in html and "data:image/png;base64," in html
+    with clean_db.connect() as conn:
+        assert conn.execute(text("SELECT day FROM reports")).scalar_one() == today - timedelta(days=1)
 
 
 # -- end to end through the REST API ----------------------------------------------------------

@@ -1,0 +1,63 @@
+"""streamops_nightly_report: stage_metrics retention, then the day's HTML report (daily, 00:15 UTC)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import CronTriggerTimetable, Param, dag, task
+
+
+@dag(
+    dag_id="streamops_nightly_report",
+    # Each run covers the day that just ended: data interval [D 00:15, D+1 00:15), reported day D.
+    # The 15 minutes let drivers' buffered metric rows of the last seconds of D arrive.
+    schedule=CronTriggerTimetable("15 0 * * *", timezone="UTC", interval=timedelta(days=1)),
+    start_date=datetime(2026, 11, 15, tzinfo=timezone.utc),
+    catchup=True,  # a scheduler that was down writes the missed nights' reports, oldest first
+    max_active_runs=1,
+    tags=["streamops", "report"],
+    doc_md="""
+### Nightly report
+1. **retention**: drops `stage_metrics` day partitions older than `STREAMOPS_METRICS_RETENTION_DAYS`
+   (30) and creates today's and tomorrow's.
+2. **report**: writes `reports/D/index.html` (summary per app: SLO met, availability, downtime,
+   reconfigurations, core-hours, failures; response time against R_max and β·R_max with cores, as
+   EDF's Fig. 4; downtime chart; data-quality results) and a CSV per `reporting` view, records it in
+   the `reports` table, and logs a `file://` link to it. D is the day before the run's time (the data
+   interval's start); Param `day` (YYYY-MM-DD) reports another day on a manual run.
+
+Missed nights are caught up (catchup) one run at a time. See docs/reporting.md.
+""",
+    params={"day": Param(None, type=["null", "string"], format="date",
+                         description="report this day (YYYY-MM-DD) instead of the run's data interval day")},
+    # The report only reads, and retention is idempotent: retrying is always safe.
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=1), "retry_exponential_backoff": True},
+)
+def streamops_nightly_report():
+    @task
+    def retention() -> dict:
+        import logging
+
+        from streamops.report.retention import apply_retention
+
+        r = apply_retention()
+        logging.getLogger("streamops.airflow").info(
+            "retention: kept %d days of stage_metrics; dropped %s; created %d partitions ahead",
+            r.keep_days, ", ".join(r.dropped) or "nothing", r.created)
+        return {"dropped": r.dropped, "created": r.created}
+
+    @task
+    def report(params: dict | None = None, data_interval_start=None, dag_run=None) -> str:
+        import logging
+
+        from streamops.report import nightly
+
+        day = nightly.day_of_run((params or {}).get("day"), data_interval_start, dag_run.run_after)
+        index = nightly.build_report(day)
+        logging.getLogger("streamops.airflow").info("report %s: %s", day, index.resolve().as_uri())
+        return str(index)
+
+    retention() >> report()
+
+
+streamops_nightly_report()
