@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Java 17 (Spark) and the PostgreSQL server binaries (embedded cluster). Installs them with
-# apt-get when missing and we are root; otherwise says what to install.
+# Java 17 (Spark) and the PostgreSQL server binaries (embedded cluster); Chromium for the report's
+# screenshot test (tests/test_report.py). Installs them with apt-get when missing and we are
+# root; otherwise says what to install. Chromium alone missing only warns: nothing but that test needs it.
 set -euo pipefail
 missing=()
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || [ -n "${STREAMOPS_DATABASE_URL:-}" ] || missing+=(postgresql)
-[ ${#missing[@]} -eq 0 ] && exit 0
+optional=()
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || optional+=(chromium)
+[ $((${#missing[@]} + ${#optional[@]})) -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing ${missing[*]} with apt-get"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-else
-    echo "missing: ${missing[*]}. Install them (apt-get install ${missing[*]}), or set STREAMOPS_DATABASE_URL to an existing PostgreSQL." >&2
+    echo "installing ${missing[*]} ${optional[*]} with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" "${optional[@]}" >/dev/null
+elif [ ${#missing[@]} -gt 0 ]; then
+    echo "missing: ${missing[*]} ${optional[*]}. Install them (apt-get install ${missing[*]} ${optional[*]}), or set STREAMOPS_DATABASE_URL to an existing PostgreSQL." >&2
     exit 1
+else
+    echo "warning: chromium is missing (apt-get install chromium); tests/test_report.py's screenshot test needs it" >&2
 fi
