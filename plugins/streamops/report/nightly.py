@@ -173,7 +173,11 @@ def build_report(day: date | None = None, app: str | None = None, out_dir: Path 
     target = report_dir(day, app, out_dir)
     target.mkdir(parents=True, exist_ok=True)
     p = {"day": day, "app": app}
-    with eng.connect() as conn:
+    with eng.begin() as conn:
+        # One pass over a day's partition: JIT compiling costs more than it saves (0.4 s of 1.1 s
+        # for 10 stages), and a little more memory keeps the per-bucket sort off disk.
+        conn.exec_driver_sql("SET LOCAL jit = off")
+        conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
         apps = _rows(conn, "report_apps", app=app)
         if app and not apps:
             raise ValueError(f"no app {app!r} in the database; known: run `streamops deploy` first")
