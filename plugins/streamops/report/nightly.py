@@ -115,6 +115,22 @@ def _data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
+def _break_gaps(series: list[dict]) -> list[dict]:
+    """Insert an incomplete point where no batch arrived for a while (the app was down or stopped),
+    so the line breaks there instead of joining across the gap. "A while": more than 3 times the
+    usual spacing of the app's buckets (a slow trigger leaves regular empty buckets)."""
+    steps = sorted(b["bucket"] - a["bucket"] for a, b in zip(series, series[1:]))
+    if not steps:
+        return series
+    usual = steps[len(steps) // 2]
+    out = [series[0]]
+    for a, b in zip(series, series[1:]):
+        if b["bucket"] - a["bucket"] > max(1, 3 * usual):
+            out.append({**a, "ts": a["ts"] + timedelta(seconds=BUCKET_S), "complete": False})
+        out.append(b)
+    return out
+
+
 def _app_chart(app: AppSummary, series: list[dict], reconfigs: list[dict], failures: list[dict], day: date) -> str | None:
     if not series:
         return None
@@ -129,6 +145,7 @@ def _app_chart(app: AppSummary, series: list[dict], reconfigs: list[dict], failu
     day_to = day_from + timedelta(days=1)
     spans = [charts.Span(max(f["gap_from"], day_from), min(f["gap_to"], day_to), f"failure ({f['kind']})")
              for f in failures]
+    series = _break_gaps(series)
     png = charts.response_chart(
         app.app, [p["ts"] for p in series],
         [p["response_ms"] if p["complete"] else None for p in series],
