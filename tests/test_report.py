@@ -221,3 +221,16 @@ def test_screenshot_in_headless_chromium(day_of_two_apps, tmp_path, artifacts):
     # the charts are drawn: plenty of the page is neither white nor near-white
     assert (img.sum(axis=2) < 600).mean() > 0.02
     print(f"report built in {build_s:.2f} s; screenshot {shot} ({shot.stat().st_size:,} bytes)")
+
+
+def test_the_chart_line_breaks_across_a_long_gap_only():
+    from datetime import datetime, timezone
+
+    t0 = datetime(2026, 11, 21, tzinfo=timezone.utc)
+    pts = [{"bucket": b, "ts": t0 + timedelta(seconds=10 * b), "complete": True} for b in (0, 1, 2, 3, 9, 10)]
+    out = nightly._break_gaps(pts)
+    assert [p["bucket"] for p in out] == [0, 1, 2, 3, 3, 9, 10]
+    assert out[4]["complete"] is False and out[4]["ts"] == t0 + timedelta(seconds=40)
+    # a stage with a 30 s trigger: a batch every third bucket is its usual spacing, not a gap
+    slow = [{"bucket": b, "ts": t0 + timedelta(seconds=10 * b), "complete": True} for b in (0, 3, 6, 9)]
+    assert nightly._break_gaps(slow) == slow
