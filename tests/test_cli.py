@@ -10,7 +10,7 @@ from streamops.cli import app
 runner = CliRunner()
 COMMANDS = [[], ["db"], ["db", "up"], ["db", "down"], ["db", "status"], ["deploy"], ["start"], ["stop"],
             ["replan"], ["reconfigure"], ["prestage"], ["release"], ["sim"], ["bench"],
-            ["gen"], ["status"], ["down"], ["airflow"], ["airflow", "up"], ["airflow", "down"], ["airflow", "status"],
+            ["gen"], ["status"], ["report"], ["down"], ["airflow"], ["airflow", "up"], ["airflow", "down"], ["airflow", "status"],
             ["airflow", "logins"], ["airflow", "trigger"]]
 
 
