@@ -114,7 +114,6 @@ def test_a_failing_new_run_is_rolled_back_and_nothing_is_lost(clean_db):
     stages.stop_stage("rc.rb", reg, deadline_s=30)
 
 
-@pytest.mark.reconfig_matrix  # passed on a lightly loaded machine; timed out at load 18: see `make test-reconfig`
 def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db):
     reg = _registry("ps")
     with Feeder("rc/ps", seed=23) as feeder:
@@ -142,7 +141,6 @@ def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db):
     stages.stop_stage("rc.ps", reg, deadline_s=30)
 
 
-@pytest.mark.reconfig_matrix  # not yet seen green on a quiet machine: see `make test-reconfig`
 def test_active_backup_switches_without_an_outage_and_is_refused_without_room(clean_db):
     with Feeder("rc/ab", seed=24) as feeder:
         small = _registry("ab", pool_cores=2)

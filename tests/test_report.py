@@ -234,3 +234,22 @@ def test_the_chart_line_breaks_across_a_long_gap_only():
     # a stage with a 30 s trigger: a batch every third bucket is its usual spacing, not a gap
     slow = [{"bucket": b, "ts": t0 + timedelta(seconds=10 * b), "complete": True} for b in (0, 3, 6, 9)]
     assert nightly._break_gaps(slow) == slow
+
+
+def test_missed_nights_are_backfilled_oldest_first(clean_db, tmp_path, monkeypatch):
+    """Nights with metrics but no report (the scheduler was down) are found; reported ones are not."""
+    from datetime import date
+
+    from sqlalchemy import text
+
+    from streamops.report import nightly
+
+    with clean_db.begin() as conn:
+        conn.execute(text("SELECT ensure_stage_metrics_partitions(DATE '2026-10-01', 7)"))
+        for d in ("2026-10-02", "2026-10-04", "2026-10-05"):
+            conn.execute(text(
+                "INSERT INTO stage_metrics (ts, stage_id, run_id, batch_id, input_rows, batch_duration_ms) "
+                "VALUES (CAST(:d AS date) + interval '1 hour', 'x.s', 'r', 1, 1, 1)"), {"d": d})
+        conn.execute(text("INSERT INTO reports (day, app, path) VALUES (DATE '2026-10-04', NULL, '/r')"))
+    assert nightly.missed_days(date(2026, 10, 6), max_days=7) == [date(2026, 10, 2), date(2026, 10, 5)]
+    assert nightly.missed_days(date(2026, 10, 6), max_days=2) == [date(2026, 10, 5)]

@@ -255,3 +255,15 @@ def day_of_run(override: str | None, data_interval_start: datetime | None, run_a
     if data_interval_start is not None:
         return data_interval_start.astimezone(timezone.utc).date()
     return (run_after.astimezone(timezone.utc) - timedelta(days=1)).date()
+
+
+def missed_days(until: date, max_days: int = 7, engine: Engine | None = None) -> list[date]:
+    """Days before `until` (at most `max_days` back) with metrics but no all-apps report."""
+    engine = engine or db.engine()
+    with engine.connect() as conn:
+        return [r.day for r in conn.execute(db.query("report_missed_days"), {"until": until, "max_days": max_days})]
+
+
+def build_with_backfill(day: date, max_days: int = 7) -> list[Path]:
+    """The night's report, preceded by those of missed nights (oldest first)."""
+    return [build_report(d) for d in [*missed_days(day, max_days), day]]
