@@ -98,26 +98,14 @@ def test_missing_server_binaries_say_what_to_do(monkeypatch, tmp_path):
     assert "apt-get install postgresql" in str(e.value) and "STREAMOPS_DATABASE_URL" in str(e.value)
 
 
-def test_a_policy_grant_runs_prestaged_when_a_copy_is_staged(clean_db):
-    """The claim picks the mechanism: the caller's, else the row's, else prestaged when a copy is
-    ready for the stage, else pause_resume."""
-    from streamops import registry as reg_mod
-    from streamops.execute import stages
-    from streamops.store import db
+def test_a_plan_without_a_mechanism_gets_the_smallest_outage_the_resources_allow():
+    from streamops.execute.mechanisms import choose_mechanism
 
-    reg = reg_mod.parse({"pools": {"p": {"cores": 2}}, "apps": {"c": {
-        "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-        "stages": {"a": {"workload": "wordcount", "source": {"kind": "files", "path": "c/a"}, "pool": "p",
-                         "cores": {"initial": 1, "max": 2}},
-                   "b": {"workload": "wordcount", "source": {"kind": "files", "path": "c/b"}, "pool": "p",
-                         "cores": {"initial": 1, "max": 2}}}}}})
-    stages.sync_registry(reg)
-    with clean_db.begin() as conn:
-        ids = {s: conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, requested_by) "
-                                    "VALUES (:s, 'c', 'scale_out', 'policy:edf') RETURNING id"), {"s": s}).scalar()
-               for s in ("c.a", "c.b")}
-        conn.execute(text("INSERT INTO staged_checkpoints (stage_id, source, path, as_of_batch, partitions) "
-                          "VALUES ('c.a', '/x', '/x.staged', 3, 4)"))
-        claimed = {s: conn.execute(db.query("reconfiguration_claim"), {"id": i, "mechanism": None}).one().mechanism
-                   for s, i in ids.items()}
-    assert claimed == {"c.a": "prestaged", "c.b": "pause_resume"}
+    pick = lambda *a, **k: choose_mechanism(*a, **k)[0]  # noqa: E731
+    assert pick("scale_out", 2, 2, staged_ready=True) == "active_backup", "room beside the old run: overlap"
+    assert pick("migrate", 1, 1, staged_ready=False) == "active_backup"
+    assert pick("scale_out", 2, 1, staged_ready=True) == "prestaged", "no room, but a staged copy"
+    assert pick("scale_out", 2, 1, staged_ready=False) == "pause_resume"
+    assert pick("scale_in", 1, 4, staged_ready=True) == "pause_resume", "scale-ins wait for the window anyway"
+    assert pick("scale_out", 2, 4, staged_ready=True, running=False) == "pause_resume"
+    assert "1 free cores < 2" in choose_mechanism("scale_out", 2, 1, staged_ready=False)[1]

@@ -1,9 +1,6 @@
--- Take a pending reconfiguration for execution. Exactly one caller gets the row.
--- Mechanism: the caller's, else the row's, else `prestaged` when the control loop staged a copy
--- at the alarming level (POLICIES.md §5, [001]), else `pause_resume`.
-UPDATE reconfigurations r SET status = 'running', mechanism = COALESCE(
-    :mechanism, r.mechanism,
-    CASE WHEN EXISTS (SELECT 1 FROM staged_checkpoints s WHERE s.stage_id = r.stage_id AND s.status = 'ready')
-         THEN 'prestaged' ELSE 'pause_resume' END)
-WHERE r.id = :id AND r.status = 'pending'
+-- Take a pending reconfiguration for execution. Exactly one caller gets the row. The mechanism
+-- is the caller's, else the row's (a user's request), else pause_resume; the executor passes
+-- the cost rule's choice (mechanisms.choose_mechanism) for a plan that names none.
+UPDATE reconfigurations SET status = 'running', mechanism = COALESCE(:mechanism, mechanism, 'pause_resume')
+WHERE id = :id AND status = 'pending'
 RETURNING *

@@ -350,6 +350,31 @@ def _link(rid: int, **cols) -> None:
 MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (PauseResume(), Prestaged(), ActiveBackup())}
 
 
+def choose_mechanism(action: str, target_cores: int, target_pool_free: int, staged_ready: bool,
+                     running: bool = True) -> tuple[str, str]:
+    """The cost rule for a plan that names no mechanism (a policy grant): the smallest outage
+    the resources allow. Returns (mechanism, why)."""
+    if action == "scale_in":
+        return "pause_resume", "a scale-in runs in the maintenance window, where a short outage is accepted"
+    if not running:
+        return "pause_resume", "the stage is not running: there is no old run to overlap or to stage from"
+    if target_pool_free >= target_cores:
+        return "active_backup", (f"the target pool has {target_pool_free} free cores for the new run beside the "
+                                 f"old one: no outage")
+    if staged_ready:
+        return "prestaged", "a copy was staged at the alarming level: no copy or repartition in the outage"
+    return "pause_resume", f"no room for an overlap ({target_pool_free} free cores < {target_cores}) and nothing staged"
+
+
+def _rule_inputs(row) -> tuple[int, int, bool, bool]:
+    pool = row.target_pool or row.from_pool
+    with db.engine().connect() as conn:
+        used = conn.execute(db.query("pool_cores_in_use"), {"pool": pool}).scalar_one()
+        total = conn.execute(text("SELECT cores FROM pools WHERE name = :p"), {"p": pool}).scalar()
+        staged = conn.execute(db.query("staged_ready"), {"stage_id": row.stage_id}).first() is not None
+    return row.target_cores or row.from_cores or 1, (total or 0) - used, staged, _live(row.stage_id) is not None
+
+
 def _downtime_ms(ex: Execution, started: datetime) -> float:
     with db.engine().connect() as conn:
         before = conn.execute(db.query("last_commit_before"), {"stage_id": ex.stage_id, "ts": started}).scalar()
@@ -400,6 +425,11 @@ def execute(reconfiguration_id: int, *, reg: registry.Registry | None = None, me
         raise ReconfigurationBusy(f"stage {row.stage_id} is being reconfigured by another process; "
                                   f"reconfiguration {reconfiguration_id} stays {row.status}")
     try:
+        if mechanism is None and row.mechanism is None and row.status == "pending":
+            mechanism, why = choose_mechanism(row.action, *_rule_inputs(row))
+            progress(f"{row.stage_id}: mechanism {mechanism}: {why}")
+            log.info("stage %s: action=choose-mechanism %s reconfiguration=%d: %s", row.stage_id, mechanism,
+                     reconfiguration_id, why)
         with db.engine().begin() as conn:
             claimed = conn.execute(db.query("reconfiguration_claim"), {"id": reconfiguration_id, "mechanism": mechanism}).first()
         if claimed is None:
