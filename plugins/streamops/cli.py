@@ -281,6 +281,9 @@ def reconfigure(
     mechanism: str = typer.Option("pause_resume", help="pause_resume | prestaged | active_backup (see docs/reconfiguration.md)"),
     pending: bool = typer.Option(False, "--pending", help="realize every pending reconfiguration (granted by replan)"),
     resume: bool = typer.Option(False, "--resume", help="also finish or roll back what a dead executor left running"),
+    wait: bool = typer.Option(True, "--wait/--no-wait",
+                              help="realize it now and show each phase (default), or only record it as pending "
+                                   "for `--pending` or the Airflow DAGs"),
 ) -> None:
     """Realize a reconfiguration: persisted as pending first, then stop at a batch boundary,
     copy the checkpoint, repartition offline, restart; roll back if the new run fails."""
@@ -293,6 +296,8 @@ def reconfigure(
             rid = mechanisms.request(stage, action.replace("-", "_"), cores=cores, partitions=partitions, pool=pool,
                                      mechanism=mechanism, reg=reg)
             _say(f"reconfiguration {rid} recorded as pending")
+            if not wait:
+                return
             outcomes.append(mechanisms.execute(rid, reg=reg, progress=_say))
         elif pending or resume:
             outcomes += mechanisms.resume(reg, progress=_say)
