@@ -22,7 +22,9 @@ from airflow.sdk import CronTriggerTimetable, Param, dag, task
 ### Nightly report
 1. **retention**: drops `stage_metrics` day partitions older than `STREAMOPS_METRICS_RETENTION_DAYS`
    (30) and creates today's and tomorrow's.
-2. **report**: writes `reports/D/index.html` (summary per app: SLO met, availability, downtime,
+2. **data_quality**: runs the Great Expectations suites for D (`streamops.quality.run_suites`) and
+   stores each result in `dq_results`; failed expectations are recorded, not raised.
+3. **report**: writes `reports/D/index.html` (summary per app: SLO met, availability, downtime,
    reconfigurations, core-hours, failures; response time against R_max and β·R_max with cores, as
    EDF's Fig. 4; downtime chart; data-quality results) and a CSV per `reporting` view, records it in
    the `reports` table, and logs a `file://` link to it. D is the day before the run's time (the data
@@ -61,7 +63,20 @@ def streamops_nightly_report():
             logging.getLogger("streamops.airflow").info("report %s: %s", index.parent.name, index.resolve().as_uri())
         return str(written[-1])
 
-    retention() >> report()
+    @task
+    def data_quality(params: dict | None = None, data_interval_start=None, dag_run=None) -> dict:
+        import logging
+
+        from streamops.quality import run_suites
+        from streamops.report import nightly
+
+        results = run_suites(nightly.day_of_run((params or {}).get("day"), data_interval_start, dag_run.run_after))
+        failed = [f"{r.suite} {r.target}" for r in results if not r.success]
+        logging.getLogger("streamops.airflow").info("data quality: %d validations, failed: %s",
+                                                    len(results), ", ".join(failed) or "none")
+        return {"validations": len(results), "failed": failed}
+
+    retention() >> data_quality() >> report()
 
 
 streamops_nightly_report()

@@ -1,0 +1,347 @@
+"""Run the data-quality suites with Great Expectations (GX Core 1.x) and store each validation
+in `dq_results`, which the nightly report shows.
+
+- `run_suites(day, app=None)`: the nightly run. Per app, its stage_metrics of the day; per
+  stage, its sink outputs written that day (PostgreSQL through SQLAlchemy query assets, or the
+  Parquet directory through Spark) and a sample of its input files of that day (Spark).
+- `gate_new_run(deployment_id, first_batches=N)`: the quick gate after a reconfiguration: the
+  new run's first N batches of stage_metrics and the sink outputs they wrote.
+
+GX runs in an ephemeral context (nothing is written to disk, no analytics); query assets are
+the named statements `sql/queries/dq_*.sql` with their parameters bound as SQL literals.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+import great_expectations as gx
+from great_expectations.data_context.types.base import (
+    DataContextConfig,
+    InMemoryStoreBackendDefaults,
+    ProgressBarsConfig,
+)
+from sqlalchemy import Engine
+from sqlalchemy.dialects import postgresql
+
+from streamops.quality import suites
+from streamops.store import db
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GATE_BATCHES = 5
+
+
+@dataclass(frozen=True)
+class Result:
+    """One validation of a suite against a target, as stored in dq_results."""
+
+    suite: str
+    target: str
+    app: str | None
+    day: date
+    success: bool
+    statistics: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)   # {"failed": [{expectation, column, observed}]}
+    id: int | None = None
+
+    @property
+    def failed_expectations(self) -> list[str]:
+        return [f["expectation"] for f in self.details.get("failed", [])]
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: bool
+    details: dict[str, Any]            # {"deployment_id", "stage_id", "first_batches", "sink", "elapsed_s", "results": [...]}
+    results: list[Result] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def reason(self) -> str:
+        """One line for a rollback reason: which suite failed which expectations."""
+        bad = [f"{r.suite}: {', '.join(f['expectation'] + (' ' + f['column'] if f.get('column') else '') for f in r.details.get('failed', []))}"
+               for r in self.results if not r.success]
+        return "data-quality gate failed: " + "; ".join(bad) if bad else "data-quality gate passed"
+
+
+# -- GX plumbing ----------------------------------------------------------------------------------
+
+def new_context():
+    """An ephemeral GX context: in-memory stores, no analytics, no progress bars, no files."""
+    cfg = DataContextConfig(store_backend_defaults=InMemoryStoreBackendDefaults(), analytics_enabled=False,
+                            progress_bars=ProgressBarsConfig(globally=False))
+    return gx.get_context(mode="ephemeral", project_config=cfg)
+
+
+def sql_text(name: str, **params: Any) -> str:
+    """The named statement with its parameters rendered as SQL literals (GX query assets take a
+    plain string that must start with SELECT: the file's leading comment lines are dropped).
+    Values are quoted by SQLAlchemy's PostgreSQL dialect; pass str/int."""
+    stmt = db.query(name).bindparams(**params)
+    sql = str(stmt.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+    return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).strip()
+
+
+class Validator:
+    """One GX context and one PostgreSQL data source for a run of several validations."""
+
+    def __init__(self, engine: Engine | None = None) -> None:
+        self.engine = engine or db.engine()
+        self.context = new_context()
+        url = self.engine.url.render_as_string(hide_password=False)
+        self.pg = self.context.data_sources.add_postgres("streamops", connection_string=url)
+        self._spark = None
+        self._n = 0
+
+    def close(self) -> None:
+        """Dispose of the engine GX built for the data source (a long-lived process gates many runs)."""
+        try:
+            self.pg.get_execution_engine().engine.dispose()
+        except Exception:  # noqa: BLE001 - nothing was connected
+            pass
+
+    def __enter__(self) -> "Validator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _name(self, prefix: str) -> str:
+        self._n += 1
+        return f"{prefix}_{self._n}"
+
+    def validate_query(self, sql: str, suite) -> Any:
+        """Validate the rows of `sql` (a query asset, whole table as one batch) against `suite`."""
+        asset = self.pg.add_query_asset(self._name("q"), query=sql)
+        batch = asset.add_batch_definition_whole_table("all").get_batch()
+        return batch.validate(suite, result_format="SUMMARY")
+
+    def validate_dataframe(self, df, suite) -> Any:
+        """Validate a Spark DataFrame (a dataframe asset of an `add_spark` data source)."""
+        if self._spark is None:
+            self._spark = self.context.data_sources.add_spark("spark")
+        asset = self._spark.add_dataframe_asset(self._name("df"))
+        batch = asset.add_batch_definition_whole_dataframe("all").get_batch(batch_parameters={"dataframe": df})
+        return batch.validate(suite, result_format="SUMMARY")
+
+
+def _observed(r) -> str:
+    res = r.result or {}
+    if r.exception_info and r.exception_info.get("raised_exception"):
+        return "error: " + str(r.exception_info.get("exception_message", ""))[:200]
+    if res.get("unexpected_count") is not None:
+        sample = ", ".join(map(str, (res.get("partial_unexpected_list") or [])[:3]))
+        return f"{res['unexpected_count']} of {res.get('element_count')} rows" + (f", e.g. {sample}" if sample else "")
+    if "observed_value" in res:
+        return f"observed {res['observed_value']}"
+    return ""
+
+
+def _column(kwargs: dict) -> str | None:
+    if kwargs.get("column"):
+        return kwargs["column"]
+    if kwargs.get("column_A"):
+        return f"{kwargs['column_A']} {'>=' if kwargs.get('or_equal') else '>'} {kwargs['column_B']}"
+    if kwargs.get("column_list"):
+        return ", ".join(kwargs["column_list"])
+    return None
+
+
+def to_result(validation, suite: str, target: str, app: str | None, day: date) -> Result:
+    """GX's ExpectationSuiteValidationResult → the dq_results row shape (009_reports.sql)."""
+    failed = []
+    for r in validation.results:
+        if r.success:
+            continue
+        cfg = r.expectation_config
+        failed.append({"expectation": cfg.type, "column": _column(cfg.kwargs), "observed": _observed(r)})
+    stats = {k: v for k, v in dict(validation.statistics).items() if v is not None}
+    return Result(suite, target, app, day, bool(validation.success), stats, {"failed": failed} if failed else {})
+
+
+def _error_result(suite: str, target: str, app: str | None, day: date, e: Exception) -> Result:
+    """A validation that could not run (unreadable files, SQL error) is a failure, recorded as such."""
+    return Result(suite, target, app, day, False, {"evaluated_expectations": 0},
+                  {"failed": [{"expectation": "validation_error", "column": None,
+                               "observed": f"{type(e).__name__}: {str(e)[:300]}"}]})
+
+
+def store(results: list[Result], engine: Engine | None = None) -> list[Result]:
+    out = []
+    with (engine or db.engine()).begin() as conn:
+        for r in results:
+            row = conn.execute(db.query("dq_result_insert"), {
+                "suite": r.suite, "target": r.target, "app": r.app, "day": r.day, "success": r.success,
+                "statistics": json.dumps(r.statistics, default=str), "details": json.dumps(r.details, default=str),
+            }).one()
+            out.append(Result(**{**asdict(r), "id": row.id}))
+    return out
+
+
+# -- the nightly suites ---------------------------------------------------------------------------
+
+def _day_bounds(day: date) -> tuple[datetime, datetime]:
+    """The UTC day, for file modification times (the SQL suites use the server's TimeZone days,
+    UTC on the embedded cluster)."""
+    start = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    return start, start + timedelta(days=1)
+
+
+def _targets(engine: Engine, day: date, app: str | None) -> list[dict]:
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(db.query("dq_targets"), {"day": day, "app": app})]
+
+
+def _guard(suite: str, target: str, app: str | None, day: date, fn) -> Result:
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - a broken target must not hide the others' results
+        log.exception("data quality: %s on %s could not run", suite, target)
+        return _error_result(suite, target, app, day, e)
+
+
+def run_suites(day: date, app: str | None = None, *, engine: Engine | None = None, spark=None,
+               files: bool = True, max_files: int = 200) -> list[Result]:
+    """Validate `day` (for `app`, or every app) and store every result in dq_results.
+
+    - stage_metrics: one validation per app (target `stage_metrics:<app>`) of the day's rows;
+    - sink_outputs: per stage with a PostgreSQL sink, the rows written that day (target: stage id);
+      per stage with a Parquet sink, its directory's files of that day, through Spark (target: path);
+    - input_records: per stage with a file source, up to `max_files` of its input files published
+      that day (evenly spread), through Spark (target: `<stage id>:<input dir>`).
+    `files=False` skips the two Spark suites. `spark`: a session to use; one local[1] session is
+    started only if there are files to validate, and stopped afterwards."""
+    engine = engine or db.engine()
+    with Validator(engine) as v:
+        results = _validate_day(v, engine, day, app, spark, files, max_files)
+    stored = store(results, engine)
+    log.info("data quality %s: %d validations, %d failed", day, len(stored), sum(not r.success for r in stored))
+    return stored
+
+
+def _validate_day(v: Validator, engine: Engine, day: date, app: str | None, spark, files: bool,
+                  max_files: int) -> list[Result]:
+    targets = _targets(engine, day, app)
+    results: list[Result] = []
+    for a in sorted({t["app"] for t in targets if t["has_metrics"]}):
+        results.append(_guard(suites.STAGE_METRICS, f"stage_metrics:{a}", a, day, lambda a=a: to_result(
+            v.validate_query(sql_text("dq_stage_metrics_day", day=day.isoformat(), app=a), suites.stage_metrics_suite()),
+            suites.STAGE_METRICS, f"stage_metrics:{a}", a, day)))
+    for t in targets:
+        sink = (t["spec"] or {}).get("sink") or {"kind": "postgres"}
+        if sink.get("kind", "postgres") == "postgres" and t["has_outputs"]:
+            results.append(_guard(suites.SINK_OUTPUTS, t["stage_id"], t["app"], day, lambda t=t: to_result(
+                v.validate_query(sql_text("dq_sink_outputs_day", day=day.isoformat(), stage_id=t["stage_id"]),
+                                 suites.sink_outputs_suite()),
+                suites.SINK_OUTPUTS, t["stage_id"], t["app"], day)))
+    if files:
+        results += _file_suites(v, targets, day, spark, max_files)
+    return results
+
+
+def _file_suites(v: Validator, targets: list[dict], day: date, spark, max_files: int) -> list[Result]:
+    from streamops.quality import spark_frames as sf
+    from streamops.registry import resolve_path
+
+    start, end = _day_bounds(day)
+    work = []  # (suite, target, app, thunk)
+    for t in targets:
+        spec = t["spec"] or {}
+        src, sink = spec.get("source") or {}, spec.get("sink") or {}
+        if src.get("kind", "files") == "files" and src.get("path"):
+            d = resolve_path(src["path"])
+            picked = sf.files_between(d, start, end, max_files)
+            if picked:
+                work.append((suites.INPUT_RECORDS, f"{t['stage_id']}:{d}", t["app"],
+                             lambda s, t=t, picked=picked: sf.validate_input_files(v, s, picked, t["workload"])))
+        if sink.get("kind") == "parquet" and sink.get("path"):
+            d = resolve_path(sink["path"])
+            picked = sf.files_between(d, start, end, None, pattern="batch_id=*/*.parquet")
+            if picked:
+                work.append((suites.SINK_PARQUET, str(d), t["app"],
+                             lambda s, d=d, picked=picked: sf.validate_parquet_sink(v, s, d, picked)))
+    if not work:
+        return []
+    own = spark is None
+    if own:
+        from spark_apps.stage import build_session
+
+        spark = build_session("streamops-data-quality", cores=1, state_partitions=1)
+    try:
+        return [_guard(suite, target, app, day, lambda thunk=thunk, suite=suite, target=target, app=app: to_result(
+            thunk(spark), suite, target, app, day)) for suite, target, app, thunk in work]
+    finally:
+        if own:
+            spark.stop()
+
+
+# -- the gate after a reconfiguration -------------------------------------------------------------
+
+def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, *, engine: Engine | None = None,
+                 record: bool = True) -> GateResult:
+    """Validate a new run's first `first_batches` batches: its stage_metrics rows (suite
+    stage_metrics, plus at least one row) and the sink outputs those batches wrote (suite
+    sink_outputs, on `sink_outputs` rows whose batch id lies within the run's first committed
+    batches). Takes well under a second per run: two small queries and their GX checks.
+
+    How a reconfiguration mechanism calls it (execute/mechanisms.py): after the new run's
+    `first_batch_done` (better: once it has committed `first_batches` batches, or at its
+    catch-up deadline) and before the reconfiguration is declared done:
+
+        gate = quality.gate_new_run(new_deployment_id, first_batches=5)
+        if not gate.passed:
+            _rollback(ex, gate.reason)      # the execution issue's rollback to the previous run
+
+    `details` carries every failed expectation; with `record` the two validations are also
+    stored in dq_results (suites gate_stage_metrics / gate_sink_outputs, target
+    `<stage id>#<deployment id>`, day = today), so the report shows why a run was rolled back.
+    A stage with a Parquet sink is gated on its metrics only (reading Parquet needs Spark,
+    which the control plane does not start); the nightly suite checks its files. The gate fails
+    closed: a deployment that does not exist, or a validation that cannot run (a SQL error),
+    fails it."""
+    started = time.monotonic()
+    engine = engine or db.engine()
+    with engine.connect() as conn:
+        dep = conn.execute(db.query("dq_deployment"), {"deployment_id": deployment_id}).first()
+    if dep is None:
+        return GateResult(False, {"deployment_id": deployment_id, "error": "no such deployment"})
+    today = datetime.now(timezone.utc).date()
+    with Validator(engine) as v:
+        results = _gate_validations(v, dep, deployment_id, first_batches, today)
+    if record:
+        results = store(results, engine)
+    passed = all(r.success for r in results)
+    details = {"deployment_id": deployment_id, "stage_id": dep.stage_id, "first_batches": first_batches,
+               "sink": (dep.sink or {}).get("kind", "postgres"), "elapsed_s": round(time.monotonic() - started, 3),
+               "results": [{"suite": r.suite, "success": r.success, "statistics": r.statistics, **r.details}
+                           for r in results]}
+    log.info("gate for deployment %d (%s): %s in %.2fs", deployment_id, dep.stage_id,
+             "passed" if passed else "FAILED", details["elapsed_s"])
+    return GateResult(passed, details, results)
+
+
+def _gate_validations(v: Validator, dep, deployment_id: int, first_batches: int, today: date) -> list[Result]:
+    target = f"{dep.stage_id}#{deployment_id}"
+    since = (dep.started_at - timedelta(minutes=5)).isoformat()
+    results = [_guard(suites.GATE_STAGE_METRICS, target, dep.app, today, lambda: to_result(
+        v.validate_query(sql_text("dq_stage_metrics_deployment", deployment_id=deployment_id, stage_id=dep.stage_id,
+                                  since=since, n=first_batches),
+                         suites.stage_metrics_suite(suites.GATE_STAGE_METRICS, min_rows=1)),
+        suites.GATE_STAGE_METRICS, target, dep.app, today))]
+    sink_kind = (dep.sink or {}).get("kind", "postgres")
+    if sink_kind == "postgres":
+        results.append(_guard(suites.GATE_SINK_OUTPUTS, target, dep.app, today, lambda: to_result(
+            v.validate_query(sql_text("dq_sink_outputs_batches", deployment_id=deployment_id, stage_id=dep.stage_id,
+                                      n=first_batches),
+                             suites.sink_outputs_suite(suites.GATE_SINK_OUTPUTS)),
+            suites.GATE_SINK_OUTPUTS, target, dep.app, today)))
+    return results
+
