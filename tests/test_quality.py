@@ -220,6 +220,7 @@ def test_gate_passes_a_good_run_quickly(qdb):
     started = time.monotonic()
     gate = gate_new_run(dep, first_batches=5)
     elapsed = time.monotonic() - started
+    print(f"\ngate_new_run: {elapsed:.2f}s (details say {gate.details['elapsed_s']}s)")
     assert gate.passed and bool(gate), gate.details
     assert elapsed < 5.0
     assert gate.details["stage_id"] == STAGE and gate.details["elapsed_s"] < 5.0
