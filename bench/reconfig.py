@@ -458,6 +458,9 @@ def run_size(keys: int, args, mechs: list[str], home: Path, samples: list[dict],
 
 # --------------------------------------------------------------------------- aggregation
 
+ALL_ACTIONS = "all"  # the row of a mechanism and state size over both actions
+
+
 def _median(values):
     vals = [v for v in values if v is not None]
     return round(statistics.median(vals), 3) if vals else None
@@ -468,6 +471,8 @@ def aggregate(samples: list[dict], setups: dict[int, dict], machine: dict, args)
     groups: dict[tuple, list[dict]] = {}
     for s in samples:
         groups.setdefault((s["mechanism"], s["action"], s["state_keys"]), []).append(s)
+        # Every run of a mechanism and state size, both actions: the median of all (>= 5) runs.
+        groups.setdefault((s["mechanism"], ALL_ACTIONS, s["state_keys"]), []).append(s)
     for (mech, action, keys), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
         done = [s for s in group if s["status"] == "done"]
         row = {
