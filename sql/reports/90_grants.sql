@@ -22,3 +22,8 @@ END $$;
 -- Functions are executable by PUBLIC by default; the SECURITY DEFINER ones read raw tables,
 -- so only the owner and the reader may call them.
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA reporting FROM PUBLIC;
+
+-- The platform's maintenance functions in public (partition creation, retention) are for the
+-- owner only: a reader must get "permission denied", not reach a DROP inside them.
+REVOKE EXECUTE ON FUNCTION public.stage_metrics_retention(integer, date) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION public.ensure_stage_metrics_partitions(date, integer) FROM PUBLIC;
