@@ -62,6 +62,16 @@ def _failing(sink):
     return fail
 
 
+def _negative_counts(sink):
+    """Fault injector (tests): a broken new configuration whose output is wrong but whose batches
+    succeed; only the data-quality gate can catch it."""
+
+    def corrupt(df, batch_id: int) -> None:
+        sink(df.withColumn("value", F.regexp_replace("value", '"count":', '"count":-')), batch_id)
+
+    return corrupt
+
+
 def _slow(sink, seconds: float = 3.0):
     """Fault injector (tests): every batch takes `seconds` longer than the trigger interval, so
     batches run back to back and a stop can only interrupt one (a stage that is behind)."""
@@ -115,6 +125,8 @@ def start_stage_queries(
         sink = _failing(sink)
     elif fault == "slow_batches":
         sink = _slow(sink)
+    elif fault == "negative_counts":
+        sink = _negative_counts(sink)
 
     def trigger(writer):
         if once:

@@ -114,6 +114,28 @@ def test_a_failing_new_run_is_rolled_back_and_nothing_is_lost(clean_db):
     stages.stop_stage("rc.rb", reg, deadline_s=30)
 
 
+def test_a_new_run_with_wrong_output_fails_the_quality_gate_and_is_rolled_back(clean_db):
+    """Its batches succeed but its counts are negative: only the data-quality gate on the first
+    batches can tell, and its failure rolls the change back with the failed expectation named."""
+    reg = _registry("qg")
+    with Feeder("rc/qg", seed=25):
+        stages.start_stage("rc.qg", reg)
+        eventually(lambda: _commits(clean_db, "rc.qg") >= 2, 120, "two committed batches")
+        rid = mechanisms.request("rc.qg", "scale_out", cores=2, reg=reg, requested_by="test")
+        outcome = mechanisms.execute(rid, reg=reg, fault="negative_counts")
+        assert outcome.status == "rolled_back", outcome.detail
+    row = _row(clean_db, rid)
+    assert row.rollback_reason.startswith("data-quality gate failed"), row.rollback_reason
+    assert "count" in row.rollback_reason, row.rollback_reason
+    with clean_db.connect() as conn:
+        runs = conn.execute(text("SELECT cores, status FROM deployments WHERE stage_id = 'rc.qg' ORDER BY id")).all()
+        gate = conn.execute(text("SELECT success FROM dq_results WHERE target LIKE 'rc.qg#%' "
+                                 "AND suite = 'gate_sink_outputs'")).scalars().all()
+    assert [r.cores for r in runs] == [1, 2, 1] and runs[2].status == "running", runs
+    assert False in gate, "the failed gate is recorded for the report"
+    stages.stop_stage("rc.qg", reg, deadline_s=30)
+
+
 def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db):
     reg = _registry("ps")
     with Feeder("rc/ps", seed=23) as feeder:

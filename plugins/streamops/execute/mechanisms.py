@@ -457,6 +457,9 @@ def _run(ex: Execution, mech: Mechanism, started: datetime, started_mono: float)
         if why_not:
             raise RuntimeError(why_not)
         _wait_caught_up(ex, dep)
+        gate_failure = _quality_gate(ex, dep.id)
+        if gate_failure:
+            raise RuntimeError(gate_failure)
         downtime = _downtime_ms(ex, started)
         _finish(rid, "done", f"{ex.row.action} done with {mech.name}", None, downtime)
         if ex.rollback_copy is not None:
@@ -472,6 +475,24 @@ def _run(ex: Execution, mech: Mechanism, started: datetime, started_mono: float)
         return _rolled_back(ex, mech, str(e), started, started_mono)
     except Exception as e:
         return _rolled_back(ex, mech, str(e).splitlines()[0] if str(e) else type(e).__name__, started, started_mono)
+
+
+GATE_BATCHES = 5
+
+
+def _quality_gate(ex: Execution, dep_id: int) -> str | None:
+    """The data-quality gate on the new run's first batches (issue 6): None if they pass, else
+    the rollback reason. A run that has committed nothing (an idle source) has nothing to judge."""
+    with db.engine().connect() as conn:
+        if conn.execute(db.query("first_commit_of"), {"deployment_id": dep_id}).scalar() is None:
+            ex.progress(f"{ex.stage_id}: quality gate skipped: the new run has no output yet (idle source)")
+            return None
+    from streamops import quality  # imported here: Great Expectations takes seconds to import
+
+    gate = quality.gate_new_run(dep_id, first_batches=GATE_BATCHES)
+    ex.progress(f"{ex.stage_id}: quality gate {'passed' if gate.passed else 'FAILED'} "
+                f"({gate.details.get('elapsed_s', 0):.1f}s)")
+    return None if gate.passed else gate.reason
 
 
 def _rolled_back(ex: Execution, mech: Mechanism, reason: str, started: datetime, started_mono: float) -> Outcome:
