@@ -124,27 +124,36 @@ def _last_run(stage_id: str):
             "ORDER BY started_at DESC LIMIT 1"), {"s": stage_id}).first()
 
 
-def wait_first_batch(ex: Execution, dep_id: int, input_dir: Path, ckpt: Path, stamp: bool = True) -> str | None:
-    """None once the new run commits a batch (or runs healthy on an idle source); else why not."""
-    deadline = time.monotonic() + ex.deadlines.first_batch_s
+def wait_first_output(dep_id: int, timeout_s: float, input_dir: Path, ckpt: Path,
+                      who: str = "the new run") -> tuple[datetime | None, bool, str | None]:
+    """Wait for a run's first output: (when: its first commit, or when it ran healthy on an idle
+    source; whether it committed; None) or (None, False, why not). Reconfigurations and the
+    watchdog's restarts both judge a new run by this."""
+    deadline = time.monotonic() + timeout_s
     launcher = stages.launcher_for("local")
     while time.monotonic() < deadline:
         with db.engine().connect() as conn:
             first = conn.execute(db.query("first_commit_of"), {"deployment_id": dep_id}).scalar()
         dep = _deployment(dep_id)
         if first is not None:
-            if stamp:
-                ex.stamp("first_batch_done")
-            return None
+            return first, True, None
         if dep.status in ("failed", "stopped") or (dep.pid and not launcher.is_alive(dep.pid)):
             time.sleep(1)  # let the driver record its own reason
-            return f"the new run (deployment {dep_id}) failed before its first commit: " \
-                   f"{_deployment(dep_id).stop_reason or 'driver exited'}"
+            return None, False, f"{who} (deployment {dep_id}) failed before its first commit: " \
+                                f"{_deployment(dep_id).stop_reason or 'driver exited'}"
         if dep.status == "running" and FileSourceBacklog(input_dir, ckpt).measure().files == 0 \
-                and time.monotonic() > deadline - ex.deadlines.first_batch_s / 2:
-            return None  # idle source: nothing to commit, and the run is healthy
+                and time.monotonic() > deadline - timeout_s / 2:
+            return dep.running_at, False, None  # idle source: nothing to commit, and the run is healthy
         time.sleep(0.5)
-    return f"the new run (deployment {dep_id}) did not commit a batch within {ex.deadlines.first_batch_s:.0f}s"
+    return None, False, f"{who} (deployment {dep_id}) did not commit a batch within {timeout_s:.0f}s"
+
+
+def wait_first_batch(ex: Execution, dep_id: int, input_dir: Path, ckpt: Path, stamp: bool = True) -> str | None:
+    """None once the new run commits a batch (or runs healthy on an idle source); else why not."""
+    _, committed, why_not = wait_first_output(dep_id, ex.deadlines.first_batch_s, input_dir, ckpt)
+    if committed and stamp:
+        ex.stamp("first_batch_done")
+    return why_not
 
 
 class PauseResume:

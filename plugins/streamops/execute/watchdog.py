@@ -14,7 +14,6 @@ restarts in a row the stage is marked `failed` and `WatchdogAlert` is raised.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +21,6 @@ from pathlib import Path
 from sqlalchemy import text
 
 from streamops import registry
-from streamops.agent.metrics import FileSourceBacklog
 from streamops.execute import mechanisms, stages
 from streamops.execute.launcher import launcher_for
 from streamops.store import db
@@ -122,27 +120,13 @@ def _open_failure(f: Failure, app: str) -> tuple[int, int]:
 
 
 def _wait_recovered(dep_id: int, wait_s: float) -> tuple[datetime | None, str | None]:
-    """(the new run's first commit time, or its running time on an idle source; why not)."""
-    deadline = time.monotonic() + wait_s
-    launcher = launcher_for("local")
-    while time.monotonic() < deadline:
-        with db.engine().connect() as conn:
-            first = conn.execute(db.query("first_commit_of"), {"deployment_id": dep_id}).scalar()
-            dep = conn.execute(db.query("deployment_get"), {"id": dep_id}).one()
-        if first is not None:
-            return first, None
-        if dep.status in ("failed", "stopped") or (dep.pid and not launcher.is_alive(dep.pid)):
-            time.sleep(1)
-            with db.engine().connect() as conn:
-                reason = conn.execute(db.query("deployment_get"), {"id": dep_id}).one().stop_reason
-            return None, f"the restarted run (deployment {dep_id}) failed: {reason or 'driver exited'}"
-        if dep.status == "running" and dep.running_at is not None:
-            st = registry.Stage.model_validate(dep.config["spec"])
-            idle = FileSourceBacklog(registry.resolve_path(st.source.path), Path(dep.checkpoint)).measure().files == 0
-            if idle and time.monotonic() > deadline - wait_s / 2:
-                return dep.running_at, None  # nothing to process: healthy and running is recovered
-        time.sleep(1)
-    return None, f"the restarted run (deployment {dep_id}) did not commit within {wait_s:.0f}s"
+    """(the restarted run's first commit time, or its running time on an idle source; why not)."""
+    with db.engine().connect() as conn:
+        dep = conn.execute(db.query("deployment_get"), {"id": dep_id}).one()
+    st = registry.Stage.model_validate(dep.config["spec"])
+    at, _, why = mechanisms.wait_first_output(dep_id, wait_s, registry.resolve_path(st.source.path),
+                                              Path(dep.checkpoint), who="the restarted run")
+    return at, why
 
 
 def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int = 3, wait_s: float = 180,
