@@ -22,6 +22,12 @@ SET search_path = pg_catalog, public
 SET work_mem = '256MB'  -- the per-second hash aggregate (apps × 86 400 groups) stays in memory
 SET jit = off           -- compiling costs more than it saves at this size
 SET enable_sort = off   -- hash aggregates: the planner cannot estimate groups of per-second expressions
+SET enable_incremental_sort = off
+-- The day's scan, join and first aggregate run in parallel workers, each pre-aggregating its share
+-- (measured 7.0 s -> 5.9 s at 100 stages on 2 cores). The planner would not choose it: it
+-- estimates as many per-second groups as rows, so shipping partial groups looks costly.
+SET parallel_setup_cost = 0
+SET parallel_tuple_cost = 0
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -39,8 +45,7 @@ BEGIN
         FROM reporting.observed_for_day(p_day) o
     ),
     st AS MATERIALIZED (
-        -- from the tables themselves (not `obs`), so that the planner knows how few rows these
-        -- are; materialized, so the day's batches meet them in one hash join
+        -- from the tables themselves (not `obs`), so that the planner knows how few rows these are
         SELECT s.stage_id, s.app, s.trigger_ms, a.r_max_ms,
                GREATEST(day_from, a.created_at) AS obs_from, LEAST(day_to, now()) AS obs_to
         FROM stages s JOIN apps a ON a.name = s.app
@@ -68,10 +73,12 @@ BEGIN
                count(*) AS batches,
                count(*) FILTER (WHERE m.latency_p95_ms <= st.r_max_ms) AS batches_within
         FROM stage_metrics m
-        JOIN st ON st.stage_id = m.stage_id
+        -- the tables again rather than `st`: a CTE scan would keep this out of parallel workers
+        JOIN (SELECT s.stage_id, s.app, s.trigger_ms, a.r_max_ms, GREATEST(day_from, a.created_at) AS obs_from
+              FROM stages s JOIN apps a ON a.name = s.app) st ON st.stage_id = m.stage_id
         CROSS JOIN LATERAL (SELECT LEAST(float8 '1', COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000') AS wt) w
         WHERE m.ts >= day_from AND m.ts < day_to
-          AND m.ts >= st.obs_from AND m.ts < st.obs_to
+          AND m.ts >= st.obs_from AND m.ts < LEAST(day_to, now())
         GROUP BY 1, 2, 3
     ),
     per_window AS (
