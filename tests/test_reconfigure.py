@@ -118,12 +118,14 @@ def test_a_new_run_with_wrong_output_fails_the_quality_gate_and_is_rolled_back(c
     """Its batches succeed but its counts are negative: only the data-quality gate on the first
     batches can tell, and its failure rolls the change back with the failed expectation named."""
     reg = _registry("qg")
-    with Feeder("rc/qg", seed=25):
+    with Feeder("rc/qg", seed=25) as feeder:
         stages.start_stage("rc.qg", reg)
         eventually(lambda: _commits(clean_db, "rc.qg") >= 2, 120, "two committed batches")
         rid = mechanisms.request("rc.qg", "scale_out", cores=2, reg=reg, requested_by="test")
         outcome = mechanisms.execute(rid, reg=reg, fault="negative_counts")
         assert outcome.status == "rolled_back", outcome.detail
+        # The old configuration replays the rejected run's batches: its rows replace the wrong ones.
+        _settle_and_compare(clean_db, feeder, "rc.qg")
     row = _row(clean_db, rid)
     assert row.rollback_reason.startswith("data-quality gate failed"), row.rollback_reason
     assert "count" in row.rollback_reason, row.rollback_reason

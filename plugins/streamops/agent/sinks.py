@@ -148,7 +148,7 @@ class BatchSink:
 
 
 class PostgresUpsertSink(BatchSink):
-    """`sink_outputs`, upserted from the executors; the newest `version` per key wins."""
+    """`sink_outputs`, upserted from the executors; the newest `version` per key wins (ties: the last write)."""
 
     def write(self, df: DataFrame, batch_id: int) -> None:
         stage_id = self.stage_id
