@@ -72,7 +72,8 @@ def generate(engine, stages: int, day: date = DAY) -> dict:
 
 def backend_cpu_s(pid: int) -> float | None:
     """CPU seconds (user + system) the server process `pid` has used, if it runs on this machine:
-    on a shared machine wall time depends on the neighbours, CPU time much less."""
+    on a shared machine wall time depends on the neighbours, CPU time much less. Only the
+    session's own process: the parallel workers' share of a query is not in it."""
     try:
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     except OSError:
@@ -81,7 +82,7 @@ def backend_cpu_s(pid: int) -> float | None:
 
 
 def time_views(engine, runs: int, day: date = DAY) -> dict[str, dict]:
-    """Median wall (and server CPU) time of `SELECT * FROM reporting.<view> WHERE day = D`, each in
+    """Median wall (and session-process CPU) time of `SELECT * FROM reporting.<view> WHERE day = D`, each in
     a fresh transaction."""
     out = {}
     for view in VIEWS:
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
         views = time_views(engine, args.runs)
         for v, r in views.items():
             console.print(f"  reporting.{v}: {r['median_s'] * 1000:,.0f} ms (median of {args.runs}: {r['runs_s']}; "
-                          f"server CPU {r['cpu_runs_s']} s; load {r['loadavg_1m']})")
+                          f"session CPU without parallel workers {r['cpu_runs_s']} s; load {r['loadavg_1m']})")
         results.append({"stages": stages, **gen, "views": views,
                         "total_median_s": round(sum(r["median_s"] for r in views.values()), 3)})
         if stages == max(sizes):
