@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -138,18 +139,25 @@ def test_a_new_run_with_wrong_output_fails_the_quality_gate_and_is_rolled_back(c
     stages.stop_stage("rc.qg", reg, deadline_s=30)
 
 
-def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db):
+def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db, monkeypatch):
     reg = _registry("ps")
     with Feeder("rc/ps", seed=23) as feeder:
         stages.start_stage("rc.ps", reg)
         eventually(lambda: _commits(clean_db, "rc.ps") >= 2, 120, "two committed batches")
-        staged = mechanisms.prestage("rc.ps", 4, reg)  # at the alarming level, while the primary runs
+        first = mechanisms.prestage("rc.ps", 4, reg)  # at the alarming level, while the primary runs
         # The sink records a commit inside foreachBatch, before Spark writes commits/N, so the
         # checkpoint may be one batch behind the sink: the copy is as of the checkpoint's batch.
-        assert checkpoint.state_partitions(staged.path) == 4 and staged.as_of_batch >= 0
+        assert checkpoint.state_partitions(first.path) == 4 and first.as_of_batch >= 0
         # Spark's offline repartition records itself as one more batch on top of the copy.
-        assert checkpoint.last_committed_batch(staged.path) == staged.as_of_batch + 1
-        eventually(lambda: _commits(clean_db, "rc.ps") >= 4, 60, "the primary to keep committing")
+        assert checkpoint.last_committed_batch(first.path) == first.as_of_batch + 1
+        assert mechanisms.prestage("rc.ps", 4, reg) == first, "a recent copy is kept"
+        eventually(lambda: _commits(clean_db, "rc.ps") >= first.as_of_batch + 6, 60, "the primary to keep committing")
+        # A copy that fell behind would be replayed for as long as it lags: it is taken again.
+        monkeypatch.setattr(mechanisms, "STAGED_MAX_LAG_BATCHES", 1)
+        staged = mechanisms.prestage("rc.ps", 4, reg)
+        assert staged.id != first.id and staged.as_of_batch > first.as_of_batch
+        assert not Path(first.path).exists(), "the stale copy is discarded"
+        monkeypatch.setattr(mechanisms, "STAGED_MAX_LAG_BATCHES", 30)
         rid = mechanisms.request("rc.ps", "scale_out", cores=2, partitions=4, mechanism="prestaged", reg=reg,
                                  requested_by="test")
         outcome = mechanisms.execute(rid, reg=reg)

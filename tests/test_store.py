@@ -109,3 +109,14 @@ def test_a_plan_without_a_mechanism_gets_the_smallest_outage_the_resources_allow
     assert pick("scale_in", 1, 4, staged_ready=True) == "pause_resume", "scale-ins wait for the window anyway"
     assert pick("scale_out", 2, 4, staged_ready=True, running=False) == "pause_resume"
     assert "1 free cores < 2" in choose_mechanism("scale_out", 2, 1, staged_ready=False)[1]
+
+
+def test_a_staged_copy_serves_only_the_live_run_and_only_while_it_is_recent():
+    from streamops.execute.mechanisms import staged_copy_stale
+
+    live = "/ckpt/taxi.top10"
+    assert staged_copy_stale(live, 68, live, 90, max_lag=30) is None
+    assert staged_copy_stale(live, 68, live, None, max_lag=30) is None, "no commit yet: nothing to replay"
+    # The demo's case: a copy staged in an earlier session, 432 batches ago, replayed for minutes.
+    assert "432 batches behind" in staged_copy_stale(live, 68, live, 500, max_lag=30)
+    assert "now runs from" in staged_copy_stale(live, 68, "/ckpt/taxi.top10.staged-1", 70)

@@ -188,18 +188,38 @@ class PauseResume:
 
 
 # -- pre-staging: a consistent copy of the live checkpoint, repartitioned off to the side ------------
+# A new run from a staged copy replays every batch since the copy before it is current again, so
+# an old copy turns a short outage into a long catch-up. Beyond this many batches it is re-taken.
+STAGED_MAX_LAG_BATCHES = 30
+
+
 @dataclass(frozen=True)
 class Staged:
     id: int
     path: str
     as_of_batch: int
     partitions: int
+    source: str = ""
 
 
 def _staged(stage_id: str) -> Staged | None:
     with db.engine().connect() as conn:
         r = conn.execute(db.query("staged_ready"), {"stage_id": stage_id}).first()
-    return Staged(r.id, r.path, r.as_of_batch, r.partitions) if r else None
+    return Staged(r.id, r.path, r.as_of_batch, r.partitions, r.source) if r else None
+
+
+def staged_copy_stale(source: str, as_of_batch: int, live_checkpoint: str, live_batch: int | None,
+                      max_lag: int | None = None) -> str | None:
+    """Why a staged copy no longer serves the live run, or None when it does: it must come from
+    the live run's checkpoint and be at most `max_lag` (STAGED_MAX_LAG_BATCHES) committed batches
+    behind it."""
+    max_lag = STAGED_MAX_LAG_BATCHES if max_lag is None else max_lag
+    if Path(source) != Path(live_checkpoint):
+        return f"it was copied from {source}, and the stage now runs from {live_checkpoint}"
+    if live_batch is not None and live_batch - as_of_batch > max_lag:
+        return (f"it is as of batch {as_of_batch}, {live_batch - as_of_batch} batches behind the live run "
+                f"(at most {max_lag})")
+    return None
 
 
 def _repartition_copy(path: Path, partitions: int) -> None:
@@ -225,8 +245,13 @@ def prestage(stage_ref: str, partitions: int | None = None, reg: registry.Regist
         raise RuntimeError(f"stage {sid} is not running: nothing to pre-stage")
     existing = _staged(sid)
     if existing is not None:
-        if partitions in (None, existing.partitions):
+        stale = staged_copy_stale(existing.source, existing.as_of_batch, live.checkpoint,
+                                  checkpoint.last_committed_batch(Path(live.checkpoint)))
+        if stale is None and partitions in (None, existing.partitions):
             return existing
+        why = stale or f"it has {existing.partitions} partitions, not {partitions}"
+        log.info("stage %s: action=restage the staged copy %d is replaced: %s", sid, existing.id, why)
+        progress(f"{sid}: re-staging: {why}")
         release(sid, reg)
     src = Path(live.checkpoint)
     dst = src.with_name(f"{src.name}.staged-{int(time.time() * 1000)}")
@@ -245,7 +270,7 @@ def prestage(stage_ref: str, partitions: int | None = None, reg: registry.Regist
                                                      "as_of_batch": n, "partitions": target}).one()
     log.info("stage %s: action=prestage copy of batch %d, %d partitions, in %.1fs", sid, n, target, time.monotonic() - started)
     progress(f"{sid}: pre-staged as of batch {n} with {target} partitions in {time.monotonic() - started:.1f}s")
-    return Staged(r.id, r.path, r.as_of_batch, r.partitions)
+    return Staged(r.id, r.path, r.as_of_batch, r.partitions, r.source)
 
 
 def release(stage_ref: str, reg: registry.Registry | None = None, status: str = "discarded") -> bool:
@@ -277,10 +302,10 @@ class Prestaged:
             raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
         ex.old_deployment = old
         target_partitions = r.target_partitions or checkpoint.state_partitions(Path(old.checkpoint)) or old.state_partitions
-        staged = _staged(ex.stage_id)
-        if staged is None or staged.partitions != target_partitions:
-            ex.progress(f"{ex.stage_id}: nothing pre-staged for {target_partitions} partitions; staging now")
-            staged = prestage(ex.stage_id, target_partitions, ex.reg, ex.progress)
+        if _staged(ex.stage_id) is None:
+            ex.progress(f"{ex.stage_id}: nothing pre-staged; staging now")
+        # the staged copy as it is, or a fresh one if it has the wrong layout or fell behind
+        staged = prestage(ex.stage_id, target_partitions, ex.reg, ex.progress)
         _link(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
         ex.stamp("stop_requested")
         stages.stop_stage(ex.stage_id, ex.reg, deadline_s=ex.deadlines.stop_s, requested_by=f"reconfiguration {r.id}")
@@ -311,9 +336,7 @@ class ActiveBackup:
             raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
         ex.old_deployment = old
         target_partitions = r.target_partitions or checkpoint.state_partitions(Path(old.checkpoint)) or old.state_partitions
-        staged = _staged(ex.stage_id)
-        if staged is None or staged.partitions != target_partitions:
-            staged = prestage(ex.stage_id, target_partitions, ex.reg, ex.progress)
+        staged = prestage(ex.stage_id, target_partitions, ex.reg, ex.progress)
         _link(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
         res = stages.start_stage(ex.stage_id, ex.reg, cores=r.target_cores, state_partitions=staged.partitions,
                                  pool=r.target_pool, checkpoint_path=staged.path, role="secondary",
