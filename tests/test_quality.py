@@ -56,7 +56,7 @@ def qdb(clean_db):
             pytest.skip(f"server TimeZone is {tz}; these fixtures are written in UTC")
         conn.execute(text("TRUNCATE dq_results, reports"))
         conn.execute(text("INSERT INTO pools (name, master, cores) VALUES ('p', 'local', 8)"))
-    add_app(clean_db, "a")
+    add_app(clean_db, "a", in_service=False)
     return clean_db
 
 
@@ -168,7 +168,7 @@ def test_duplicate_sink_keys_fail(qdb):
 
 
 def test_only_the_day_and_app_asked_for(qdb):
-    add_app(qdb, "b")
+    add_app(qdb, "b", in_service=False)
     add_metrics(qdb, [{}, {"input_rps": -1.0}], stage_id="b.s")                       # app b: bad
     add_metrics(qdb, [{}, {"input_rps": -1.0}], t0=at(3600, D + timedelta(days=1)))   # a: bad, next day
     add_metrics(qdb, [{}, {}])                                                         # a: good on D

@@ -52,8 +52,9 @@ def two_apps(eng, day: date) -> None:
             pytest.skip(f"server TimeZone is {tz}; these fixtures are written in UTC")
         conn.execute(text("TRUNCATE reports, dq_results"))
         conn.execute(text("INSERT INTO pools (name, master, cores) VALUES ('p', 'local', 8)"))
-    add_app(eng, "taxi", r_max_ms=1000)
-    add_app(eng, "web", r_max_ms=1500, created_at=at(43200, day), stages={"a": 1000, "b": 1000})
+    # in service through the runs added below
+    add_app(eng, "taxi", r_max_ms=1000, in_service=False)
+    add_app(eng, "web", r_max_ms=1500, created_at=at(43200, day), stages={"a": 1000, "b": 1000}, in_service=False)
     with eng.begin() as conn:  # the specs `streamops deploy` writes: β and the SLO target
         conn.execute(text("""UPDATE apps SET spec = '{"control": {"beta": 0.5}, "slo_target": 0.99}' WHERE name = 'taxi'"""))
     _batches(eng, day, "taxi.s", 0, 86400, f"CASE WHEN s >= {TAXI_SPIKE[0]} AND s < {TAXI_SPIKE[1]} THEN 3000 ELSE 500 END",

@@ -35,8 +35,9 @@ def rdb(clean_db):
 
 
 def add_app(engine, name: str, r_max_ms: int = 1000, created_at: datetime = T0 - timedelta(days=30),
-            stages: dict[str, int] | None = None) -> None:
-    """An app and its stages ({stage name: trigger ms})."""
+            stages: dict[str, int] | None = None, in_service: bool = True) -> None:
+    """An app and its stages ({stage name: trigger ms}); in service: each stage has had one run
+    of 1 core since registration, still live. Without, the test adds the runs itself."""
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO apps (name, r_max_ms, maintenance_window, spec, created_at) "
                           "VALUES (:n, :r, '{}', '{}', :c)"), {"n": name, "r": r_max_ms, "c": created_at})
@@ -45,6 +46,9 @@ def add_app(engine, name: str, r_max_ms: int = 1000, created_at: datetime = T0 -
                 "INSERT INTO stages (stage_id, app, name, workload, pool, cores, min_cores, max_cores, "
                 "state_partitions, trigger_ms, spec) VALUES (:id, :app, :s, 'wordcount', 'p', 1, 1, 4, 2, :t, '{}')"),
                 {"id": f"{name}.{s}", "app": name, "s": s, "t": trig})
+    if in_service:
+        for s in stages or {"s": 1000}:
+            add_run(engine, f"{name}.{s}", 1, created_at, None, status="running")
 
 
 def add_batches(engine, stage_id: str, rows: list[tuple[datetime, float, float | None]], trigger_ms: int = 1000) -> None:
@@ -205,7 +209,7 @@ def test_empty_day(rdb):
     assert s["seconds_within_rmax"] == 0 and s["violated_windows"] == 0
     assert s["share_batches_within_slo"] is None and s["response_p95_ms"] is None
     assert d["downtime_s"] == 0 and d["availability"] == 1.0 and d["failures"] == 0 and d["mttr_s"] is None
-    assert c["core_hours"] == 0 and c["runs"] == 0
+    assert c["core_hours"] == pytest.approx(24.0) and c["runs"] == 1, "its run held a core all day"
     assert view(rdb, "reconfigurations") == []
     # before any app was registered there is nothing to report
     for v in ("sla_daily", "downtime_daily", "cost_daily"):
@@ -213,23 +217,47 @@ def test_empty_day(rdb):
 
 
 def test_app_registered_mid_day_is_observed_from_registration(rdb):
-    add_app(rdb, "a", r_max_ms=1000, created_at=at(43200))
+    add_app(rdb, "a", r_max_ms=1000, created_at=at(43200), in_service=False)
     # a leftover batch from before registration does not count
     add_batches(rdb, "a.s", [(at(40000), 5000, None), (at(50000), 500, None), (at(50001), 1500, None)])
     add_failure(rdb, "a.s", "a", failed_at=at(60000), recovered_at=at(60010), downtime_ms=10000, mttr_ms=10000)
     add_run(rdb, "a.s", 2, at(43200), at(43200 + 3600))
+    add_run(rdb, "a.s", 1, at(43200 + 3600), None, status="running")
     s, d = one(rdb, "sla_daily", "a"), one(rdb, "downtime_daily", "a")
     assert s["observed_s"] == d["observed_s"] == 43200.0
     assert (s["batches"], s["measured_s"], s["seconds_within_rmax"]) == (2, 2, 1)
     assert s["share_within_rmax"] == pytest.approx(1 / 43200)
     assert d["availability"] == pytest.approx(1 - 10 / 43200)
-    assert one(rdb, "cost_daily", "a")["core_hours"] == pytest.approx(2.0)
+    assert one(rdb, "cost_daily", "a")["core_hours"] == pytest.approx(2.0 + 11.0)
     assert view(rdb, "sla_daily", D - timedelta(days=1)) == []
+
+
+def test_time_after_an_operator_stopped_the_app_is_not_observed(rdb):
+    """Both stages stopped 10:00 → 14:00 by an operator: those 4 hours are not charged to the SLO.
+    The gap inside a reconfiguration is (it is downtime), and so is a run never stopped (live, or
+    lost while nothing watched: unmeasured, not within R_max)."""
+    add_app(rdb, "a", r_max_ms=1000, in_service=False, stages={"s": 1000, "t": 1000})
+    add_run(rdb, "a.s", 1, at(-3600), at(36000))                       # stopped at 10:00
+    add_run(rdb, "a.t", 1, at(-3600), at(36000))
+    add_run(rdb, "a.s", 1, at(50400), at(52210))                       # 14:00, stopped by a reconfiguration
+    add_reconfiguration(rdb, "a.s", "a", at(52250), 5000, requested_at=at(52200))
+    add_run(rdb, "a.s", 2, at(52245), None, status="running")          # never stopped
+    add_run(rdb, "a.t", 1, at(50400), at(80000))                       # a.s still runs after this stop
+    add_batches(rdb, "a.s", [(at(50400 + k), 500, None) for k in range(10)])
+    observed = FULL_DAY - 4 * 3600
+    s, d = one(rdb, "sla_daily", "a"), one(rdb, "downtime_daily", "a")
+    assert s["observed_s"] == d["observed_s"] == pytest.approx(observed)
+    assert d["downtime_s"] == pytest.approx(5.0) and d["availability"] == pytest.approx(1 - 5 / observed)
+    assert (s["measured_s"], s["seconds_within_rmax"]) == (10, 10)
+    assert s["share_within_rmax"] == pytest.approx(10 / observed)
+    # an app with no run that day is not in the day's rows
+    add_app(rdb, "idle", in_service=False)
+    assert view(rdb, "sla_daily", app="idle") == view(rdb, "downtime_daily", app="idle") == []
 
 
 # -- cost, reconfigurations -------------------------------------------------------------------------
 def test_core_hours_split_at_midnight(rdb):
-    add_app(rdb, "a")
+    add_app(rdb, "a", in_service=False)
     add_run(rdb, "a.s", 2, at(22 * 3600), at(26 * 3600))                          # 22:00 → 02:00, 2 cores
     add_run(rdb, "a.s", 4, at(10 * 3600), at(10 * 3600 + 1800))                    # 30 min at 4 cores
     add_run(rdb, "a.s", 8, at(11 * 3600), None, status="refused")                 # never held cores

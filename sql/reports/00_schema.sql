@@ -12,22 +12,45 @@ SELECT g::date AS day
 FROM (SELECT min(created_at)::date AS first_day FROM public.apps) f,
      generate_series(f.first_day, current_date, interval '1 day') g;
 
--- Per app: the part of `p_day` it was observed, i.e. registered and already past.
+-- The length in seconds of the union of `ranges` (overlaps counted once).
+CREATE FUNCTION reporting.union_seconds(ranges tstzmultirange)
+RETURNS double precision LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT COALESCE(sum(EXTRACT(EPOCH FROM upper(r) - lower(r))), 0)::float8 FROM unnest(ranges) r
+$$;
+
+-- Per app: the part of `p_day` it was observed, i.e. in service: registered, already past, and
+-- either running (any run of its stages, from its start to its stop; on while the run is live
+-- or was lost without a stop), or down for a reconfiguration or a failure (from the request, or
+-- the failure, to its end; now while open). Time after an operator stopped all
+-- of its stages is not observed: the SLO is not charged for it. obs_from and obs_to are the
+-- first and last observed instants of the day, observed_s the seconds in between that were.
 CREATE FUNCTION reporting.observed_for_day(p_day date)
 RETURNS TABLE (app text, r_max_ms integer, obs_from timestamptz, obs_to timestamptz, observed_s double precision)
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, public
 ROWS 10  -- apps are few; the default estimate (1000) makes the planner loop over per-second rows
 AS $$
-    SELECT a.name, a.r_max_ms, o.obs_from, o.obs_to,
-           EXTRACT(EPOCH FROM o.obs_to - o.obs_from)::float8
-    FROM apps a,
-         LATERAL (SELECT GREATEST(p_day::timestamptz, a.created_at) AS obs_from,
-                         LEAST((p_day + 1)::timestamptz, now()) AS obs_to) o
-    WHERE o.obs_from < o.obs_to
-$$;
-
--- The length in seconds of the union of `ranges` (overlaps counted once).
-CREATE FUNCTION reporting.union_seconds(ranges tstzmultirange)
-RETURNS double precision LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT COALESCE(sum(EXTRACT(EPOCH FROM upper(r) - lower(r))), 0)::float8 FROM unnest(ranges) r
+    SELECT a.name, a.r_max_ms, lower(sv.service), upper(sv.service), reporting.union_seconds(sv.service)
+    FROM apps a
+    CROSS JOIN LATERAL (SELECT GREATEST(p_day::timestamptz, a.created_at) AS lo,
+                               LEAST((p_day + 1)::timestamptz, now()) AS hi) b
+    CROSS JOIN LATERAL (
+        SELECT range_agg(x.r) * tstzmultirange(tstzrange(b.lo, b.hi)) AS service
+        FROM (
+            SELECT tstzrange(d.started_at, GREATEST(d.started_at, COALESCE(d.stopped_at, 'infinity'))) AS r
+            FROM deployments d JOIN stages s ON s.stage_id = d.stage_id
+            WHERE s.app = a.name AND d.status <> 'refused'
+            UNION ALL
+            SELECT tstzrange(c.requested_at, GREATEST(c.requested_at, COALESCE(c.finished_at,
+                   CASE WHEN c.status = 'running' THEN 'infinity'::timestamptz ELSE c.requested_at END)))
+            FROM reconfigurations c
+            WHERE c.app = a.name AND c.status NOT IN ('pending', 'cancelled')
+            UNION ALL
+            -- unrecovered (open, or the watchdog gave up): down, and observed, until now
+            SELECT tstzrange(f.failed_at, GREATEST(f.failed_at, COALESCE(f.recovered_at, 'infinity')))
+            FROM failures f
+            WHERE f.app = a.name
+        ) x
+        WHERE b.lo < b.hi AND x.r && tstzrange(b.lo, b.hi)
+    ) sv
+    WHERE b.lo < b.hi AND NOT isempty(sv.service)
 $$;
