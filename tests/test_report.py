@@ -10,7 +10,7 @@ import re
 import shutil
 import subprocess
 import time
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta, timezone
 
 import numpy as np
 import pytest
@@ -191,7 +191,10 @@ def test_report_cli_writes_the_page(day_of_two_apps, tmp_path):
     assert (tmp_path / D.isoformat() / "index.html").exists()
     assert "index.html" in res.output
     bad = CliRunner().invoke(app, ["report", "--date", "yesterday-ish"])
-    assert bad.exit_code != 0
+    assert bad.exit_code == 2 and "today or yesterday" in bad.output
+    today = CliRunner().invoke(app, ["report", "--date", "today", "--out", str(tmp_path)])
+    assert today.exit_code == 0, today.output
+    assert (tmp_path / datetime.now(timezone.utc).date().isoformat() / "index.html").exists()
 
 
 def test_screenshot_in_headless_chromium(day_of_two_apps, tmp_path, artifacts):

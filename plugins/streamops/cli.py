@@ -523,23 +523,25 @@ def _last_report_line() -> str:
 
 
 @app.command()
-def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD",
-                                             help="the day to report (database time zone); default: yesterday (UTC)"),
+def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD|today|yesterday",
+                                             help="the day to report (UTC, the database's days); default: yesterday"),
            app_name: Optional[str] = typer.Option(None, "--app", metavar="APP", help="one app; default: every app"),
            out: Optional[Path] = typer.Option(None, "--out", metavar="DIR",
                                               help="reports root; default: reports/ (or STREAMOPS_REPORTS_DIR)")) -> None:
     """Write the day's report: DIR/D/index.html (summary per app, SLO met, availability, downtime,
     charts of response time against R_max and cores, data quality) and a CSV per reporting view,
     and record it in the `reports` table."""
-    from datetime import date
+    from datetime import date, datetime, timedelta, timezone
 
     from streamops.report import nightly
     from streamops.store import db
 
+    today = datetime.now(timezone.utc).date()
+    words = {"today": today, "yesterday": today - timedelta(days=1)}
     try:
-        d = date.fromisoformat(day) if day else None
+        d = words.get(day.lower()) or date.fromisoformat(day) if day else None
     except ValueError:
-        _fail(f"--date must be YYYY-MM-DD, got {day!r}", code=2)
+        _fail(f"--date must be YYYY-MM-DD, today or yesterday, got {day!r}", code=2)
     t0 = time.monotonic()
     try:
         index = nightly.build_report(d, app=app_name, out_dir=out)
