@@ -231,13 +231,32 @@ def test_the_chart_line_breaks_across_a_long_gap_only():
     from datetime import datetime, timezone
 
     t0 = datetime(2026, 11, 21, tzinfo=timezone.utc)
-    pts = [{"bucket": b, "ts": t0 + timedelta(seconds=10 * b), "complete": True} for b in (0, 1, 2, 3, 9, 10)]
+    pts = [{"bucket": b, "ts": t0 + timedelta(seconds=10 * b), "complete": True, "cores": 2} for b in (0, 1, 2, 3, 9, 10)]
     out = nightly._break_gaps(pts)
     assert [p["bucket"] for p in out] == [0, 1, 2, 3, 3, 9, 10]
     assert out[4]["complete"] is False and out[4]["ts"] == t0 + timedelta(seconds=40)
+    assert out[4]["cores"] is None, "no cores drawn across the gap: nothing ran"
     # a stage with a 30 s trigger: a batch every third bucket is its usual spacing, not a gap
     slow = [{"bucket": b, "ts": t0 + timedelta(seconds=10 * b), "complete": True} for b in (0, 3, 6, 9)]
     assert nightly._break_gaps(slow) == slow
+
+
+def test_a_response_peak_far_above_r_max_is_drawn_on_a_log_scale(monkeypatch):
+    """A catch-up of minutes next to an R_max of seconds: on a linear axis R_max would sit on zero."""
+    from datetime import datetime, timezone
+
+    from streamops.report import charts
+
+    scales = []
+    real_png = charts._png
+    monkeypatch.setattr(charts, "_png", lambda fig: scales.append(fig.axes[0].get_yscale()) or real_png(fig))
+    t0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    ts = [t0 + timedelta(seconds=10 * i) for i in range(4)]
+    for peak, scale in ((9000.0, "linear"), (400_000.0, "log")):
+        png = charts.response_chart("a", ts, [3000.0, peak, None, 3000.0], [3500.0, peak, None, 3500.0],
+                                    [1, 2, None, 2], 8000, 0.75, [], [], title="t")
+        assert png.startswith(b"\x89PNG")
+        assert scales[-1] == scale
 
 
 def test_missed_nights_are_backfilled_oldest_first(clean_db, tmp_path, monkeypatch):

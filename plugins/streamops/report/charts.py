@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 # Colours by reconfiguration action; anything else is grey.
 ACTION_COLOURS = {"scale_out": "#2a7ab0", "scale_in": "#7a4fb0", "migrate": "#c77c0e"}
 FAILURE_COLOUR = "#d62728"
+LOG_SCALE_ABOVE = 20  # response peaks beyond 20 × R_max switch the chart to a log scale
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def _png(fig: Figure) -> bytes:
 
 
 def response_chart(app: str, ts: list[datetime], response_ms: list[float | None], worst_ms: list[float | None],
-                   cores: list[int], r_max_ms: float, beta: float, markers: list[Marker], spans: list[Span],
+                   cores: list[int | None], r_max_ms: float, beta: float, markers: list[Marker], spans: list[Span],
                    title: str) -> bytes:
     """EDF's Fig. 4 for one app and day: response time against R_max and β·R_max above, the cores
     (replicas) below, on one time axis; reconfigurations as vertical lines through both, failures
@@ -57,12 +58,19 @@ def response_chart(app: str, ts: list[datetime], response_ms: list[float | None]
     top.axhline(beta * r_max_ms, color="#ff7f0e", linestyle=":", linewidth=1.2,
                 label=f"β·R_max = {beta * r_max_ms:,.0f} ms (β = {beta:g})")
     finite = [v for v in resp + worst if not math.isnan(v)]
-    top.set_ylim(0, max([r_max_ms * 1.25, *finite]) * 1.05)
-    top.set_ylabel("response time (ms)")
+    peak = max([r_max_ms * 1.25, *finite])
+    if peak > LOG_SCALE_ABOVE * r_max_ms:
+        # a catch-up of minutes would flatten R_max and everything near it to the axis
+        top.set_yscale("log")
+        top.set_ylim(min([beta * r_max_ms, *(v for v in finite if v > 0)]) / 2, peak * 2)
+        top.set_ylabel("response time (ms, log)")
+    else:
+        top.set_ylim(0, peak * 1.05)
+        top.set_ylabel("response time (ms)")
     top.set_title(title, loc="left", fontsize=11)
-    bottom.step(ts, cores, where="post", color="#238b45", linewidth=1.4)
+    bottom.step(ts, [nan if c is None else c for c in cores], where="post", color="#238b45", linewidth=1.4)
     bottom.set_ylabel("cores")
-    bottom.set_ylim(0, max(cores or [1]) + 1)
+    bottom.set_ylim(0, max([1, *(c for c in cores if c is not None)]) + 1)
     bottom.yaxis.get_major_locator().set_params(integer=True)
     for ax in (top, bottom):
         for m in markers:

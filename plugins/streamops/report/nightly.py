@@ -117,7 +117,7 @@ def _data_uri(png: bytes) -> str:
 
 def _break_gaps(series: list[dict]) -> list[dict]:
     """Insert an incomplete point where no batch arrived for a while (the app was down or stopped),
-    so the line breaks there instead of joining across the gap. "A while": more than 3 times the
+    so the lines break there instead of joining across the gap (the cores too: nothing ran). "A while": more than 3 times the
     usual spacing of the app's buckets (a slow trigger leaves regular empty buckets)."""
     steps = sorted(b["bucket"] - a["bucket"] for a, b in zip(series, series[1:]))
     if not steps:
@@ -126,7 +126,7 @@ def _break_gaps(series: list[dict]) -> list[dict]:
     out = [series[0]]
     for a, b in zip(series, series[1:]):
         if b["bucket"] - a["bucket"] > max(1, 3 * usual):
-            out.append({**a, "ts": a["ts"] + timedelta(seconds=BUCKET_S), "complete": False})
+            out.append({**a, "ts": a["ts"] + timedelta(seconds=BUCKET_S), "complete": False, "cores": None})
         out.append(b)
     return out
 
