@@ -488,12 +488,15 @@ def _run(ex: Execution, mech: Mechanism, started: datetime, started_mono: float)
         why_not = wait_first_batch(ex, dep.id, registry.resolve_path(st.source.path), Path(dep.checkpoint))
         if why_not:
             raise RuntimeError(why_not)
-        _wait_caught_up(ex, dep)
+        behind = _wait_caught_up(ex, dep)
         gate_failure = _quality_gate(ex, dep.id)
         if gate_failure:
             raise RuntimeError(gate_failure)
         downtime = _downtime_ms(ex, started)
-        _finish(rid, "done", f"{ex.row.action} done with {mech.name}", None, downtime)
+        outcome = f"{ex.row.action} done with {mech.name}"
+        if behind:
+            outcome += f"; still {behind} input files behind after {ex.deadlines.caught_up_s:.0f}s"
+        _finish(rid, "done", outcome, None, downtime)
         if ex.rollback_copy is not None:
             checkpoint.shutil.rmtree(ex.rollback_copy, ignore_errors=True)
         ex.progress(f"{ex.stage_id}: done; output gap {downtime / 1000:.1f}s")
@@ -541,15 +544,24 @@ def _rolled_back(ex: Execution, mech: Mechanism, reason: str, started: datetime,
         return Outcome(rid, ex.stage_id, "failed", None, time.monotonic() - started_mono, detail)
 
 
-def _wait_caught_up(ex: Execution, dep) -> None:
+def _wait_caught_up(ex: Execution, dep) -> int:
+    """Wait until the new run has read the input backlog; 0 then, else the files still unread at
+    the deadline. A run still behind is not a failure (the load may simply exceed it) but the
+    outcome says so: its latency is the catch-up's, not the new configuration's."""
     st = registry.Stage.model_validate(dep.config["spec"])
     backlog = FileSourceBacklog(registry.resolve_path(st.source.path), Path(dep.checkpoint))
     deadline = time.monotonic() + ex.deadlines.caught_up_s
+    files = 0
     while time.monotonic() < deadline:
-        if backlog.measure().files <= 1:  # one file may arrive at any moment
+        files = backlog.measure().files
+        if files <= 1:  # one file may arrive at any moment
             ex.stamp("caught_up")
-            return
+            return 0
         time.sleep(0.5)
+    log.warning("stage %s: action=catch-up reconfiguration=%d still %d input files behind after %.0fs",
+                ex.stage_id, ex.row.id, files, ex.deadlines.caught_up_s)
+    ex.progress(f"{ex.stage_id}: still {files} input files behind after {ex.deadlines.caught_up_s:.0f}s")
+    return files
 
 
 def _finish(rid: int, status: str, outcome: str, rollback_reason: str | None, downtime_ms: float | None) -> None:
