@@ -191,6 +191,8 @@ class PauseResume:
 # A new run from a staged copy replays every batch since the copy before it is current again, so
 # an old copy turns a short outage into a long catch-up. Beyond this many batches it is re-taken.
 STAGED_MAX_LAG_BATCHES = 30
+# An active backup's secondary may take this many catch-up deadlines while it keeps gaining.
+ACTIVE_BACKUP_MAX_WAIT_FACTOR = 5
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,12 @@ class ActiveBackup:
         if old is None:
             raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
         ex.old_deployment = old
+        # No copy for a secondary that cannot start (start_stage checks again, under the pool lock).
+        pool, cores = r.target_pool or old.pool, r.target_cores or old.cores
+        free, total = _pool_room(pool, ex.reg)
+        if free < cores:
+            raise stages.AdmissionRefused(f"start of {ex.stage_id} refused: pool {pool!r} has {free} free of {total} "
+                                          f"cores; stage {ex.stage_id} needs {cores} beside the running one")
         target_partitions = r.target_partitions or checkpoint.state_partitions(Path(old.checkpoint)) or old.state_partitions
         staged = prestage(ex.stage_id, target_partitions, ex.reg, ex.progress)
         _link(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
@@ -348,11 +356,21 @@ class ActiveBackup:
         st = registry.Stage.model_validate(new.config["spec"])
         inputs = registry.resolve_path(st.source.path)
         primary_log, secondary_log = FileSourceBacklog(inputs, Path(old.checkpoint)), FileSourceBacklog(inputs, Path(new.checkpoint))
-        deadline = time.monotonic() + ex.deadlines.caught_up_s
-        while secondary_log._seen() < primary_log._seen() or checkpoint.last_committed_batch(Path(new.checkpoint)) is None:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the secondary (deployment {new.id}) did not reach the primary's input "
-                                   f"within {ex.deadlines.caught_up_s:.0f}s")
+        # The primary keeps serving while the secondary catches up, so waiting costs only cores: wait
+        # as long as the secondary gains on the primary, up to ACTIVE_BACKUP_MAX_WAIT_FACTOR deadlines.
+        started = time.monotonic()
+        best, gained_at = None, started
+        while True:
+            behind = primary_log._seen() - secondary_log._seen()
+            if behind <= 0 and checkpoint.last_committed_batch(Path(new.checkpoint)) is not None:
+                break
+            now = time.monotonic()
+            if best is None or behind < best:
+                best, gained_at = behind, now
+            if now - gained_at > ex.deadlines.caught_up_s or now - started > ACTIVE_BACKUP_MAX_WAIT_FACTOR * ex.deadlines.caught_up_s:
+                raise RuntimeError(f"the secondary (deployment {new.id}) did not reach the primary's input: "
+                                   f"{behind} files behind after {now - started:.0f}s, "
+                                   f"{now - gained_at:.0f}s without gaining")
             if _deployment(new.id).status not in ("starting", "running"):
                 raise RuntimeError(f"the secondary (deployment {new.id}) stopped: {_deployment(new.id).stop_reason}")
             time.sleep(0.5)
@@ -398,13 +416,20 @@ def choose_mechanism(action: str, target_cores: int, target_pool_free: int, stag
     return "pause_resume", f"no room for an overlap ({target_pool_free} free cores < {target_cores}) and nothing staged"
 
 
-def _rule_inputs(row) -> tuple[int, int, bool, bool]:
-    pool = row.target_pool or row.from_pool
+def _pool_room(pool: str, reg: registry.Registry | None = None) -> tuple[int, int]:
+    """(free, total) cores of a pool: its size from `reg` as admission sees it, else as deployed."""
     with db.engine().connect() as conn:
         used = conn.execute(db.query("pool_cores_in_use"), {"pool": pool}).scalar_one()
-        total = conn.execute(text("SELECT cores FROM pools WHERE name = :p"), {"p": pool}).scalar()
+        total = (reg.pools[pool].cores if reg is not None and pool in reg.pools else
+                 conn.execute(text("SELECT cores FROM pools WHERE name = :p"), {"p": pool}).scalar() or 0)
+    return total - used, total
+
+
+def _rule_inputs(row) -> tuple[int, int, bool, bool]:
+    with db.engine().connect() as conn:
         staged = conn.execute(db.query("staged_ready"), {"stage_id": row.stage_id}).first() is not None
-    return row.target_cores or row.from_cores or 1, (total or 0) - used, staged, _live(row.stage_id) is not None
+    free, _ = _pool_room(row.target_pool or row.from_pool)
+    return row.target_cores or row.from_cores or 1, free, staged, _live(row.stage_id) is not None
 
 
 def _downtime_ms(ex: Execution, started: datetime) -> float:
