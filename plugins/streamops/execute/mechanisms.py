@@ -538,6 +538,7 @@ def _run(ex: Execution, mech: Mechanism, started: datetime, started_mono: float)
 
 
 GATE_BATCHES = 5
+GATE_METRICS_WAIT_S = 30.0  # the agent's metrics writer retries for longer, but 30 s means it is stuck
 
 
 def _quality_gate(ex: Execution, dep_id: int) -> str | None:
@@ -547,6 +548,14 @@ def _quality_gate(ex: Execution, dep_id: int) -> str | None:
         if conn.execute(db.query("first_commit_of"), {"deployment_id": dep_id}).scalar() is None:
             ex.progress(f"{ex.stage_id}: quality gate skipped: the new run has no output yet (idle source)")
             return None
+    # Judge rows that exist: wait (briefly) for the metrics of the batches the run has committed.
+    deadline = time.monotonic() + GATE_METRICS_WAIT_S
+    while True:
+        with db.engine().connect() as conn:
+            metrics, commits = conn.execute(db.query("gate_metrics_ready"), {"deployment_id": dep_id}).one()
+        if metrics >= min(GATE_BATCHES, commits) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     from streamops import quality  # imported here: Great Expectations takes seconds to import
 
     gate = quality.gate_new_run(dep_id, first_batches=GATE_BATCHES)

@@ -1,0 +1,9 @@
+-- Before the data-quality gate: how many metrics rows the new run has written, and how many
+-- batches it has committed. The agent writes a batch's metrics row after the sink's commit and
+-- asynchronously, so right after catch-up the newest batches may still lack theirs.
+SELECT (SELECT count(*) FROM stage_metrics m
+        WHERE m.stage_id = d.stage_id AND m.deployment_id = d.id AND m.ts >= d.started_at) AS metrics,
+       (SELECT count(*) FROM sink_commits c
+        WHERE c.stage_id = d.stage_id AND c.deployment_id = d.id) AS commits
+FROM deployments d
+WHERE d.id = :deployment_id
