@@ -346,3 +346,30 @@ def test_a_full_day_of_the_report_fixture_passes(clean_db):
     print(f"\nrun_suites over 172 800 stage_metrics rows: {time.monotonic() - started:.2f}s")
     assert [(r.target, r.success) for r in results] == [("stage_metrics:taxi", True), ("stage_metrics:web", True)]
     assert all(r.statistics["evaluated_expectations"] == 9 for r in results)
+
+
+def test_reconfiguration_gate_waits_for_metrics_written_after_the_commit(qdb):
+    """The agent writes a batch's metrics row after the sink's commit, asynchronously: right after
+    catch-up the run may have committed batches whose rows have not landed. The gate waits for
+    them instead of failing a healthy run for "no rows" (it did, in the reconfiguration matrix)."""
+    import threading
+    from types import SimpleNamespace
+
+    from streamops.execute import mechanisms
+
+    t0 = datetime.now(timezone.utc) - timedelta(seconds=30)
+    dep = add_deployment(qdb, t0)
+    with qdb.begin() as conn:
+        for b in range(20, 28):
+            conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
+                              "VALUES (:s, :d, :b, 1, now())"), {"s": STAGE, "d": dep, "b": b})
+    add_outputs(qdb, {"w1": 3, "w2": 9}, batch_id=20, written_at=datetime.now(timezone.utc))
+    late = threading.Timer(2.0, lambda: add_metrics(qdb, [{"run_id": "late", "batch_id": 20 + i} for i in range(8)],
+                                                    deployment_id=dep, t0=t0 + timedelta(seconds=5)))
+    late.start()
+    started = time.monotonic()
+    ex = SimpleNamespace(stage_id=STAGE, progress=lambda _: None)
+    reason = mechanisms._quality_gate(ex, dep)
+    late.join()
+    assert reason is None, reason
+    assert time.monotonic() - started >= 2.0, "it waited for the rows"
