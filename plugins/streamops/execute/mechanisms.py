@@ -304,9 +304,7 @@ class Prestaged:
             raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
         ex.old_deployment = old
         target_partitions = r.target_partitions or checkpoint.state_partitions(Path(old.checkpoint)) or old.state_partitions
-        if _staged(ex.stage_id) is None:
-            ex.progress(f"{ex.stage_id}: nothing pre-staged; staging now")
-        # the staged copy as it is, or a fresh one if it has the wrong layout or fell behind
+        # the staged copy as it is, or a fresh one (reported) if none, the wrong layout or behind
         staged = prestage(ex.stage_id, target_partitions, ex.reg, ex.progress)
         _link(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
         ex.stamp("stop_requested")
@@ -544,15 +542,14 @@ GATE_METRICS_WAIT_S = 30.0  # the agent's metrics writer retries for longer, but
 def _quality_gate(ex: Execution, dep_id: int) -> str | None:
     """The data-quality gate on the new run's first batches (issue 6): None if they pass, else
     the rollback reason. A run that has committed nothing (an idle source) has nothing to judge."""
-    with db.engine().connect() as conn:
-        if conn.execute(db.query("first_commit_of"), {"deployment_id": dep_id}).scalar() is None:
-            ex.progress(f"{ex.stage_id}: quality gate skipped: the new run has no output yet (idle source)")
-            return None
     # Judge rows that exist: wait (briefly) for the metrics of the batches the run has committed.
     deadline = time.monotonic() + GATE_METRICS_WAIT_S
     while True:
         with db.engine().connect() as conn:
-            metrics, commits = conn.execute(db.query("gate_metrics_ready"), {"deployment_id": dep_id}).one()
+            metrics, commits = conn.execute(db.query("gate_metrics_ready"), {"deployment_id": dep_id}).first() or (0, 0)
+        if commits == 0:
+            ex.progress(f"{ex.stage_id}: quality gate skipped: the new run has no output yet (idle source)")
+            return None
         if metrics >= min(GATE_BATCHES, commits) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
