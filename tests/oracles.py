@@ -32,7 +32,7 @@ def expected(workload: str, records: Iterable[dict], params: dict | None = None)
     if workload == "patterns":
         return dict(Counter(r["pattern"] for r in records))
     if workload == "keycount" and not params.get("key_modulo"):
-        return {r["id"]: 1 for r in records}
+        return dict(Counter(r["id"] for r in records))
     if workload == "fixwindow":
         size = int(params.get("window_s", 30))
         groups: dict = defaultdict(list)

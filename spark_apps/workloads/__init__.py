@@ -34,7 +34,7 @@ class Workload:
 
 
 def _record_value(df: DataFrame) -> DataFrame:
-    fields = [c for c in df.columns if c not in ("raw", "source_file", "reason")]
+    fields = [c for c in df.columns if c not in ("raw", "source_file", "reason_kind", "reason")]
     return df.select(
         F.col("id").alias("key"),
         F.to_json(F.struct(*fields)).alias("value"),

@@ -18,6 +18,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
+from streamops.records import check_line
+
 KINDS: tuple[str, ...] = ("web", "taxi", "patterns")
 
 # Schema per kind: field -> python type name. "float" fields accept JSON integers too.
@@ -332,30 +334,11 @@ def kind_of(record: dict[str, Any]) -> str:
     raise ValueError(f"cannot tell the kind of record with fields {sorted(record)}")
 
 
-def _type_ok(value: Any, type_name: str) -> bool:
-    if isinstance(value, bool):
-        return False
-    if type_name == "str":
-        return isinstance(value, str)
-    if type_name == "int":
-        return isinstance(value, int)
-    if type_name == "float":
-        return isinstance(value, (int, float)) and math.isfinite(value)
-    raise ValueError(f"unknown type name {type_name!r}")
-
-
 def parse_valid(kind: str, line: str) -> dict[str, Any] | None:
-    """The record if `line` is a JSON object with every REQUIRED field of the right type, else None."""
-    try:
-        obj = json.loads(line)
-    except ValueError:
+    """The record if `line` is one by the input record contract (streamops.records), else None."""
+    if not check_line(check_kind(kind), line.encode("utf-8")).valid:
         return None
-    if not isinstance(obj, dict):
-        return None
-    for name, type_name in REQUIRED_FIELDS[check_kind(kind)].items():
-        if name not in obj or not _type_ok(obj[name], type_name):
-            return None
-    return obj
+    return json.loads(line)
 
 
 _ID_RE = re.compile(r'"id"\s*:\s*"([^"\\]*)"')

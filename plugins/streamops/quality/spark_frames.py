@@ -10,8 +10,9 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_apps.workloads.parse import SCHEMAS, parse_records
+from spark_apps.workloads.parse import parse_records, source_file
 from streamops.quality import suites
+from streamops.records import FIELDS
 from streamops.registry import WORKLOAD_INPUT
 
 
@@ -36,7 +37,7 @@ def input_frame(spark: SparkSession, files: list[Path], kind: str, now: float | 
     paths = [str(p) for p in files]
     parsed = parse_records(spark.read.format("text").load(paths), kind)
     published = (spark.read.format("text").load(paths)
-                 .select(F.col("_metadata.file_path").alias("source_file"),
+                 .select(source_file(F.col("_metadata.file_path")).alias("source_file"),
                          F.col("_metadata.file_modification_time").alias("published_at"))
                  .distinct())
     now_s = time.time() if now is None else now
@@ -50,7 +51,7 @@ def input_frame(spark: SparkSession, files: list[Path], kind: str, now: float | 
 def validate_input_files(v, spark: SparkSession, files: list[Path], workload: str, **bounds):
     kind = WORKLOAD_INPUT[workload]
     df = input_frame(spark, files, kind)
-    return v.validate_dataframe(df, suites.input_records_suite(kind, SCHEMAS[kind], **bounds))
+    return v.validate_dataframe(df, suites.input_records_suite(kind, FIELDS[kind], **bounds))
 
 
 def parquet_frame(spark: SparkSession, directory: Path, files: list[Path]) -> DataFrame:

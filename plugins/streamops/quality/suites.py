@@ -87,7 +87,7 @@ def parquet_sink_suite(name: str = SINK_PARQUET) -> gx.ExpectationSuite:
     return s.build()
 
 
-# Spark types of the parsed input columns (spark_apps/workloads/parse.py SCHEMAS), as GX names them.
+# Spark types of the parsed input columns (streamops.records FIELDS), as GX names them.
 _SPARK_TYPE = {"string": "StringType", "timestamp": "TimestampType", "double": "DoubleType", "int": "IntegerType"}
 
 # Key cardinality bounds per input kind: the generator draws these fields from fixed universes
@@ -114,7 +114,7 @@ def input_records_suite(kind: str, schema: dict[str, str], *, max_malformed: flo
     mostly = 1.0 - max_malformed
     # Schema: every column the workload reads, with the type the parser casts it to, and present.
     s.add_expectation(gxe.ExpectTableColumnsToMatchSet(
-        column_set=["raw", "source_file", "reason", *schema, "event_age_s", "publish_lag_s"], exact_match=True))
+        column_set=["raw", "source_file", "reason_kind", "reason", *schema, "event_age_s", "publish_lag_s"], exact_match=True))
     s.add_expectation(gxe.ExpectColumnValuesToBeNull(column="reason", mostly=mostly))
     for field, typ in schema.items():
         s.add_expectation(gxe.ExpectColumnValuesToBeOfType(column=field, type_=_SPARK_TYPE[typ]))
