@@ -7,11 +7,13 @@ commit is recorded in `sink_commits`; the downtime ledger reads the gaps between
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from streamops.agent.metrics import SinkStats, latency_from_event_times
 from streamops.store import db
@@ -22,21 +24,98 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WRITE_PAGE = 2000
+PAGE_BYTES = 8 << 20
 
 
-def _chunks(rows: Iterable, size: int) -> Iterator[list]:
-    chunk = []
+def _chunks(rows: Iterable, size: int, weigh: Callable[[Any], int] | None = None,
+            max_bytes: int = PAGE_BYTES) -> Iterator[list]:
+    """Pages of at most `size` rows and, when `weigh` is given, about `max_bytes` (one
+    statement must not hold a thousand 5 MB quarantined lines)."""
+    chunk, held = [], 0
     for r in rows:
         chunk.append(r)
-        if len(chunk) >= size:
+        held += weigh(r) if weigh else 0
+        if len(chunk) >= size or held >= max_bytes:
             yield chunk
-            chunk = []
+            chunk, held = [], 0
     if chunk:
         yield chunk
 
 
+# -- text PostgreSQL accepts ---------------------------------------------------------------------
+# psycopg2 refuses a NUL character in any string, UTF-8 cannot encode a lone surrogate, and jsonb
+# refuses the escape \u0000. The parser quarantines records holding them (streamops.records);
+# these are the sinks' own guard, so no value can ever fail a batch.
+
+def pg_text(s: str | None) -> str | None:
+    if s is None:
+        return None
+    if "\x00" in s:
+        s = s.replace("\x00", "\ufffd")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        s = s.encode("utf-8", "replace").decode("utf-8")
+    return s
+
+
+# A btree entry holds about 2 700 bytes, so a longer output key (a 100 kB "word") could never be
+# written: such keys are cut and made unique again by a hash of the whole key.
+KEY_MAX_BYTES = 1024
+
+
+def pg_key(s: str) -> str:
+    s = pg_text(s)
+    b = s.encode("utf-8")
+    if len(b) <= KEY_MAX_BYTES:
+        return s
+    return b[: KEY_MAX_BYTES - 40].decode("utf-8", "ignore") + "…#" + hashlib.md5(b).hexdigest()
+
+
+def _scrub(v: Any) -> Any:
+    if isinstance(v, str):
+        return pg_text(v)
+    if isinstance(v, list):
+        return [_scrub(x) for x in v]
+    if isinstance(v, dict):
+        return {pg_text(k): _scrub(x) for k, x in v.items()}
+    return v
+
+
+def pg_json(s: str | None) -> str | None:
+    if s is None or "\\u0000" not in s:
+        return pg_text(s)
+    return json.dumps(_scrub(json.loads(s)), ensure_ascii=False)
+
+
+def record_key(source_file: str | None, raw: bytes, occurrence: int = 1) -> str:
+    """A quarantined line's identity: md5 of its file and exact bytes, and which of the equal
+    lines of that file it is (so two equal bad lines are two rows, and a replay adds none).
+    The same as `QuarantineSink`'s key computed in Spark."""
+    base = hashlib.md5((source_file or "").encode("utf-8") + b"\n" + bytes(raw)).hexdigest()
+    return base if occurrence <= 1 else f"{base}:{occurrence}"
+
+
+def quarantine_values(stage_id: str, deployment_id: int | None, batch_id: int, source_file: str | None,
+                      raw: bytes, key: str, kind: str, reason: str) -> tuple:
+    """One `quarantine_insert` row: the line as text, and its exact bytes when the text is not."""
+    raw = bytes(raw)
+    text = pg_text(raw.decode("utf-8", "replace"))
+    exact = None if text.encode("utf-8") == raw else raw
+    return (stage_id, deployment_id, batch_id, source_file, key, text, exact, len(raw), kind, pg_text(reason))
+
+
+def newest_per_key(tuples: list[tuple], key: Callable, version: Callable) -> list[tuple]:
+    """One row per key, the highest version (ties: the later row), in key order. An upsert
+    statement may not touch a row twice, so two records with one id in a batch (a producer's
+    resend) would otherwise fail the batch on every replay."""
+    ordered = sorted(tuples, key=lambda t: (key(t), version(t)))  # stable: ties keep input order
+    return [t for i, t in enumerate(ordered) if i + 1 == len(ordered) or key(ordered[i + 1]) != key(t)]
+
+
 def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple: Callable,
-                              conflict_key: Callable) -> Callable:
+                              conflict_key: Callable, weigh: Callable | None = None,
+                              version: Callable | None = None) -> Callable:
     """A foreachPartition function: one connection per partition, pages of `execute_values`.
     Runs in the executors' Python workers, so it carries only picklable strings.
 
@@ -48,11 +127,12 @@ def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple
         import psycopg2
         from psycopg2.extras import execute_values
 
-        tuples = sorted((to_tuple(r) for r in rows), key=conflict_key)
+        tuples = [to_tuple(r) for r in rows]
+        tuples = newest_per_key(tuples, conflict_key, version) if version else sorted(tuples, key=conflict_key)
         conn = psycopg2.connect(url)
         try:
             with conn, conn.cursor() as cur:
-                for chunk in _chunks(tuples, WRITE_PAGE):
+                for chunk in _chunks(tuples, WRITE_PAGE, weigh):
                     execute_values(cur, sql, chunk, template=template, page_size=WRITE_PAGE)
         finally:
             conn.close()
@@ -155,8 +235,8 @@ class PostgresUpsertSink(BatchSink):
         sql = db.query("sink_upsert").text
         fn = _execute_values_partition(
             self.url, sql, "(%s, %s, %s::jsonb, %s, %s, %s)",
-            lambda r: (stage_id, r["key"], r["value"], _utc(r["event_ts"]), r["version"], batch_id),
-            conflict_key=lambda t: t[1],
+            lambda r: (stage_id, pg_key(r["key"]), pg_json(r["value"]), _utc(r["event_ts"]), r["version"], batch_id),
+            conflict_key=lambda t: t[1], version=lambda t: t[4],
         )
         df.select("key", "value", "event_ts", "version").foreachPartition(fn)
 
@@ -173,8 +253,8 @@ class ParquetSink(BatchSink):
 
 
 class QuarantineSink:
-    """Malformed records → `quarantine` with the raw text and the reason. Never fails the stage
-    for a bad record; a replayed batch adds nothing (keyed by file and raw text)."""
+    """Lines that are not records → `quarantine` with the reason, the text and (when the text is
+    not exact) the bytes. Never fails the stage for a bad record; a replayed batch adds nothing."""
 
     def __init__(self, stage_id: str, deployment_id: int | None, abort: threading.Event | None = None):
         self.stage_id = stage_id
@@ -183,19 +263,39 @@ class QuarantineSink:
         self.url = db.libpq_url(db.database_url())
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         stage_id, dep = self.stage_id, self.deployment_id
-        keyed = df.select(
-            "source_file", "raw", "reason",
-            F.md5(F.concat_ws("\n", F.coalesce("source_file", F.lit("")), "raw")).alias("record_key"),
-        )
+        base = F.md5(F.concat(F.encode(F.coalesce("source_file", F.lit("")), "UTF-8"), F.lit(bytearray(b"\n")), "raw"))
+        keyed = (df.select("source_file", "raw", "reason_kind", "reason", base.alias("base"))
+                 .withColumn("n", F.row_number().over(Window.partitionBy("base").orderBy("base"))))
         fn = _execute_values_partition(
             self.url, db.query("quarantine_insert").text, None,
-            lambda r: (stage_id, dep, batch_id, r["source_file"], r["record_key"], r["raw"], r["reason"]),
-            conflict_key=lambda t: t[4],
+            lambda r: quarantine_values(stage_id, dep, batch_id, r["source_file"], r["raw"],
+                                        r["base"] if r["n"] == 1 else f"{r['base']}:{r['n']}", r["reason_kind"],
+                                        r["reason"]),
+            conflict_key=lambda t: t[4], weigh=lambda t: t[7],
         )
         started = time.monotonic()
         retry_idempotent(lambda: keyed.foreachPartition(fn), f"stage {stage_id}: quarantine batch {batch_id}",
                          abort=self.abort)
         log.debug("stage %s: quarantine batch %d written in %.0f ms", stage_id, batch_id, (time.monotonic() - started) * 1000)
+
+
+def write_quarantine(url: str, rows: list[tuple]) -> int:
+    """Insert `quarantine_values` rows from the driver (a batch quarantined whole); returns how
+    many were new."""
+    import psycopg2
+    from psycopg2.extras import execute_values
+
+    conn = psycopg2.connect(url)
+    added = 0
+    try:
+        with conn, conn.cursor() as cur:
+            for chunk in _chunks(sorted(rows, key=lambda t: t[4]), WRITE_PAGE, lambda t: t[7]):
+                added += len(execute_values(cur, db.query("quarantine_insert").text + " RETURNING 1", chunk,
+                                            page_size=WRITE_PAGE, fetch=True))
+    finally:
+        conn.close()
+    return added
