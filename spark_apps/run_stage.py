@@ -12,16 +12,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
 from streamops.agent.agent import StageAgent
+from streamops.agent.metrics import SinkStats, StageContext
+from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, is_transient_error
 from streamops.execute import checkpoint
-from streamops.agent.metrics import StageContext
+from streamops.execute.checkpoint import QUERIES, query_checkpoint
 from streamops.registry import Stage, resolve_path
 from streamops.store import db
 
@@ -34,14 +36,75 @@ def _finish(dep_id: int, status: str, reason: str, exit_code: int) -> None:
                      {"id": dep_id, "status": status, "reason": reason, "exit_code": exit_code})
 
 
-_ERROR_LINE = re.compile(r"^\s*([\w.]+(?:Error|Exception)): (.+)$")
+class QuerySupervisor:
+    """Restarts a failed query in this driver (no new JVM) and, through the poison book, counts
+    its failed batch: retried, quarantined whole after the stage's `poison_after_failures`, or
+    (when the run itself looks broken) the run fails and the watchdog or the rollback takes over."""
 
+    GENERIC_LIMIT = 3  # failures in a row that no batch can be blamed for
 
-def root_cause(text: str) -> str:
-    """The innermost `SomeError: message` line of a (py4j-wrapped) traceback, else its first line."""
-    causes = [m.group(0).strip() for line in text.splitlines() if (m := _ERROR_LINE.match(line))]
-    causes = [c for c in causes if "Py4J" not in c and "StreamingQueryException" not in c]
-    return causes[-1] if causes else (text.splitlines()[0] if text else "no exception")
+    def __init__(self, stage: Stage, ckpt: Path, book: PoisonBook, restart, stopping: threading.Event):
+        self.stage, self.ckpt, self.book, self.restart, self.stopping = stage, ckpt, book, restart, stopping
+        self.excluded = book.excluded_files()
+        self.failures_in_a_row = 0
+        self.open: dict[str, int] = {}  # query → the failed batch awaiting its commit
+
+    def check(self, queries: list) -> str | None:
+        """Restart what died; returns why the run must fail, or None."""
+        for i, q in enumerate(queries):
+            if q.isActive:
+                continue
+            which = QUERIES[i]
+            exc = q.exception()
+            text = str(exc) if exc else "the query stopped by itself"
+            why, backoff_s = self._handle(which, text)
+            if why:
+                return f"query {q.name} terminated: {why}"
+            if self.stopping.wait(backoff_s):
+                return None  # a stop came while backing off: nothing to restart
+            queries[i] = self.restart(which, self.excluded[which])
+            log.info("action=restart-query query=%s excluded_files=%d", which, len(self.excluded[which]))
+        self._closed_episodes()
+        return None
+
+    def _handle(self, which: str, text: str) -> tuple[str | None, float]:
+        """(why the run must fail, or None; seconds to wait before the restart)."""
+        error = error_signature(text)
+        self.failures_in_a_row += 1
+        backoff_s = min(2 ** self.failures_in_a_row, 30)
+        if is_transient_error(text):
+            log.warning("action=query-failed query=%s transient, restarting: %s", which, error)
+            return None, backoff_s
+        qckpt = query_checkpoint(which, self.ckpt)
+        planned, committed = checkpoint.last_planned_batch(qckpt), checkpoint.last_committed_batch(qckpt)
+        if planned is None or planned == committed:
+            log.error("action=query-failed query=%s no batch to blame (%d in a row): %s", which,
+                      self.failures_in_a_row, error)
+            return (error if self.failures_in_a_row >= self.GENERIC_LIMIT else None), backoff_s
+        fb = FailedBatch(which, planned, tuple(checkpoint.batch_files(qckpt, planned)), error)
+        verdict = self.book.record(fb, self.stage.poison_after_failures)
+        self.open[which] = planned
+        if verdict.action == "fail":
+            return f"{error} (batch {planned}: {verdict.why})", 0
+        if verdict.action == "quarantine":
+            self.book.quarantine_whole(fb, verdict.attempts)
+            self.excluded[which] = sorted(set(self.excluded[which]) | set(fb.files))
+            return None, 0  # the cause is gone: restart at once
+        return None, backoff_s
+
+    def on_commit(self, batch_id: int) -> None:
+        """The main query committed a batch (called from its sink)."""
+        self.failures_in_a_row = 0
+        if "main" in self.open:
+            self.open.pop("main")
+            self.book.committed("main", batch_id)
+
+    def _closed_episodes(self) -> None:
+        if "quarantine" in self.open:
+            done = checkpoint.last_committed_batch(query_checkpoint("quarantine", self.ckpt))
+            if done is not None and done >= self.open["quarantine"]:
+                self.open.pop("quarantine")
+                self.book.committed("quarantine", done)
 
 
 def _stamp(reconfiguration_id: int, phase: str) -> None:
@@ -50,7 +113,8 @@ def _stamp(reconfiguration_id: int, phase: str) -> None:
     log.info("action=reconfigure phase=%s reconfiguration=%d", phase, reconfiguration_id)
 
 
-def finish_pending_batch(spark, stage: Stage, ctx: StageContext, input_dir: Path, ckpt: Path, agent) -> bool:
+def finish_pending_batch(spark, stage: Stage, ctx: StageContext, input_dir: Path, ckpt: Path, agent,
+                         excluded: dict[str, list[str]] | None = None) -> bool:
     """Run the batch an interrupted stop left planned but uncommitted (offsets/N without
     commits/N), with the checkpoint's old layout, and stop. The repartitioner refuses such a
     checkpoint (LAST_BATCH_FAILED), and a stage that runs batches back to back cannot be
@@ -62,7 +126,7 @@ def finish_pending_batch(spark, stage: Stage, ctx: StageContext, input_dir: Path
         return False
     log.info("action=finish-pending-batch batch=%d last_committed=%s", planned, committed)
     queries = start_stage_queries(spark, stage, ctx, input_dir, ckpt, on_commit=agent.on_commit,
-                                  abort=agent.stop_requested, once=True)
+                                  abort=agent.stop_requested, once=True, exclude_files=excluded)
     for q in queries:
         q.awaitTermination()
     if checkpoint.last_committed_batch(ckpt) != planned:
@@ -95,13 +159,14 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
         level=logging.INFO, stream=sys.stdout,
         format=f"%(asctime)s %(levelname)s [stage={sid} deployment={deployment_id}] %(name)s: %(message)s",
     )
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per listener callback otherwise
     ctx = StageContext(sid, deployment_id, dep.cores, dep.state_partitions, stage.trigger_interval_ms)
     input_dir = resolve_path(stage.source.path)
     ckpt = Path(dep.checkpoint)
     log.info("action=start cores=%d partitions=%d input=%s checkpoint=%s", dep.cores, dep.state_partitions, input_dir, ckpt)
 
     # Imported here: the JVM start is the slow part and is logged as such.
-    from spark_apps.stage import build_session, start_stage_queries
+    from spark_apps.stage import build_session, start_query
 
     spark = build_session(f"streamops:{sid}", dep.cores, dep.state_partitions)
     from streamops.plan.options import OperatorOptions
@@ -111,19 +176,29 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop("SIGINT"))
     agent.attach()
+    book = PoisonBook(agent.engine, sid, deployment_id, stage.input_kind, stage.max_record_bytes)
+
+    def restart(which: str, excluded: list[str]):
+        return start_query(which, spark, stage, ctx, input_dir, ckpt, on_commit=on_commit, abort=agent.stop_requested,
+                           fault=dep.config.get("fault"), exclude_files=excluded)
+
+    def on_commit(stats: SinkStats) -> None:
+        agent.on_commit(stats)
+        supervisor.on_commit(stats.batch_id)
+
+    supervisor = QuerySupervisor(stage, ckpt, book, restart, agent.stop_requested)
     status, reason, code = "stopped", None, 0
     reconfiguration_id = dep.config.get("reconfiguration_id")
     try:
         if stage.stateful and checkpoint.state_partitions(ckpt) not in (None, dep.state_partitions):
-            finish_pending_batch(spark, stage, ctx, input_dir, ckpt, agent)
+            finish_pending_batch(spark, stage, ctx, input_dir, ckpt, agent, supervisor.excluded)
         took = repartition_offline(spark, stage, ckpt, dep.state_partitions)
         if reconfiguration_id:
             _stamp(reconfiguration_id, "state_ready")
             if took is not None:
                 with db.engine().begin() as conn:
                     conn.execute(db.query("reconfiguration_repartition"), {"id": reconfiguration_id, "ms": took * 1000})
-        agent.queries = start_stage_queries(spark, stage, ctx, input_dir, ckpt, on_commit=agent.on_commit,
-                                            abort=agent.stop_requested, fault=dep.config.get("fault"))
+        agent.queries = [restart(q, supervisor.excluded[q]) for q in QUERIES]
         if reconfiguration_id:
             _stamp(reconfiguration_id, "restarted")
         with db.engine().begin() as conn:
@@ -133,11 +208,9 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
             })
         log.info("action=running driver=%s", spark.sparkContext.applicationId)
         while not agent.stop_requested.wait(1.0):
-            dead = [q for q in agent.queries if not q.isActive]
-            if dead:
-                exc = dead[0].exception()
-                status, code = "failed", 1
-                reason = f"query {dead[0].name} terminated: {root_cause(str(exc)) if exc else 'no exception'}"
+            why = supervisor.check(agent.queries)
+            if why:
+                status, code, reason = "failed", 1, why
                 log.error("action=failed %s", reason)
                 break
         if status == "stopped":

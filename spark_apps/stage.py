@@ -22,7 +22,7 @@ from spark_apps.workloads import WORKLOADS
 from spark_apps.workloads.parse import burn_cpu, parse_records
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.sinks import ParquetSink, PostgresUpsertSink, QuarantineSink
-from streamops.execute.checkpoint import quarantine_checkpoint
+from streamops.execute.checkpoint import QUERIES, query_checkpoint
 from streamops.registry import Stage, resolve_path
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -83,6 +83,22 @@ def _slow(sink, seconds: float = 3.0):
     return slow
 
 
+POISON_MARKER = "POISON"
+QUARANTINE_TRIGGER_FACTOR = 5
+
+
+def _poison_on_marker(sink):
+    """Fault injector (tests): a batch whose output holds the word POISON fails, every time it is
+    run: a record that deterministically breaks the sink, as a NUL byte once did."""
+
+    def fail(df, batch_id: int) -> None:
+        if df.where(F.col("key").contains(POISON_MARKER)).limit(1).count():
+            raise RuntimeError(f"injected fault: batch {batch_id} holds a poison record")
+        sink(df, batch_id)
+
+    return fail
+
+
 def start_stage_queries(
     spark: SparkSession,
     stage: Stage,
@@ -94,11 +110,35 @@ def start_stage_queries(
     abort: threading.Event | None = None,
     fault: str | None = None,
     once: bool = False,
+    exclude_files: dict[str, list[str]] | None = None,
 ) -> list[StreamingQuery]:
     """Start [main, quarantine]. `available_now` drains the input and stops (tests). `once`
     runs a single batch and stops: after an interrupted stop, that batch is the pending one
     (offsets/N without commits/N). `abort` (the agent's stop request) cuts short the sinks'
-    retries while the database is away."""
+    retries while the database is away. `exclude_files` (query → files) leaves out the files
+    of batches quarantined whole."""
+    return [start_query(q, spark, stage, ctx, input_dir, checkpoint, on_commit=on_commit, available_now=available_now,
+                        abort=abort, fault=fault, once=once, exclude_files=(exclude_files or {}).get(q))
+            for q in QUERIES]
+
+
+def start_query(
+    which: str,
+    spark: SparkSession,
+    stage: Stage,
+    ctx: StageContext,
+    input_dir: Path,
+    checkpoint: Path,
+    *,
+    on_commit: Callable[[SinkStats], None] | None = None,
+    available_now: bool = False,
+    abort: threading.Event | None = None,
+    fault: str | None = None,
+    once: bool = False,
+    exclude_files: list[str] | None = None,
+) -> StreamingQuery:
+    """Start one of the stage's queries: `main` (parse → workload → idempotent sink) or
+    `quarantine` (the lines that are not records → `quarantine`)."""
     workload = WORKLOADS[stage.workload]
     spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
     Path(input_dir).mkdir(parents=True, exist_ok=True)
@@ -107,7 +147,28 @@ def start_stage_queries(
         .option("maxFilesPerTrigger", stage.source.max_files_per_trigger)
         .load(str(input_dir))
     )
-    records = parse_records(lines, workload.input_kind)
+    records = parse_records(lines, workload.input_kind, stage.max_record_bytes, exclude_files)
+
+    def trigger(writer, interval_ms: int = ctx.trigger_interval_ms):
+        if once:
+            return writer.trigger(once=True)
+        if available_now:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=f"{interval_ms} milliseconds")
+
+    if which == "quarantine":
+        # The side query runs less often: its lines wait (nothing downstream waits for them), and
+        # on one core its batches would otherwise take turns with every batch of the main query.
+        side = ctx.trigger_interval_ms * QUARANTINE_TRIGGER_FACTOR
+        return trigger(
+            records.where(F.col("reason").isNotNull())
+            .select("source_file", "raw", "reason_kind", "reason")
+            .writeStream.queryName(f"{ctx.stage_id}#quarantine")
+            .foreachBatch(QuarantineSink(ctx.stage_id, ctx.deployment_id, abort))
+            .option("checkpointLocation", str(query_checkpoint(which, checkpoint))),
+            side,
+        ).start()
+
     counted = records.observe(
         "input_quality",
         F.count(F.lit(1)).alias("rows"),
@@ -120,32 +181,13 @@ def start_stage_queries(
         sink = ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit, abort)
     else:
         sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)
-
-    if fault == "fail_batches":
-        sink = _failing(sink)
-    elif fault == "slow_batches":
-        sink = _slow(sink)
-    elif fault == "negative_counts":
-        sink = _negative_counts(sink)
-
-    def trigger(writer):
-        if once:
-            return writer.trigger(once=True)
-        if available_now:
-            return writer.trigger(availableNow=True)
-        return writer.trigger(processingTime=f"{ctx.trigger_interval_ms} milliseconds")
-
-    main = trigger(
+    faults = {"fail_batches": _failing, "slow_batches": _slow, "negative_counts": _negative_counts,
+              "poison_marker": _poison_on_marker}
+    if fault in faults:
+        sink = faults[fault](sink)
+    return trigger(
         output.writeStream.queryName(ctx.stage_id)
         .outputMode(workload.output_mode)
         .foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", str(query_checkpoint(which, checkpoint)))
     ).start()
-    side = trigger(
-        records.where(F.col("reason").isNotNull())
-        .select("source_file", "raw", "reason")
-        .writeStream.queryName(f"{ctx.stage_id}#quarantine")
-        .foreachBatch(QuarantineSink(ctx.stage_id, ctx.deployment_id, abort))
-        .option("checkpointLocation", str(quarantine_checkpoint(Path(checkpoint))))
-    ).start()
-    return [main, side]

@@ -14,6 +14,7 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from streamops.paths import data_dir, registry_path
+from streamops.records import MAX_RECORD_BYTES
 
 # Workload → the record family its generator writes (streamops.generator kinds).
 WORKLOAD_INPUT = {
@@ -71,6 +72,8 @@ class FileSource(_Frozen):
     kind: Literal["files"] = "files"
     path: str = Field(description="input directory; relative paths are under .streamops/data")
     max_files_per_trigger: int = Field(default=50, ge=1)
+    max_record_bytes: int = Field(default=MAX_RECORD_BYTES, ge=64,
+                                  description="a longer line is quarantined as 'too large' without being parsed")
 
 
 class KafkaSource(_Frozen):
@@ -114,10 +117,17 @@ class Stage(_Frozen):
     pool: str
     policy: Policy = Field(default_factory=Policy)
     params: dict[str, Any] = Field(default_factory=dict, description="workload knobs, e.g. cpu_cost")
+    poison_after_failures: int = Field(
+        default=3, ge=0, description="a batch that fails this many times in a row with the same error is "
+                                     "quarantined whole and the stage moves on (0: never; the stage fails instead)")
 
     @property
     def input_kind(self) -> str:
         return WORKLOAD_INPUT[self.workload]
+
+    @property
+    def max_record_bytes(self) -> int:
+        return getattr(self.source, "max_record_bytes", MAX_RECORD_BYTES)
 
     @property
     def stateful(self) -> bool:

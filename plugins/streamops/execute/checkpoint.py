@@ -50,10 +50,33 @@ def state_partitions(ckpt: Path) -> int | None:
     return int(value) if value is not None else None
 
 
+def batch_files(ckpt: Path, batch_id: int) -> list[str]:
+    """The input files the file source planned for `batch_id` (its log `sources/0/N`, or the
+    compacted `sources/0/M.compact` that holds it), as plain paths."""
+    log_dir = Path(ckpt) / "sources" / "0"
+    candidates = [log_dir / str(batch_id)] + sorted(log_dir.glob("*.compact"), key=lambda p: int(p.name.split(".")[0]))
+    for path in candidates:
+        if not path.is_file() or (path.name.endswith(".compact") and int(path.name.split(".")[0]) < batch_id):
+            continue
+        entries = [json.loads(line) for line in path.read_text().splitlines()[1:] if line.strip()]
+        files = [e["path"] for e in entries if e.get("batchId", batch_id) == batch_id]
+        if files:
+            return [re.sub(r"^file:(//)?", "", f) for f in files]
+    return []
+
+
 def quarantine_checkpoint(ckpt: Path) -> Path:
     """The stage's side query (malformed records) keeps its own checkpoint beside the main one."""
     ckpt = Path(ckpt)
     return ckpt.with_name(ckpt.name + ".quarantine")
+
+
+# A stage runs two queries on one source: `main` (the workload) and `quarantine` (bad lines).
+QUERIES = ("main", "quarantine")
+
+
+def query_checkpoint(which: str, ckpt: Path) -> Path:
+    return Path(ckpt) if which == "main" else quarantine_checkpoint(ckpt)
 
 
 def has_state(ckpt: Path) -> bool:
