@@ -124,6 +124,7 @@ class StageAgent:
         self.heartbeat_s, self.poll_s = heartbeat_s, poll_s
         self.operator_period_s = operator_period_s  # None: no Operator Manager in this run
         self.main_query_name = ctx.stage_id
+        self.checkpoint = Path(checkpoint)
         self.backlog = FileSourceBacklog(input_dir, checkpoint)
         self.writer = BufferedWriter(self.engine, ctx.stage_id)
         self.listener = _listener_class()(self)
@@ -171,18 +172,31 @@ class StageAgent:
             self.stop_requested.set()
 
     def stop_at_batch_boundary(self, deadline_s: float = 30.0) -> bool:
-        """Wait until no trigger is running, then stop every query. Returns whether the stop
-        landed between batches (True) or had to interrupt one at the deadline (False)."""
+        """Stop every query between two batches of the main one: when every planned batch
+        (offsets/N) has its commit (commits/N). Returns whether it did, or had to interrupt a
+        batch at the deadline (the next run then finishes that batch first).
+
+        An idle query is simply stopped. A query that is behind runs its batches back to back:
+        Spark starts the next one as soon as one commits, so there is never a moment with no
+        trigger active. The window is then the few tens of milliseconds after a commit, while
+        Spark lists the source for the next batch; `stop()` interrupts that listing before
+        offsets/N+1 is written. The checkpoint is polled every 5 ms to land in it."""
+        from streamops.execute.checkpoint import last_committed_batch, last_planned_batch
+
         main = self.queries[0] if self.queries else None
         deadline = time.monotonic() + deadline_s
-        at_boundary = True
-        while main is not None and main.isActive and main.status.get("isTriggerActive"):
-            if time.monotonic() > deadline:
-                at_boundary = False
-                break
-            time.sleep(0.05)
+        started_at = last_committed_batch(self.checkpoint)
+        polls = 0
+        while main is not None and main.isActive and time.monotonic() < deadline:
+            planned, committed = last_planned_batch(self.checkpoint), last_committed_batch(self.checkpoint)
+            between = planned == committed
+            if between and (committed != started_at or (polls % 20 == 0 and not main.status.get("isTriggerActive"))):
+                break  # just committed a batch, or idle (the status call is slow: asked every 0.1 s)
+            polls += 1
+            time.sleep(0.005)
         for q in self.queries:
             q.stop()
+        at_boundary = last_planned_batch(self.checkpoint) == last_committed_batch(self.checkpoint)
         log.info("stage %s: stopped %s after batch %s", self.ctx.stage_id,
                  "at a batch boundary" if at_boundary else "mid-batch (deadline)", self.last_batch_id)
         return at_boundary
