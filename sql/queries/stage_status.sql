@@ -8,6 +8,12 @@ latest_batch AS (
     WHERE m.ts > now() - interval '1 day'
     ORDER BY m.stage_id, m.ts DESC
 ),
+latest_input AS (  -- latency only of batches that read input: an idle stage is not slow
+    SELECT DISTINCT ON (m.stage_id) m.stage_id, m.latency_p95_ms
+    FROM stage_metrics m JOIN latest_run r ON r.id = m.deployment_id
+    WHERE m.ts > now() - interval '60 seconds' AND m.input_rows > 0
+    ORDER BY m.stage_id, m.ts DESC
+),
 recent AS (  -- rates over the last minute are steadier than one batch's
     SELECT stage_id, sum(input_rows) / 60.0 AS in_rps, sum(output_rows) / 60.0 AS out_rps
     FROM stage_metrics WHERE ts > now() - interval '60 seconds' GROUP BY stage_id
@@ -24,22 +30,26 @@ plan AS (  -- what the control loop has in store for the stage: a planned change
         FROM requests r WHERE r.status = 'deferred'
     ) x ORDER BY stage_id, prio, at DESC
 )
-SELECT s.stage_id, s.app, s.workload, s.pool,
+SELECT s.stage_id, s.app, s.workload, COALESCE(r.pool, s.pool) AS pool,  -- where the run is (a migration moves it)
        COALESCE(r.status, 'never started') AS status,
        r.id AS deployment_id, r.pid,
        COALESCE(r.cores, s.cores) AS cores,
        COALESCE(r.state_partitions, s.state_partitions) AS partitions,
        rc.in_rps, rc.out_rps,
-       b.batch_id, b.latency_p95_ms, b.backlog_files, b.backlog_rows, b.batch_duration_ms,
+       b.batch_id, li.latency_p95_ms, b.backlog_files, b.backlog_rows, b.batch_duration_ms,
        EXTRACT(EPOCH FROM now() - h.beat_at) AS heartbeat_age_s,
        COALESCE(q.quarantined, 0) AS quarantined,
        pl.label AS plan,
        r.stop_reason,
        s.health, s.health_reason,
-       (SELECT count(*) FROM failures f WHERE f.stage_id = s.stage_id AND f.detected_at > now() - interval '1 day') AS failures_24h
+       (SELECT count(*) FROM failures f WHERE f.stage_id = s.stage_id AND f.detected_at > now() - interval '1 day') AS failures_24h,
+       (SELECT string_agg(format('batch %s quarantined whole: %s', bf.batch_id, bf.error), '; ' ORDER BY bf.batch_id)
+        FROM batch_failures bf WHERE bf.stage_id = s.stage_id AND bf.status = 'quarantined'
+        AND bf.quarantined_at > now() - interval '1 day') AS poison_24h
 FROM stages s
 LEFT JOIN latest_run r ON r.stage_id = s.stage_id
 LEFT JOIN latest_batch b ON b.stage_id = s.stage_id
+LEFT JOIN latest_input li ON li.stage_id = s.stage_id
 LEFT JOIN recent rc ON rc.stage_id = s.stage_id
 LEFT JOIN heartbeats h ON h.deployment_id = r.id
 LEFT JOIN q ON q.stage_id = s.stage_id

@@ -19,7 +19,8 @@ LOG_SCALE_ABOVE = 20  # response peaks beyond 20 × R_max switch the chart to a 
 
 @dataclass(frozen=True)
 class Marker:
-    """A reconfiguration on the chart: when its new run produced output, what it did."""
+    """A reconfiguration on the chart: when its new run produced output, what it did. The
+    label is short (its number in the report's table): the table says the rest."""
 
     at: datetime
     action: str
@@ -80,15 +81,17 @@ def response_chart(app: str, ts: list[datetime], response_ms: list[float | None]
             ax.axvline(s.start, color=FAILURE_COLOUR, linestyle=":", linewidth=1.1)
             ax.axvspan(s.start, s.end, color=FAILURE_COLOUR, alpha=0.2, linewidth=0)
         ax.grid(True, alpha=0.3)
-    ymax = top.get_ylim()[1]
-    for m in markers:
-        top.annotate(m.label, (mdates.date2num(m.at), ymax), xytext=(3, -3), textcoords="offset points",
-                     rotation=90, va="top", fontsize=7.5, color=ACTION_COLOURS.get(m.action, "grey"))
-    for s in spans:
-        top.annotate(s.label, (mdates.date2num(s.start), ymax), xytext=(3, -3), textcoords="offset points",
-                     rotation=90, va="top", fontsize=7.5, color=FAILURE_COLOUR)
+    # Labels go above the plot, never over the curve: a number per reconfiguration (the report's
+    # table has the same numbers) and F1, F2 … per failure; alternate heights keep close ones apart.
+    for i, (label, at, colour) in enumerate(
+            [(m.label, m.at, ACTION_COLOURS.get(m.action, "grey")) for m in markers]
+            + [(f"F{k + 1}", s.start, FAILURE_COLOUR) for k, s in enumerate(spans)]):
+        top.annotate(label, (mdates.date2num(at), 1.0), xycoords=("data", "axes fraction"),
+                     xytext=(0, 2 + 9 * (i % 2)), textcoords="offset points", ha="center", va="bottom",
+                     fontsize=8, fontweight="bold", color=colour, annotation_clip=False)
     handles, labels = top.get_legend_handles_labels()
-    top.legend(handles, labels, loc="upper right", fontsize=8, framealpha=0.85)
+    # Below the chart: inside it, a legend covers the latest data, where a reader looks first.
+    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=8, frameon=False)
     bottom.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz="UTC"))
     bottom.set_xlabel("time of day (UTC)")
     return _png(fig)
@@ -103,13 +106,18 @@ def downtime_chart(apps: list[str], reconfig_s: list[float], failure_s: list[flo
     ax.barh([i - h / 2 for i in y], reconfig_s, height=h, color=ACTION_COLOURS["scale_out"], label="reconfigurations")
     ax.barh([i + h / 2 for i in y], failure_s, height=h, color=FAILURE_COLOUR, label="failures")
     for i, (r, f) in enumerate(zip(reconfig_s, failure_s)):
-        ax.annotate(f"{r:,.1f} s", (r, i - h / 2), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
-        ax.annotate(f"{f:,.1f} s", (f, i + h / 2), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
+        for value, y0 in ((r, i - h / 2), (f, i + h / 2)):
+            if value > 0:  # a bar of nothing needs no "0.0 s"
+                ax.annotate(f"{value:,.1f} s", (value, y0), xytext=(3, 0), textcoords="offset points", va="center",
+                            fontsize=8)
+        if r == f == 0:
+            ax.annotate("no downtime", (0, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8,
+                        color="#555555")
     ax.set_yticks(y, apps)
     ax.invert_yaxis()
     ax.set_xlabel("downtime (s)")
     ax.set_xlim(0, max([1.0, *reconfig_s, *failure_s]) * 1.15)
     ax.set_title(title, loc="left", fontsize=11)
-    ax.legend(loc="lower right", fontsize=8)
+    fig.legend(loc="outside lower center", ncols=2, fontsize=8, frameon=False)  # never over a bar or its label
     ax.grid(True, axis="x", alpha=0.3)
     return _png(fig)

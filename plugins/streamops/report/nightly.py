@@ -138,13 +138,11 @@ def _app_chart(app: AppSummary, series: list[dict], reconfigs: list[dict], failu
     for r in reconfigs:
         # the moment the new run produced output: where the cores step in the chart below
         at = r["first_batch_done_at"] or r["finished_at"] or r["restarted_at"] or r["requested_at"]
-        cores = f" {r['from_cores']}→{r['target_cores']}" if r["target_cores"] else ""
-        down = f", down {r['downtime_s']:.1f} s" if r["downtime_s"] is not None else ""
-        markers.append(charts.Marker(at, r["action"], f"{r['action']}{cores}{down}"))
+        markers.append(charts.Marker(at, r["action"], str(r["chart_no"])))
     day_from = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
     day_to = day_from + timedelta(days=1)
-    spans = [charts.Span(max(f["gap_from"], day_from), min(f["gap_to"], day_to), f"failure ({f['kind']})")
-             for f in failures]
+    spans = [charts.Span(max(f["gap_from"], day_from), min(f["gap_to"], day_to), f"F{i + 1}")
+             for i, f in enumerate(failures)]
     series = _break_gaps(series)
     png = charts.response_chart(
         app.app, [p["ts"] for p in series],
@@ -204,6 +202,7 @@ def build_report(day: date | None = None, app: str | None = None, out_dir: Path 
             views[v] = ([dict(r._mapping) for r in res], list(res.keys()))
         series = _rows(conn, "report_response_series", bucket_s=BUCKET_S, **p)
         failures = _rows(conn, "report_failures", **p)
+        quarantined = _rows(conn, "report_quarantine", **p)
         dq = _dq_view(_rows(conn, "report_dq_results", **p))
     log.info("report %s (%s): queries done in %.2f s", day, scope, time.monotonic() - t0)
 
@@ -213,9 +212,11 @@ def build_report(day: date | None = None, app: str | None = None, out_dir: Path 
     reconfigs = views["reconfigurations"][0]
     sections = []
     for s in summary:
-        app_reconfigs = [r for r in reconfigs if r["app"] == s.app]
+        app_reconfigs = [{**r, "chart_no": i + 1} for i, r in enumerate(x for x in reconfigs if x["app"] == s.app)]
         sections.append({
             "app": s, "reconfigurations": app_reconfigs,
+            "failures": [f for f in failures if f["app"] == s.app],
+            "quarantine": [q for q in quarantined if q["app"] == s.app],
             "chart": _app_chart(s, [x for x in series if x["app"] == s.app], app_reconfigs,
                                 [f for f in failures if f["app"] == s.app], day)})
     downtime_png = _data_uri(charts.downtime_chart(
@@ -238,6 +239,11 @@ def build_report(day: date | None = None, app: str | None = None, out_dir: Path 
     log.info("report %s (%s): wrote %s and %d CSV files in %.2f s; SLO met by %d of %d apps", day, scope, index,
              len(VIEWS), elapsed_ms / 1000, met, len(summary))
     return index
+
+
+def day_has_metrics(day: date, engine: Engine | None = None) -> bool:
+    with (engine or db.engine()).connect() as conn:
+        return bool(conn.execute(db.query("day_has_metrics"), {"day": day}).scalar())
 
 
 def last_report(engine: Engine | None = None) -> dict | None:
