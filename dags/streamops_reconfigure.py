@@ -28,10 +28,12 @@ Runs share the `streamops_reconfigure` pool; a per-stage database lock still ser
 changes to one stage, whoever asks.
 """,
     params={
-        "stage": Param(CHOICES["stages"][0] if CHOICES["stages"] else "", enum=CHOICES["stages"],
-                       description="app.stage"),
+        # Required, no default: a run without a stage must be refused, not applied to the first one.
+        "stage": Param(type="string", enum=CHOICES["stages"], description="app.stage (required)"),
         "action": Param("scale-out", enum=list(ACTIONS)),
-        "cores": Param(None, type=["null", "integer"], minimum=1, description="target cores"),
+        "cores": Param(None, type=["null", "integer"], minimum=1, maximum=CHOICES["max_cores"],
+                       description=f"target cores, within the stage's bounds ({CHOICES['cores_bounds']}); "
+                                   "the task refuses a target the stage already has"),
         "partitions": Param(None, type=["null", "integer"], minimum=1,
                             description="target state partitions (offline repartition)"),
         "pool": Param(None, type=["null", "string"], enum=[None, *CHOICES["pools"]],

@@ -47,7 +47,9 @@ def streamops_replan():
 
     @task
     def to_realize(per_app: list[list[dict]]) -> list[dict]:
-        return [conf for confs in per_app for conf in confs]
+        # A slice is one request; iterating the lazy sequence reads item by item until a 404,
+        # which the task SDK logs as an error ("XCom not found … offset=N") on every run.
+        return [conf for confs in per_app[:] for conf in confs]
 
     TriggerDagRunOperator.partial(
         task_id="realize_scale_outs", trigger_dag_id="streamops_reconfigure", retries=0,

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, text
 from streamops import registry
 from streamops.agent.metrics import FileSourceBacklog
 from streamops.execute import checkpoint, stages
+from streamops.plan.change import InvalidChange, validate_change
 from streamops.store import db
 
 log = logging.getLogger("streamops.reconfigure")
@@ -605,20 +606,22 @@ def _finish(rid: int, status: str, outcome: str, rollback_reason: str | None, do
 def request(stage_ref: str, action: str, *, cores: int | None = None, partitions: int | None = None,
             pool: str | None = None, mechanism: str = "pause_resume", reg: registry.Registry | None = None,
             requested_by: str | None = None) -> int:
-    """Persist a user's reconfiguration as `pending` (first step of every manual change)."""
+    """Persist a user's reconfiguration as `pending` (first step of every manual change), after
+    `plan.change.validate_change`: a refused request records nothing and stops nothing."""
     reg = reg or registry.load()
-    app, name, st = reg.stage(stage_ref)
-    sid = registry.stage_id(app, name)
-    if cores is not None and not st.cores.min <= cores <= st.cores.max:
-        raise ValueError(f"{sid}: cores must be within [{st.cores.min}, {st.cores.max}] (apps.yaml), got {cores}")
-    if pool is not None and pool not in reg.pools:
-        raise ValueError(f"no pool {pool!r}; known pools: {', '.join(reg.pools)}")
     if mechanism not in MECHANISMS:
-        raise ValueError(f"unknown mechanism {mechanism!r}; available: {', '.join(MECHANISMS)}")
+        raise InvalidChange(f"unknown mechanism {mechanism!r}; available: {', '.join(MECHANISMS)}")
+    try:
+        app, name, _ = reg.stage(stage_ref)
+    except registry.RegistryError as e:
+        raise InvalidChange(str(e)) from None
+    sid = registry.stage_id(app, name)
+    change = validate_change(reg, sid, action, cores=cores, partitions=partitions, pool=pool,
+                             current=stages.current(sid))
     with db.engine().begin() as conn:
         rid = conn.execute(db.query("reconfiguration_user"), {
-            "stage_id": sid, "action": action, "target_cores": cores, "target_pool": pool,
-            "target_partitions": partitions, "mechanism": mechanism,
+            "stage_id": sid, "action": change.action, "target_cores": change.cores, "target_pool": change.pool,
+            "target_partitions": change.partitions, "mechanism": mechanism,
             "requested_by": requested_by or f"user:{getpass.getuser()}",
         }).scalar()
     if rid is None:

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, text
 from streamops import registry
 from streamops.execute.launcher import launcher_for
 from streamops.paths import data_dir
+from streamops.plan.change import Current
 from streamops.registry import Registry, stage_id
 from streamops.store import db
 
@@ -107,6 +108,14 @@ def current_config(sid: str) -> tuple[int | None, str | None, str | None]:
             "SELECT cores, pool, checkpoint FROM deployments WHERE stage_id = :s AND role = 'primary' "
             "AND status <> 'refused' ORDER BY started_at DESC LIMIT 1"), {"s": sid}).first()
     return (row.cores, row.pool, row.checkpoint) if row else (None, None, None)
+
+
+def current(sid: str) -> Current:
+    """The stage's configuration now (its latest run), for `plan.change.validate_change`."""
+    from streamops.execute import checkpoint
+
+    cores, pool, ckpt = current_config(sid)
+    return Current(cores, pool, checkpoint.state_partitions(ckpt) if ckpt else None)
 
 
 def start_stage(

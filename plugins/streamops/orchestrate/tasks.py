@@ -34,6 +34,10 @@ def choices() -> dict[str, list[str]]:
         "stages": sorted(registry.stage_id(a, s) for a, s, _ in reg.stages()),
         "pools": sorted(reg.pools),
         "mechanisms": list(MECHANISMS),
+        # The form's cores field: the widest bound; each stage's own is checked by the task.
+        "max_cores": max((st.cores.max for _, _, st in reg.stages()), default=1),
+        "cores_bounds": ", ".join(f"{registry.stage_id(a, s)} {st.cores.min}–{st.cores.max}"
+                                  for a, s, st in sorted(reg.stages(), key=lambda x: (x[0], x[1]))),
     }
 
 
@@ -125,10 +129,6 @@ def reconfigure(stage: str, action: str, cores: int | None = None, partitions: i
             _say(f"stage {stage}: action=resume-pending nothing pending or left running")
             return {"stage": stage, "reconfigurations": []}
     else:
-        if action in ("scale-out", "scale-in") and cores is None and partitions is None:
-            raise ValueError(f"{action} of {stage} needs cores or partitions")
-        if action == "migrate" and pool is None:
-            raise ValueError(f"migrate of {stage} needs a target pool")
         rid = mechanisms.request(stage, action.replace("-", "_"), cores=cores, partitions=partitions, pool=pool,
                                  mechanism=mechanism, reg=reg, requested_by=requested_by)
         _say(f"stage {stage}: action={action} reconfiguration {rid} recorded as pending")
