@@ -159,7 +159,7 @@ def test_bad_params_are_rejected_by_the_form_schema(dagbag):
     from airflow.sdk.exceptions import ParamValidationError
 
     for bad in ({"stage": "nope.nothing"}, {"stage": SID, "cores": 0}, {"stage": SID, "action": "explode"},
-                {"stage": SID, "pool": "atlantis"}):
+                {"stage": SID, "pool": "atlantis"}, {"stage": SID, "cores": 99}, {"action": "scale-out", "cores": 2}):
         params = copy.deepcopy(dagbag.get_dag("streamops_reconfigure").params)
         with pytest.raises(ParamValidationError):
             params.update(bad)
@@ -329,6 +329,25 @@ def test_nightly_report_writes_the_days_html(dagbag, clean_db, tmp_path, monkeyp
 
 
 # -- end to end through the REST API ----------------------------------------------------------
+def _assert_nothing_listens_beyond_loopback(site):
+    """Every socket an Airflow component (or a child of one) listens on is on loopback, and the
+    fixed log-server ports 8793/8794 are not taken: two sites can run side by side."""
+    import psutil
+
+    from streamops.orchestrate import airflow_home
+
+    procs = []
+    for pid in airflow_home.running(site).values():
+        p = psutil.Process(pid)
+        procs += [p, *p.children(recursive=True)]
+    listening = [(p.name(), c.laddr) for p in procs for c in p.net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN]
+    assert any(addr.port == site.port for _, addr in listening), f"the API is not listening: {listening}"
+    assert all(addr.ip in ("127.0.0.1", "::1") for _, addr in listening), listening
+    assert not {8793, 8794} & {addr.port for _, addr in listening}, listening
+
+
+
 def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
     """A real Airflow (api-server, scheduler, dag-processor, triggerer; LocalExecutor) on the
     test database: the admin's token triggers streamops_reconfigure with a conf that scales a
@@ -341,6 +360,7 @@ def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
     pw = airflow_home.passwords(airflow_site)
     try:
         airflow_home.up(airflow_site, wait_s=300)
+        _assert_nothing_listens_beyond_loopback(airflow_site)
         stages.start_stage(SID, reg, wait_s=240)
         eventually(lambda: _commits(clean_db) >= 1, 180, "a committed batch")
         with AirflowClient(airflow_site.base_url, "admin", pw["admin"]) as api:
@@ -348,11 +368,25 @@ def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
             api.unpause("streamops_reconfigure")
 
             before = len(api.dag_runs("streamops_reconfigure", limit=100))  # dag.test() runs of other tests
-            with pytest.raises(AirflowAPIError) as bad:
-                api.trigger("streamops_reconfigure", {"stage": "nope.nothing", "action": "scale-out", "cores": 2})
-            assert bad.value.status == 400, bad.value
-            assert "stage" in str(bad.value.detail)
-            assert len(api.dag_runs("streamops_reconfigure", limit=100)) == before, "the rejected conf created a run"
+            for conf, field in (({"stage": "nope.nothing", "action": "scale-out", "cores": 2}, "stage"),
+                                ({"action": "scale-out", "cores": 2}, "stage"),  # no stage: never "the first one"
+                                ({"stage": SID, "action": "scale-out", "cores": 99}, "cores")):
+                with pytest.raises(AirflowAPIError) as bad:
+                    api.trigger("streamops_reconfigure", conf)
+                assert bad.value.status == 400, bad.value
+                assert field in str(bad.value.detail), bad.value.detail
+            assert len(api.dag_runs("streamops_reconfigure", limit=100)) == before, "a rejected conf created a run"
+
+            # A change to the size the stage already has: refused by the task before anything stops.
+            running = _live(clean_db)
+            noop = api.trigger("streamops_reconfigure", {"stage": SID, "action": "scale-out", "cores": running.cores})
+            assert api.wait("streamops_reconfigure", noop["dag_run_id"], timeout_s=300)["state"] == "failed"
+            log = api.task_log("streamops_reconfigure", noop["dag_run_id"], "reconfigure")
+            assert "nothing to change: the stage already runs with 1 cores; not restarting it" in log, log[-2000:]
+            assert _live(clean_db).id == running.id, "the stage was not restarted"
+            with clean_db.connect() as conn:
+                assert conn.execute(text("SELECT count(*) FROM reconfigurations WHERE stage_id = :s"),
+                                    {"s": SID}).scalar_one() == 0, "the refused request left no row"
 
             run = api.trigger("streamops_reconfigure", {"stage": SID, "action": "scale-out", "cores": 2})
             done = api.wait("streamops_reconfigure", run["dag_run_id"], timeout_s=600)

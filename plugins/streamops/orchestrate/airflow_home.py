@@ -27,6 +27,12 @@ from streamops.store import db
 log = logging.getLogger(__name__)
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+# Airflow's worker and triggerer log servers bind every interface on fixed ports (8793, 8794) and
+# have no host setting. Every component here runs on one machine and the API server reads task
+# logs from the shared log folder, so they are not started at all: nothing listens beyond
+# loopback, and two sites never collide. Their ports are still derived from the site's port for
+# anyone who starts a component by hand from env.sh.
+COMPONENT_ARGS = {"scheduler": ["--skip-serve-logs"], "triggerer": ["--skip-serve-logs"]}
 USERS = {"admin": "admin", "viewer": "viewer"}  # username → Simple auth manager role
 RECONFIGURE_POOL = "streamops_reconfigure"
 
@@ -113,6 +119,8 @@ def environment(s: AirflowSite) -> dict[str, str]:
         "AIRFLOW__API__BASE_URL": s.base_url,
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(s.port),
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(s.port + 1),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(s.port + 2),
         "AIRFLOW__API__SECRET_KEY": sec["api_secret_key"],
         "AIRFLOW__API_AUTH__JWT_SECRET": sec["jwt_secret"],
         # New or edited DAG files show up within seconds in the demo.
@@ -223,7 +231,8 @@ def up(s: AirflowSite, wait_s: float = 240, progress=lambda _: None) -> float:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         _pid_file(s, c).parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as out:
-            proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), c], env=env, stdout=out,
+            proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), c, *COMPONENT_ARGS.get(c, [])],
+                                    env=env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                     cwd=s.home)
         _pid_file(s, c).write_text(str(proc.pid))

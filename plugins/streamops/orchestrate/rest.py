@@ -3,6 +3,7 @@ it and the end-to-end test drives Airflow with it, exactly as an operator's scri
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -71,6 +72,15 @@ class AirflowClient:
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         return self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", f"tasks of {run_id}")["task_instances"]
 
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        """A task's log as text (what the UI's log view shows)."""
+        doc = self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                         f"log of {task_id}", params={"full_content": True})
+        content = doc.get("content", "")
+        if isinstance(content, list):  # structured log lines
+            return "\n".join(_log_line(c) for c in content)
+        return str(content)
+
     def wait(self, dag_id: str, run_id: str, timeout_s: float = 600, progress=lambda _: None) -> dict:
         """Poll until the run is finished; returns it (state success or failed)."""
         deadline, last = time.monotonic() + timeout_s, None
@@ -84,6 +94,15 @@ class AirflowClient:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{dag_id} run {run_id} still {run['state']} after {timeout_s:.0f}s")
             time.sleep(2)
+
+
+def _log_line(line: Any) -> str:
+    """One structured log line as text: its event, then its other fields (a failure's traceback and
+    exception message are in `error_detail`, not in the event)."""
+    if not isinstance(line, dict):
+        return str(line)
+    rest = {k: v for k, v in line.items() if k not in ("event", "timestamp", "level", "logger")}
+    return " ".join([str(line.get("event", "")), json.dumps(rest, default=str) if rest else ""]).strip()
 
 
 def _detail(r: httpx.Response) -> Any:

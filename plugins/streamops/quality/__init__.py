@@ -2,6 +2,12 @@
 run and the gate after a reconfiguration (`runner`), Spark-side inputs (`spark_frames`, imported
 only when files are validated). Results go to `dq_results`; docs/reporting.md "Data quality"."""
 
-from streamops.quality.runner import GateResult, Result, gate_new_run, run_suites
+import logging
+
+# GX logs a line per public function it registers at import (about 200 lines of "Skipping
+# registering function …" in a task log) and more per validation: keep its warnings only.
+logging.getLogger("great_expectations").setLevel(logging.WARNING)
+
+from streamops.quality.runner import GateResult, Result, gate_new_run, run_suites  # noqa: E402
 
 __all__ = ["GateResult", "Result", "gate_new_run", "run_suites"]
