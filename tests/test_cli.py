@@ -65,4 +65,90 @@ def test_status_shows_a_stage_the_watchdog_gave_up_on(clean_db, monkeypatch):
                           "WHERE stage_id = 'w.s'"))
     result = runner.invoke(app, ["status"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
-    assert "FAILED (watchdog gave up; redeploy)" in result.output
+    assert "FAILED" in result.output and "the watchdog gave up (3 restarts in a row failed); redeploy it" in result.output
+
+
+# -- requests refused before anything is recorded or stopped (issues 12, 17) ------------------------
+def _stage_with_a_run(clean_db, cores=1, pool="p", status="running", extra_pool=True):
+    """Stage w.s registered, with a latest run of `cores` in `pool` (a row only: no driver)."""
+    import os
+
+    from sqlalchemy import text
+
+    from streamops import registry
+    from streamops.execute import stages
+
+    pools = {"p": {"cores": 2}, **({"q": {"cores": 2}} if extra_pool else {})}
+    reg = registry.parse({"pools": pools, "apps": {"w": {
+        "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+        "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "w/s"}, "pool": "p",
+                         "cores": {"initial": 1, "max": 2}}}}}})
+    stages.sync_registry(reg)
+    with clean_db.begin() as conn:
+        dep = conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, pid) "
+            "VALUES ('w.s', :pool, :cores, 4, '{}', 'local', '/nowhere', :status, :pid) RETURNING id"),
+            {"pool": pool, "cores": cores, "status": status, "pid": os.getpid()}).scalar_one()
+    return reg, dep
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--action", "scale-out", "--cores", "1"], "nothing to change: the stage already runs with 1 cores; not restarting it"),
+    (["--action", "migrate", "--pool", "p"], "nothing to change: the stage already runs with 1 cores in pool 'p'"),
+    (["--action", "migrate"], "migrate needs a target pool (--pool); known pools: p, q"),
+    (["--action", "scale-out", "--cores", "99"], "cores must be within [1, 2] (apps.yaml), got 99"),
+    (["--action", "scale-out"], "scale-out needs a target: cores (--cores) or state partitions (--partitions)"),
+    (["--action", "scale-in", "--cores", "2"], "scale-in to 2 cores is more than the 1 it runs with; use scale-out"),
+    (["--action", "explode", "--cores", "2"], "action must be one of scale-out, scale-in, migrate"),
+])
+def test_a_bad_or_empty_reconfiguration_is_refused_before_anything_happens(clean_db, tmp_path, monkeypatch, args,
+                                                                           message):
+    import yaml
+    from sqlalchemy import text
+
+    reg, dep = _stage_with_a_run(clean_db)
+    path = tmp_path / "apps.yaml"
+    path.write_text(yaml.safe_dump(reg.model_dump(mode="json")))
+    monkeypatch.setenv("STREAMOPS_APPS", str(path))
+    result = runner.invoke(app, ["reconfigure", "w.s", *args], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()), result.output
+    with clean_db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM reconfigurations")).scalar_one() == 0, "no row recorded"
+        assert conn.execute(text("SELECT status FROM deployments WHERE id = :d"), {"d": dep}).scalar_one() == "running"
+        assert conn.execute(text("SELECT count(*) FROM stage_commands")).scalar_one() == 0, "nothing was stopped"
+
+
+def test_status_shows_the_runs_pool_and_no_latency_for_an_idle_stage(clean_db, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    from sqlalchemy import text
+
+    _, dep = _stage_with_a_run(clean_db, pool="q")  # migrated: the registry says p, the run is on q
+    now = datetime.now(timezone.utc)
+    with clean_db.begin() as conn:
+        for i, (age_s, rows, p95) in enumerate([(300, 100, 900.0), (20, 0, 95_000.0), (5, 0, 97_000.0)]):
+            conn.execute(text(
+                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, batch_duration_ms, "
+                "latency_p95_ms) VALUES (:ts, 'w.s', :d, 'r', :b, :rows, 10, :p95)"),
+                {"ts": now - timedelta(seconds=age_s), "d": dep, "b": i, "rows": rows, "p95": p95})
+    result = runner.invoke(app, ["status"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.output.splitlines() if "w.s" in ln)
+    assert " q " in line and " p " not in line, line
+    assert "idle" in line and "95,000" not in line and "97,000" not in line, line
+
+
+def test_status_is_readable_at_80_columns(clean_db):
+    _stage_with_a_run(clean_db)
+    result = runner.invoke(app, ["status"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    table = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert all(len(ln) <= 80 for ln in table), max(table, key=len)
+    assert "…" not in "\n".join(table[:6]), result.output  # no header or cell cut to "st…"
+    for header in ("stage", "state", "cores", "p95 ms"):
+        assert header in result.output
+    words = " ".join(result.output.split())  # the caption wraps at 80 columns
+    assert "hidden to fit 80 columns" in words and "--wide" in words
+    wide = runner.invoke(app, ["status", "--wide"], env={"COLUMNS": "80"})
+    assert wide.exit_code == 0 and "fail 24h" in wide.output

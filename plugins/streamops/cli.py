@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from streamops import registry
 from streamops.paths import state_dir
@@ -288,6 +289,7 @@ def reconfigure(
     """Realize a reconfiguration: persisted as pending first, then stop at a batch boundary,
     copy the checkpoint, repartition offline, restart; roll back if the new run fails."""
     from streamops.execute import mechanisms
+    from streamops.plan.change import InvalidChange
 
     reg = _load_registry()
     outcomes = []
@@ -303,6 +305,8 @@ def reconfigure(
             outcomes += mechanisms.resume(reg, progress=_say)
         else:
             _fail("name a STAGE, or use --pending / --resume", 2)
+    except InvalidChange as e:  # refused before anything was recorded or stopped
+        _fail(str(e), 2)
     except (mechanisms.ReconfigurationBusy, ValueError, LookupError, registry.RegistryError) as e:
         _fail(str(e))
     t = Table(title="reconfigurations", header_style="bold")
@@ -453,55 +457,33 @@ def _spawn_generator(sid: str, argv: list[str]) -> None:
 
 
 # -- status ------------------------------------------------------------------------------------
-def _fmt(v, spec: str = "", none: str = "–") -> str:
-    return none if v is None else format(v, spec)
-
-
-def status_table() -> Table:
+def status_table(wide: bool = False) -> Table:
+    from streamops.status_view import status_table as view
     from streamops.store import db
 
     with db.engine().connect() as conn:
         rows = conn.execute(db.query("stage_status")).all()
-    t = Table(title=f"streamops stages · {datetime.now():%H:%M:%S}", header_style="bold",
-              caption="in/s, out/s: rows per second over the last minute · backlog: input files not yet read · "
-                      "beat: heartbeat age · quar.: quarantined records · fail 24h: failures the watchdog handled · "
-                      "plan: granted or deferred reconfiguration")
-    for col, just in [("stage", "left"), ("state", "left"), ("pool", "left"), ("cores", "right"), ("parts", "right"),
-                      ("in/s", "right"), ("out/s", "right"), ("p95 ms", "right"), ("backlog", "right"),
-                      ("batch", "right"), ("beat", "right"), ("quar.", "right"), ("fail 24h", "right"),
-                      ("plan", "left")]:
-        t.add_column(col, justify=just)
-    colors = {"running": "green", "starting": "yellow", "stopping": "yellow", "failed": "red", "refused": "red"}
-    for r in rows:
-        hb = r.heartbeat_age_s
-        hb_txt = _fmt(hb, ".0f") + "s" if hb is not None else "–"
-        if hb is not None and r.status == "running" and hb > 15:
-            hb_txt = f"[red]{hb_txt}[/]"
-        state = f"[{colors.get(r.status, 'dim')}]{r.status}[/]"
-        if r.health == "failed":  # the watchdog gave up: say so louder than the last run's state
-            state = "[bold red]FAILED (watchdog gave up; redeploy)[/]"
-        t.add_row(r.stage_id, state, r.pool, str(r.cores), str(r.partitions),
-                  _fmt(r.in_rps, ",.0f"), _fmt(r.out_rps, ",.0f"), _fmt(r.latency_p95_ms, ",.0f"),
-                  _fmt(r.backlog_files), _fmt(r.batch_id), hb_txt, str(r.quarantined), str(r.failures_24h), r.plan or "")
-    return t
+    return view(rows, None if wide else console.width)
 
 
 @app.command()
 def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
-           interval: float = typer.Option(2.0, help="seconds between refreshes with --watch")) -> None:
-    """A table per stage: run state, cores, partitions, rows/s in and out, p95 latency, backlog,
-    heartbeat age and quarantined records."""
+           interval: float = typer.Option(2.0, help="seconds between refreshes with --watch"),
+           wide: bool = typer.Option(False, "--wide", help="every column, even if the terminal is too narrow")) -> None:
+    """A table per stage: run state, cores/partitions, p95 latency, rows/s in and out, backlog,
+    heartbeat age, pool, plan, failures and quarantined lines. On a narrow terminal the least
+    important columns are left out (the caption says which); --wide keeps them all."""
     from streamops.store import db
 
     try:
         if not watch:
-            console.print(status_table())
-            console.print(_last_report_line(), markup=False, highlight=False)
+            console.print(status_table(wide))
+            console.print(Text(_last_report_line()), soft_wrap=wide)
             return
-        with Live(status_table(), console=console, refresh_per_second=4) as live:
+        with Live(status_table(wide), console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(interval)
-                live.update(status_table())
+                live.update(status_table(wide))
     except db.DatabaseUnavailable as e:
         _fail(str(e))
     except KeyboardInterrupt:
@@ -524,7 +506,8 @@ def _last_report_line() -> str:
 
 @app.command()
 def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD|today|yesterday",
-                                             help="the day to report (UTC, the database's days); default: yesterday"),
+                                             help="the day to report (UTC, the database's days); default: "
+                                                  "yesterday, or today when yesterday has no data"),
            app_name: Optional[str] = typer.Option(None, "--app", metavar="APP", help="one app; default: every app"),
            out: Optional[Path] = typer.Option(None, "--out", metavar="DIR",
                                               help="reports root; default: reports/ (or STREAMOPS_REPORTS_DIR)")) -> None:
@@ -544,10 +527,16 @@ def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD
         _fail(f"--date must be YYYY-MM-DD, today or yesterday, got {day!r}", code=2)
     t0 = time.monotonic()
     try:
+        if d is None:  # a first demo has no yesterday: an empty report would say nothing
+            d = words["yesterday"]
+            if not nightly.day_has_metrics(d):
+                d = today
+                _say(f"yesterday ({words['yesterday']}) has no metrics: reporting today so far "
+                     f"(--date yesterday forces it)")
         index = nightly.build_report(d, app=app_name, out_dir=out)
     except (db.DatabaseUnavailable, ValueError) as e:
         _fail(str(e))
-    _say(f"report written in {time.monotonic() - t0:.1f} s: {index}")
+    _say(f"report for {d} written in {time.monotonic() - t0:.1f} s: {index}")
 
 
 @app.command()

@@ -1,0 +1,109 @@
+"""The `streamops status` table, fitted to the terminal.
+
+Rich squeezes every column of a table that is too wide until each cell reads "st…". This view
+measures its cells instead and leaves out the least important columns until the rest fits,
+and it says which ones it left out. `--wide` keeps them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    justify: str
+    keep: int          # lower is kept longer when the terminal is narrow
+    explain: str = ""  # for the caption
+
+
+COLUMNS = [
+    Column("stage", "left", 0),
+    Column("state", "left", 0),
+    Column("cores", "right", 1, "cores: executor cores/state partitions"),
+    Column("p95 ms", "right", 1, "p95 ms: latency of the latest batch with input in the last minute (idle: none)"),
+    Column("in/s", "right", 2, "in/s, out/s: rows per second over the last minute"),
+    Column("backlog", "right", 3, "backlog: input files not yet read"),
+    Column("beat", "right", 3, "beat: heartbeat age"),
+    Column("pool", "left", 4, "pool: where the run is"),
+    Column("plan", "left", 4, "plan: granted or deferred reconfiguration"),
+    Column("out/s", "right", 5),
+    Column("fail 24h", "right", 5, "fail 24h: failures handled in the last day"),
+    Column("quar.", "right", 6, "quar.: quarantined lines"),
+    Column("batch", "right", 6, "batch: latest batch id"),
+]
+_COLORS = {"running": "green", "starting": "yellow", "stopping": "yellow", "failed": "red", "refused": "red"}
+
+
+def _fmt(v, spec: str = "", none: str = "–") -> str:
+    return none if v is None else format(v, spec)
+
+
+def cells(r) -> tuple[dict[str, str], list[str]]:
+    """One stage_status row → its cells (rich markup) and the notes it earns under the table."""
+    notes = []
+    hb = r.heartbeat_age_s
+    beat = "–" if hb is None else f"{hb:.0f}s"
+    if hb is not None and r.status == "running" and hb > 15:
+        beat = f"[red]{beat}[/]"
+    state = f"[{_COLORS.get(r.status, 'dim')}]{r.status}[/]"
+    if r.health == "failed":  # the watchdog gave up: say so louder than the last run's state
+        state = "[bold red]FAILED[/]"
+        notes.append(f"[bold red]{r.stage_id}[/]: the watchdog gave up ({r.health_reason or 'repeated failures'}); "
+                     f"redeploy it")
+    if r.poison_24h:
+        notes.append(f"[yellow]{r.stage_id}[/]: {r.poison_24h}")
+    return {
+        "stage": r.stage_id, "state": state, "pool": r.pool or "–", "cores": f"{r.cores}/{r.partitions}",
+        "in/s": _fmt(r.in_rps, ",.0f"), "out/s": _fmt(r.out_rps, ",.0f"),
+        "p95 ms": _fmt(r.latency_p95_ms, ",.0f", none="idle" if r.status == "running" else "–"),
+        "backlog": _fmt(r.backlog_files), "batch": _fmt(r.batch_id), "beat": beat, "quar.": str(r.quarantined),
+        "fail 24h": str(r.failures_24h), "plan": r.plan or "",
+    }, notes
+
+
+def _width(columns: list[Column], rows: list[dict[str, str]]) -> int:
+    # Rich's default box: one border per column plus one, and one space of padding each side.
+    widths = [max([len(c.header)] + [Text.from_markup(row[c.header]).cell_len for row in rows]) for c in columns]
+    return sum(widths) + 3 * len(columns) + 1
+
+
+def fit(rows: list[dict[str, str]], width: int) -> tuple[list[Column], list[Column]]:
+    """(shown, hidden) columns: drop the least important until the table fits `width`."""
+    shown = list(COLUMNS)
+    while _width(shown, rows) > width and len(shown) > 2:
+        drop = max(range(len(shown)), key=lambda i: (shown[i].keep, i))
+        shown.pop(drop)
+    return shown, [c for c in COLUMNS if c not in shown]
+
+
+def _caption(explain: list[str], notes: list[str], width: int | None) -> Text:
+    # The CLI's console soft-wraps (long lines are never cut), so wrap the caption here.
+    caption = Text("\n").join([Text(" · ").join(Text(e) for e in explain), *(Text.from_markup(n) for n in notes)])
+    if not width:
+        return caption
+    return Text("\n").join(caption.wrap(Console(width=width), width))
+
+
+def status_table(rows, width: int | None, now: datetime | None = None) -> Table:
+    """The table for `rows` (stage_status), fitted to `width` columns (None: every column)."""
+    built = [cells(r) for r in rows]
+    data = [c for c, _ in built]
+    shown, hidden = fit(data, width) if width else (list(COLUMNS), [])
+    explain = [c.explain for c in shown if c.explain]
+    if hidden:
+        explain.append(f"hidden to fit {width} columns: {', '.join(c.header for c in hidden)} (--wide shows them)")
+    notes = [n for _, ns in built for n in ns]
+    t = Table(title=f"streamops stages · {(now or datetime.now()):%H:%M:%S}", header_style="bold",
+              caption=_caption(explain, notes, width), caption_justify="left")
+    for c in shown:
+        t.add_column(c.header, justify=c.justify, no_wrap=c.header in ("stage", "state"))
+    for row in data:
+        t.add_row(*[row[c.header] for c in shown])
+    return t
