@@ -332,6 +332,32 @@ def test_reader_selects_reporting_and_nothing_else(rdb):
             _as_reader(rdb, write)
 
 
+def test_reader_runs_the_readmes_example_on_the_workloads_outputs(rdb):
+    """The README tells analysts to query the top-10 routes as streamops_reader: that works, and
+    the other output views too, while the raw sink table stays refused."""
+    import re
+
+    from streamops.paths import REPO_ROOT
+
+    add_app(rdb, "a")
+    with rdb.begin() as conn:
+        for i, route in enumerate(["1.1>2.2", "3.3>4.4"]):
+            conn.execute(text(
+                "INSERT INTO sink_outputs (stage_id, key, value, version, batch_id) VALUES ('a.s', :k, "
+                "CAST(:v AS jsonb), :n, 0)"), {"k": f"w|{route}", "n": 5 - i, "v": __import__("json").dumps(
+                    {"window_start": "2026-11-21T12:00:00Z", "window_end": "2026-11-21T12:30:00Z", "route": route,
+                     "count": 5 - i})})
+    example = re.search(r"`(SELECT \* FROM reporting\.taxi_top10_routes[^`]*)`", (REPO_ROOT / "README.md").read_text())
+    assert example, "the README shows the analyst's example query"
+    rows = _as_reader(rdb, example.group(1))
+    assert [(r.rank, r.route, r.trips) for r in rows] == [(1, "1.1>2.2", 5), (2, "3.3>4.4", 4)]
+    assert len(_as_reader(rdb, "SELECT * FROM reporting.stage_outputs WHERE stage_id = 'a.s'")) == 2
+    _as_reader(rdb, "SELECT reason_kind, count(*) FROM reporting.quarantine GROUP BY 1")
+    for raw in ("sink_outputs", "quarantine"):
+        with pytest.raises(Exception, match="permission denied"):
+            _as_reader(rdb, f"SELECT * FROM public.{raw} LIMIT 1")
+
+
 def test_reader_grants_are_made_in_every_migrated_database(test_env):
     name = f"streamops_test_reporting_{__import__('os').getpid()}"
     url = recreate_database(test_env["server"], name)
