@@ -14,27 +14,33 @@ echo "Airflow up $(( $(date +%s) - t0 ))s after \`make demo\` started"
 for app in taxi hibench; do
     streamops airflow trigger streamops_deploy --conf "{\"app\": \"$app\"}"
 done
-streamops gen taxi.top10 --background --duration 86400 --seed 1 --garbage 0.002 \
-    --trace "ramp:start_rate=100,doubling_s=300,max_rate=3000"
-streamops gen hibench.wordcount --background --duration 86400 --seed 2 --garbage 0.002 \
-    --trace "diurnal:base=200,peak=800,period_s=600"
-
-echo "waiting for the first metrics row …"
+# The generators start once both stages run: files written during the drivers' JVM start would be
+# a backlog whose first batches miss the SLO for reasons the demo is not about.
+echo "waiting for both stages to run …"
 python - "$t0" <<'PY'
 import sys, time
 from sqlalchemy import text
 from streamops.store import db
-t0, deadline = float(sys.argv[1]), time.time() + 240
+t0, deadline = float(sys.argv[1]), time.time() + 300
 while time.time() < deadline:
     with db.engine().connect() as c:
-        n = c.execute(text("SELECT count(DISTINCT stage_id) FROM stage_metrics WHERE ts > now() - interval '5 minutes'")).scalar()
-    if n:
-        print(f"first metrics row {time.time() - t0:.0f}s after `make demo` started ({n} stage(s) reporting)")
+        n = c.execute(text("SELECT count(*) FROM deployments d JOIN heartbeats h ON h.deployment_id = d.id "
+                           "WHERE d.status = 'running' AND d.role = 'primary' AND h.query_active")).scalar()
+    if n >= 2:
+        print(f"both stages running {time.time() - t0:.0f}s after `make demo` started")
         break
     time.sleep(1)
 else:
-    sys.exit("no metrics after 4 minutes: see .streamops/logs/")
+    sys.exit("the stages did not start within 5 minutes: see .streamops/logs/ and `streamops status`")
 PY
+# Sized to what this 2-core machine sustains next to Airflow (docs/demo.md): taxi ramps from 100
+# to 1 200 rows/s in 18 minutes, which the planner meets with one scale-out; hibench stays
+# within one core.
+streamops gen taxi.top10 --background --duration 86400 --seed 1 --garbage 0.002 \
+    --trace "ramp:start_rate=100,doubling_s=360,max_rate=1200"
+streamops gen hibench.wordcount --background --duration 86400 --seed 2 --garbage 0.002 \
+    --trace "diurnal:base=150,peak=400,period_s=900"
+
 echo
 echo "database: $(streamops db status | tail -1)   (psql it, or query stage_metrics)"
 streamops airflow logins
