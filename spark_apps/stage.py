@@ -72,9 +72,11 @@ def _negative_counts(sink):
     return corrupt
 
 
-def _slow(sink, seconds: float = 3.0):
+def _slow(sink, seconds: float = 8.0):
     """Fault injector (tests): every batch takes `seconds` longer than the trigger interval, so
-    batches run back to back and a stop can only interrupt one (a stage that is behind)."""
+    batches run back to back (a stage that is behind). The agent stops in the few milliseconds
+    after a commit when one comes within half the stop deadline; batches this long make sure
+    none does, so the stop interrupts one."""
 
     def slow(df, batch_id: int) -> None:
         time.sleep(seconds)

@@ -491,7 +491,8 @@ def test_pause_resume_repartitions_a_stage_that_is_behind(clean_db):
         with Feeder(f"{app}/in", "web", seed=61) as feeder:
             eventually(lambda: _commits(clean_db, sid) >= 2, 240, "two committed batches")
             rid = mechanisms.request(ref, "scale_out", cores=2, partitions=4, reg=reg, requested_by="test-behind")
-            # A 10 s stop deadline: the driver waits half of it for a boundary that never comes.
+            # A 10 s stop deadline: the driver waits half of it for a boundary; the next one is
+            # about 9 s after the commit just seen, so the stop interrupts a batch.
             short = mechanisms.Deadlines(stop_s=10, first_batch_s=240, caught_up_s=300)
             outcome = mechanisms.execute(rid, reg=reg, deadlines=short)
             assert outcome.status == "done", f"{outcome.status}: {outcome.detail}; {_describe(clean_db, sid)}"

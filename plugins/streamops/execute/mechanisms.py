@@ -25,7 +25,7 @@ from sqlalchemy import Connection, text
 from streamops import registry
 from streamops.agent.metrics import FileSourceBacklog
 from streamops.execute import checkpoint, stages
-from streamops.plan.change import InvalidChange, validate_change
+from streamops.plan.change import InvalidChange, stage_of, validate_change
 from streamops.store import db
 
 log = logging.getLogger("streamops.reconfigure")
@@ -611,11 +611,7 @@ def request(stage_ref: str, action: str, *, cores: int | None = None, partitions
     reg = reg or registry.load()
     if mechanism not in MECHANISMS:
         raise InvalidChange(f"unknown mechanism {mechanism!r}; available: {', '.join(MECHANISMS)}")
-    try:
-        app, name, _ = reg.stage(stage_ref)
-    except registry.RegistryError as e:
-        raise InvalidChange(str(e)) from None
-    sid = registry.stage_id(app, name)
+    sid = stage_of(reg, stage_ref)
     change = validate_change(reg, sid, action, cores=cores, partitions=partitions, pool=pool,
                              current=stages.current(sid))
     with db.engine().begin() as conn:

@@ -38,17 +38,23 @@ class Change:
     pool: str | None
 
 
+def stage_of(reg: registry.Registry, stage_ref: str) -> str:
+    """The stage id `stage_ref` names, or InvalidChange naming the known stages."""
+    try:
+        app, name, _ = reg.stage(stage_ref)
+    except registry.RegistryError as e:
+        raise InvalidChange(str(e)) from None
+    return registry.stage_id(app, name)
+
+
 def validate_change(reg: registry.Registry, stage_ref: str, action: str, *, cores: int | None = None,
                     partitions: int | None = None, pool: str | None = None,
                     current: Current = Current()) -> Change:
     action = action.replace("-", "_")
     if action not in ACTIONS:
         raise InvalidChange(f"action must be one of {', '.join(a.replace('_', '-') for a in ACTIONS)}, got {action!r}")
-    try:
-        app, name, st = reg.stage(stage_ref)
-    except registry.RegistryError as e:
-        raise InvalidChange(str(e)) from None
-    sid = registry.stage_id(app, name)
+    sid = stage_of(reg, stage_ref)
+    st = reg.stage(sid)[2]
     verb = action.replace("_", "-")
     if cores is not None and not st.cores.min <= cores <= st.cores.max:
         raise InvalidChange(f"{sid}: cores must be within [{st.cores.min}, {st.cores.max}] (apps.yaml), got {cores}")
