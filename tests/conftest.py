@@ -7,6 +7,7 @@ checkpoints, logs and inputs. Stage driver processes inherit both through the en
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -14,6 +15,10 @@ from pathlib import Path
 import psycopg2
 import pytest
 from sqlalchemy import text
+
+# py4j logs "Closing down clientserver connection" from a finalizer at interpreter exit, after
+# pytest closed its log streams: a "--- Logging error ---" traceback at the end of every run.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 # One database per pytest session, so concurrent sessions (developers, CI) never collide.
 TEST_DB = f"streamops_test_{os.getpid()}"
