@@ -39,6 +39,13 @@ RANGES: dict[str, dict[str, tuple[float, float]]] = {
 # from windowed aggregates; windows near year 9999 leave the calendar.
 TS_RANGE = (datetime(1970, 1, 1, tzinfo=timezone.utc), datetime(2200, 1, 1, tzinfo=timezone.utc))
 
+# The DEBS 2015 grid the taxi workload counts routes on: 500 m cells from this corner. A domain
+# fact of the workload, which the generator also draws its trips on.
+TAXI_LON_MIN, TAXI_LON_MAX = -74.05, -73.75
+TAXI_LAT_MIN, TAXI_LAT_MAX = 40.60, 40.90
+CELL_LON_DEG = 0.005986  # 500 m east-west at NYC latitude
+CELL_LAT_DEG = 0.004491556  # 500 m north-south
+
 # A line longer than this is refused before it is parsed (the stage's `source.max_record_bytes`).
 MAX_RECORD_BYTES = 1 << 20
 

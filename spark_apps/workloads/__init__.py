@@ -14,7 +14,7 @@ from typing import Any, Callable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streamops.generator.records import CELL_LAT_DEG, CELL_LON_DEG, TAXI_LAT_MIN, TAXI_LON_MIN
+from streamops.records import CELL_LAT_DEG, CELL_LON_DEG, TAXI_LAT_MIN, TAXI_LON_MIN
 from streamops.registry import STATEFUL_WORKLOADS, WORKLOAD_INPUT
 
 

@@ -18,7 +18,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from streamops.records import check_line
+from streamops.records import (CELL_LAT_DEG, CELL_LON_DEG, TAXI_LAT_MAX, TAXI_LAT_MIN, TAXI_LON_MAX, TAXI_LON_MIN,
+                               check_line)
 
 KINDS: tuple[str, ...] = ("web", "taxi", "patterns")
 
@@ -163,10 +164,6 @@ def _web_record(rng: random.Random, rid: str, ts_ms: int) -> dict[str, Any]:
 # taxi: DEBS 2015 style NYC trips on a 500 m grid
 # ---------------------------------------------------------------------------
 
-TAXI_LON_MIN, TAXI_LON_MAX = -74.05, -73.75
-TAXI_LAT_MIN, TAXI_LAT_MAX = 40.60, 40.90
-CELL_LON_DEG = 0.005986  # 500 m east-west at NYC latitude (DEBS 2015 grid step)
-CELL_LAT_DEG = 0.004491556  # 500 m north-south
 _NX = int((TAXI_LON_MAX - TAXI_LON_MIN) / CELL_LON_DEG)  # 50 cells
 _NY = int((TAXI_LAT_MAX - TAXI_LAT_MIN) / CELL_LAT_DEG)  # 66 cells
 
@@ -269,6 +266,14 @@ def _build_patterns_universe() -> tuple[Zipf, Zipf]:
 
 
 _PATTERNS, _PATTERN_USERS = _build_patterns_universe()
+
+# How many distinct values the generator draws each key field from (the data-quality suites
+# bound key cardinality by it: more distinct values means foreign or corrupt data).
+UNIVERSE_SIZES: dict[str, dict[str, int]] = {
+    "web": {"ip": len(_WEB_IPS.items), "url": len(_WEB_URLS.items), "user": len(_WEB_USERS.items)},
+    "taxi": {"medallion": len(_TAXI_MEDALLIONS.items)},
+    "patterns": {"pattern": len(_PATTERNS.items), "user": len(_PATTERN_USERS.items)},
+}
 
 
 def _patterns_record(rng: random.Random, rid: str, ts_ms: int) -> dict[str, Any]:

@@ -92,12 +92,7 @@ _SPARK_TYPE = {"string": "StringType", "timestamp": "TimestampType", "double": "
 
 # Key cardinality bounds per input kind: the generator draws these fields from fixed universes
 # (generator/records.py), so more distinct values than the universe means foreign or corrupt data.
-KEY_CARDINALITY: dict[str, dict[str, int]] = {
-    "web": {"ip": len(records._WEB_IPS.items), "url": len(records._WEB_URLS.items),
-            "user": len(records._WEB_USERS.items)},
-    "taxi": {"medallion": len(records._TAXI_MEDALLIONS.items)},
-    "patterns": {"pattern": len(records._PATTERNS.items), "user": len(records._PATTERN_USERS.items)},
-}
+KEY_CARDINALITY: dict[str, dict[str, int]] = records.UNIVERSE_SIZES
 
 
 def input_records_suite(kind: str, schema: dict[str, str], *, max_malformed: float = 0.05,
