@@ -26,7 +26,7 @@ from streamops import registry
 from streamops.agent.metrics import FileSourceBacklog
 from streamops.execute import checkpoint, stages
 from streamops.plan.change import InvalidChange, stage_of, validate_change
-from streamops.store import db
+from streamops.store import db, ledger
 
 log = logging.getLogger("streamops.reconfigure")
 Progress = Callable[[str], None]
@@ -111,20 +111,6 @@ def _deployment(dep_id: int):
         return conn.execute(db.query("deployment_get"), {"id": dep_id}).one()
 
 
-def _live(stage_id: str):
-    with db.engine().connect() as conn:
-        return conn.execute(text(
-            "SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' "
-            "AND status IN ('starting','running','stopping') ORDER BY started_at DESC LIMIT 1"), {"s": stage_id}).first()
-
-
-def _last_run(stage_id: str):
-    with db.engine().connect() as conn:
-        return conn.execute(text(
-            "SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
-            "ORDER BY started_at DESC LIMIT 1"), {"s": stage_id}).first()
-
-
 def wait_first_output(dep_id: int, timeout_s: float, input_dir: Path, ckpt: Path,
                       who: str = "the new run") -> tuple[datetime | None, bool, str | None]:
     """Wait for a run's first output: (when: its first commit, or when it ran healthy on an idle
@@ -165,13 +151,13 @@ class PauseResume:
 
     def run(self, ex: Execution) -> None:
         r = ex.row
-        old = _live(ex.stage_id) or _last_run(ex.stage_id)
+        old = ledger.latest_run(ex.stage_id, live=True) or ledger.latest_run(ex.stage_id)
         if old is None:
             raise RuntimeError(f"stage {ex.stage_id} has never run: nothing to reconfigure")
         ex.old_deployment = old
         ckpt = Path(old.checkpoint)
         ex.stamp("stop_requested")
-        if _live(ex.stage_id) is not None:
+        if ledger.latest_run(ex.stage_id, live=True) is not None:
             stages.stop_stage(ex.stage_id, ex.reg, deadline_s=ex.deadlines.stop_s, requested_by=f"reconfiguration {r.id}")
         ex.stamp("stopped")
         if ckpt.exists():
@@ -182,7 +168,7 @@ class PauseResume:
             wait_s=ex.deadlines.first_batch_s, reconfiguration_id=r.id, fault=ex.fault,
         )
         ex.new_deployment_id = res.deployment_id
-        _link(r.id, old_deployment_id=old.id, new_deployment_id=res.deployment_id)
+        ledger.link_reconfiguration(r.id, old_deployment_id=old.id, new_deployment_id=res.deployment_id)
 
     def rollback(self, ex: Execution, reason: str) -> None:
         _rollback(ex, reason)
@@ -243,7 +229,7 @@ def prestage(stage_ref: str, partitions: int | None = None, reg: registry.Regist
     reg = reg or registry.load()
     app, name, st = reg.stage(stage_ref)
     sid = registry.stage_id(app, name)
-    live = _live(sid)
+    live = ledger.latest_run(sid, live=True)
     if live is None:
         raise RuntimeError(f"stage {sid} is not running: nothing to pre-stage")
     existing = _staged(sid)
@@ -300,14 +286,14 @@ class Prestaged:
 
     def run(self, ex: Execution) -> None:
         r = ex.row
-        old = _live(ex.stage_id)
+        old = ledger.latest_run(ex.stage_id, live=True)
         if old is None:
             raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
         ex.old_deployment = old
         target_partitions = r.target_partitions or checkpoint.state_partitions(Path(old.checkpoint)) or old.state_partitions
         # the staged copy as it is, or a fresh one (reported) if none, the wrong layout or behind
         staged = prestage(ex.stage_id, target_partitions, ex.reg, ex.progress)
-        _link(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
+        ledger.link_reconfiguration(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
         ex.stamp("stop_requested")
         stages.stop_stage(ex.stage_id, ex.reg, deadline_s=ex.deadlines.stop_s, requested_by=f"reconfiguration {r.id}")
         ex.stamp("stopped")
@@ -316,7 +302,7 @@ class Prestaged:
                                  reconfiguration_id=r.id, fault=ex.fault)
         release(ex.stage_id, ex.reg, status="used")
         ex.new_deployment_id = res.deployment_id
-        _link(r.id, new_deployment_id=res.deployment_id)
+        ledger.link_reconfiguration(r.id, new_deployment_id=res.deployment_id)
 
     def rollback(self, ex: Execution, reason: str) -> None:
         _rollback(ex, reason)  # the old checkpoint was never touched: restart it as it was
@@ -332,7 +318,7 @@ class ActiveBackup:
 
     def run(self, ex: Execution) -> None:
         r = ex.row
-        old = _live(ex.stage_id)
+        old = ledger.latest_run(ex.stage_id, live=True)
         if old is None:
             raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
         ex.old_deployment = old
@@ -344,13 +330,13 @@ class ActiveBackup:
                                           f"cores; stage {ex.stage_id} needs {cores} beside the running one")
         target_partitions = r.target_partitions or checkpoint.state_partitions(Path(old.checkpoint)) or old.state_partitions
         staged = prestage(ex.stage_id, target_partitions, ex.reg, ex.progress)
-        _link(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
+        ledger.link_reconfiguration(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
         res = stages.start_stage(ex.stage_id, ex.reg, cores=r.target_cores, state_partitions=staged.partitions,
                                  pool=r.target_pool, checkpoint_path=staged.path, role="secondary",
                                  wait_s=ex.deadlines.first_batch_s, reconfiguration_id=r.id, fault=ex.fault)
         release(ex.stage_id, ex.reg, status="used")
         ex.new_deployment_id = res.deployment_id
-        _link(r.id, new_deployment_id=res.deployment_id)
+        ledger.link_reconfiguration(r.id, new_deployment_id=res.deployment_id)
         new = _deployment(res.deployment_id)
         st = registry.Stage.model_validate(new.config["spec"])
         inputs = registry.resolve_path(st.source.path)
@@ -385,15 +371,8 @@ class ActiveBackup:
             stages.stop_stage(ex.stage_id, ex.reg, deadline_s=10, kill_after_s=5, role="secondary", requested_by="rollback")
         except stages.StageNotRunning:
             pass
-        if _live(ex.stage_id) is None:
+        if ledger.latest_run(ex.stage_id, live=True) is None:
             _rollback(ex, reason)
-
-
-def _link(rid: int, **cols) -> None:
-    """Record which runs (and staged copy) a reconfiguration used. Column names are ours, not input."""
-    sets = ", ".join(f"{k} = :{k}" for k in cols)
-    with db.engine().begin() as conn:
-        conn.execute(text(f"UPDATE reconfigurations SET {sets} WHERE id = :id"), {"id": rid, **cols})
 
 
 MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (PauseResume(), Prestaged(), ActiveBackup())}
@@ -428,7 +407,7 @@ def _rule_inputs(row) -> tuple[int, int, bool, bool]:
     with db.engine().connect() as conn:
         staged = conn.execute(db.query("staged_ready"), {"stage_id": row.stage_id}).first() is not None
     free, _ = _pool_room(row.target_pool or row.from_pool)
-    return row.target_cores or row.from_cores or 1, free, staged, _live(row.stage_id) is not None
+    return row.target_cores or row.from_cores or 1, free, staged, ledger.latest_run(row.stage_id, live=True) is not None
 
 
 def _downtime_ms(ex: Execution, started: datetime) -> float:
@@ -444,7 +423,7 @@ def _rollback(ex: Execution, reason: str) -> None:
     """Stop the new run, restore the checkpoint copy, restart the old configuration."""
     ex.progress(f"{ex.stage_id}: rolling back: {reason}")
     log.warning("stage %s: action=rollback reconfiguration=%d reason=%s", ex.stage_id, ex.row.id, reason)
-    live = _live(ex.stage_id)
+    live = ledger.latest_run(ex.stage_id, live=True)
     if live is not None:
         try:
             stages.stop_stage(ex.stage_id, ex.reg, deadline_s=10, kill_after_s=5, requested_by="rollback")
@@ -526,7 +505,7 @@ def _run(ex: Execution, mech: Mechanism, started: datetime, started_mono: float)
         ex.progress(f"{ex.stage_id}: done; output gap {downtime / 1000:.1f}s")
         return Outcome(rid, ex.stage_id, "done", downtime, time.monotonic() - started_mono, "done")
     except stages.AdmissionRefused as e:
-        if _live(ex.stage_id) is not None and ex.new_deployment_id is None:
+        if ledger.latest_run(ex.stage_id, live=True) is not None and ex.new_deployment_id is None:
             # Nothing changed (e.g. active backup needs room for both runs): the stage runs as before.
             _finish(rid, "cancelled", "refused: the pool lacks cores", str(e), None)
             ex.progress(f"{ex.stage_id}: {e}")
@@ -664,7 +643,7 @@ def _recover_running(row, reg: registry.Registry, progress: Progress) -> Outcome
         lock_conn.close()
         raise ReconfigurationBusy(f"reconfiguration {row.id} of {row.stage_id} is still being executed")
     try:
-        live = _live(row.stage_id)
+        live = ledger.latest_run(row.stage_id, live=True)
         with db.engine().connect() as conn:
             committed = live is not None and conn.execute(db.query("first_commit_of"), {"deployment_id": live.id}).scalar()
         target_ok = live is not None and (row.target_cores is None or live.cores == row.target_cores) \
@@ -689,7 +668,4 @@ def _recover_running(row, reg: registry.Registry, progress: Progress) -> Outcome
 
 
 def _previous_config(row):
-    with db.engine().connect() as conn:
-        return conn.execute(text(
-            "SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
-            "AND started_at < :t ORDER BY started_at DESC LIMIT 1"), {"s": row.stage_id, "t": row.requested_at}).first()
+    return ledger.latest_run(row.stage_id, before=row.requested_at)

@@ -15,7 +15,7 @@ from streamops.execute.launcher import launcher_for
 from streamops.paths import data_dir
 from streamops.plan.change import Current
 from streamops.registry import Registry, stage_id
-from streamops.store import db
+from streamops.store import db, ledger
 
 log = logging.getLogger("streamops.execute")
 
@@ -103,10 +103,7 @@ def _reap_if_dead(conn: Connection, dep) -> bool:
 def current_config(sid: str) -> tuple[int | None, str | None, str | None]:
     """Cores, pool and checkpoint of the stage's latest run: a restart keeps what
     reconfigurations changed (a pre-staged or active-backup switch moves the checkpoint)."""
-    with db.engine().connect() as conn:
-        row = conn.execute(text(
-            "SELECT cores, pool, checkpoint FROM deployments WHERE stage_id = :s AND role = 'primary' "
-            "AND status <> 'refused' ORDER BY started_at DESC LIMIT 1"), {"s": sid}).first()
+    row = ledger.latest_run(sid)
     return (row.cores, row.pool, row.checkpoint) if row else (None, None, None)
 
 
