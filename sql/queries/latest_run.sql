@@ -1,6 +1,6 @@
--- A stage's latest primary run (never a refused one): with :live, only a live one (starting,
--- running, stopping); with :before, the latest that started before it (the configuration a
--- reconfiguration requested then replaces). One lookup for stages, mechanisms and recovery.
+-- A stage's latest primary run (never a refused one): when `live`, only a live one (starting,
+-- running, stopping); when `before` is given, the latest that started before it (the
+-- configuration a reconfiguration requested then replaces). One lookup for stages, mechanisms and recovery.
 SELECT * FROM deployments
 WHERE stage_id = :stage_id AND role = 'primary' AND status <> 'refused'
   AND (NOT CAST(:live AS boolean) OR status IN ('starting', 'running', 'stopping'))

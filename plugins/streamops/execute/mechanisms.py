@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from streamops import registry
 from streamops.agent.metrics import FileSourceBacklog
@@ -62,14 +62,14 @@ class Mechanism(Protocol):
 
 
 def _try_lock(conn: Connection, stage_id: str) -> bool:
-    got = conn.execute(text("SELECT pg_try_advisory_lock(hashtext('reconfigure:' || :s))"), {"s": stage_id}).scalar()
+    got = conn.execute(db.query("reconfiguration_lock_try"), {"stage_id": stage_id}).scalar()
     conn.commit()
     return bool(got)
 
 
 def _unlock(conn: Connection, stage_id: str) -> None:
     # Explicitly: closing a pooled connection does not end its session, so the lock would outlive us.
-    conn.execute(text("SELECT pg_advisory_unlock(hashtext('reconfigure:' || :s))"), {"s": stage_id})
+    conn.execute(db.query("reconfiguration_unlock"), {"stage_id": stage_id})
     conn.commit()
 
 
@@ -399,7 +399,7 @@ def _pool_room(pool: str, reg: registry.Registry | None = None) -> tuple[int, in
     with db.engine().connect() as conn:
         used = conn.execute(db.query("pool_cores_in_use"), {"pool": pool}).scalar_one()
         total = (reg.pools[pool].cores if reg is not None and pool in reg.pools else
-                 conn.execute(text("SELECT cores FROM pools WHERE name = :p"), {"p": pool}).scalar() or 0)
+                 conn.execute(db.query("pool_cores"), {"pool": pool}).scalar() or 0)
     return total - used, total
 
 
@@ -451,7 +451,7 @@ def execute(reconfiguration_id: int, *, reg: registry.Registry | None = None, me
     reg = reg or registry.load()
     started_mono, started = time.monotonic(), datetime.now(timezone.utc)
     with db.engine().connect() as conn:
-        row = conn.execute(text("SELECT * FROM reconfigurations WHERE id = :i"), {"i": reconfiguration_id}).first()
+        row = conn.execute(db.query("reconfiguration_get"), {"id": reconfiguration_id}).first()
     if row is None:
         raise LookupError(f"no reconfiguration {reconfiguration_id}")
     lock_conn = db.engine().connect()
@@ -614,12 +614,8 @@ def resume(reg: registry.Registry | None = None, progress: Progress = lambda _: 
     row (a maintenance window that closed stops starting new actions)."""
     reg = reg or registry.load()
     with db.engine().connect() as conn:
-        rows = conn.execute(text(
-            "SELECT * FROM reconfigurations WHERE status = ANY(:st) "
-            "AND (CAST(:stages AS text[]) IS NULL OR stage_id = ANY(CAST(:stages AS text[]))) "
-            "AND (CAST(:apps AS text[]) IS NULL OR app = ANY(CAST(:apps AS text[]))) "
-            "AND (CAST(:actions AS text[]) IS NULL OR action = ANY(CAST(:actions AS text[]))) ORDER BY id"), {
-            "st": list(statuses), "stages": None if stage_ids is None else list(stage_ids),
+        rows = conn.execute(db.query("reconfigurations_to_run"), {
+            "statuses": list(statuses), "stages": None if stage_ids is None else list(stage_ids),
             "apps": None if apps is None else list(apps), "actions": None if actions is None else list(actions),
         }).all()
     outcomes = []
