@@ -107,20 +107,14 @@ def start_stage_queries(
     ctx: StageContext,
     input_dir: Path,
     checkpoint: Path,
-    on_commit: Callable[[SinkStats], None] | None = None,
-    available_now: bool = False,
-    abort: threading.Event | None = None,
-    fault: str | None = None,
-    once: bool = False,
+    *,
     exclude_files: dict[str, list[str]] | None = None,
+    **options,
 ) -> list[StreamingQuery]:
-    """Start [main, quarantine]. `available_now` drains the input and stops (tests). `once`
-    runs a single batch and stops: after an interrupted stop, that batch is the pending one
-    (offsets/N without commits/N). `abort` (the agent's stop request) cuts short the sinks'
-    retries while the database is away. `exclude_files` (query → files) leaves out the files
-    of batches quarantined whole."""
-    return [start_query(q, spark, stage, ctx, input_dir, checkpoint, on_commit=on_commit, available_now=available_now,
-                        abort=abort, fault=fault, once=once, exclude_files=(exclude_files or {}).get(q))
+    """Start [main, quarantine]; `options` are `start_query`'s. `exclude_files` (query → files)
+    leaves out the files of batches quarantined whole."""
+    return [start_query(q, spark, stage, ctx, input_dir, checkpoint, exclude_files=(exclude_files or {}).get(q),
+                        **options)
             for q in QUERIES]
 
 
@@ -140,7 +134,10 @@ def start_query(
     exclude_files: list[str] | None = None,
 ) -> StreamingQuery:
     """Start one of the stage's queries: `main` (parse → workload → idempotent sink) or
-    `quarantine` (the lines that are not records → `quarantine`)."""
+    `quarantine` (the lines that are not records → `quarantine`). `available_now` drains the
+    input and stops (tests). `once` runs a single batch and stops: after an interrupted stop,
+    that batch is the pending one (offsets/N without commits/N). `abort` (the agent's stop
+    request) cuts short the sinks' retries while the database is away."""
     workload = WORKLOADS[stage.workload]
     spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
     Path(input_dir).mkdir(parents=True, exist_ok=True)
