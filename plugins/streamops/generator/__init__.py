@@ -4,9 +4,10 @@
     generate(out_dir, "web", parse_trace("ramp:start_rate=200,doubling_s=500"), seed=1, duration_s=600)
 """
 
+from .manifest import read_manifest, read_valid_records
 from .records import KINDS, REQUIRED_FIELDS, garbage_line, make_records, parse_valid, taxi_cell
 from .traces import TRACE_KINDS, Trace, TraceSpec, make_trace, parse_trace
-from .writer import GenerateSummary, Generator, generate, read_manifest, read_valid_records
+from .writer import GenerateSummary, Generator, generate
 
 __all__ = [
     "KINDS",

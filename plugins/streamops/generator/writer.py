@@ -1,9 +1,8 @@
-"""Write replayable JSON-lines input files for Spark file-source stages.
+"""Write replayable JSON-lines input files for Spark file-source stages: the tick loop whose
+row counts follow a rate trace, paced in real time or written at once, resumable.
 
-One file per tick, published atomically (staged under `_staging/`, fsynced, then
-`os.replace`d to `part-{run}-{tick:08d}.json`), plus a ground-truth manifest line per
-file in `_manifest/{run}.jsonl`. Spark's file source ignores names starting with "_"
-or ".", so neither the staging area nor the manifest is ever read as input.
+The files, the staging area and the ground-truth manifest are laid out as `manifest`
+describes; a run is resumed from its manifest (and from a file published but not yet listed).
 
 Determinism: the records of tick i come from an RNG seeded by (seed, run, kind, i), so
 the same seed + start + args give byte-identical files, and a resumed run writes the
@@ -12,7 +11,6 @@ same ticks an uninterrupted run would have (given the same event-time origin).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -25,6 +23,18 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .manifest import (
+    MANIFEST_DIR,
+    STAGING_DIR,
+    append_line,
+    fsync_dir,
+    read_jsonl,
+    repair_manifest,
+    write_synced,
+    data_file_name,
+    read_manifest,
+    read_valid_records,
+)
 from .records import (
     KINDS,
     check_kind,
@@ -44,8 +54,6 @@ try:  # advisory lock against two writers on one run; POSIX only
 except ImportError:  # pragma: no cover - non-POSIX
     fcntl = None  # type: ignore[assignment]
 
-MANIFEST_DIR = "_manifest"
-STAGING_DIR = "_staging"
 _RUN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _EPS = 1e-9  # absorbs float error so 0.5 + 0.5 rows counts as 1 row
 
@@ -77,10 +85,6 @@ class _State:
     origin: datetime | None = None
 
 
-def data_file_name(run: str, tick: int) -> str:
-    return f"part-{run}-{tick:08d}.json"
-
-
 def default_run(seed: int) -> str:
     return f"s{seed}"
 
@@ -95,90 +99,6 @@ def _iso(dt: datetime) -> str:
 
 def _parse_iso(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-# ---------------------------------------------------------------------------
-# Durable file primitives
-# ---------------------------------------------------------------------------
-
-
-def _fsync_dir(path: Path) -> None:
-    # Makes the rename itself durable; not all platforms allow opening a directory.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, payload: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _append_line(path: Path, obj: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(obj, separators=(",", ":")) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _repair_manifest(path: Path) -> None:
-    """Drop a half-written last line left by a crash during append."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with open(path, "r+b") as f:
-            f.truncate(data.rfind(b"\n") + 1)
-            f.flush()
-            os.fsync(f.fileno())
-
-
-# ---------------------------------------------------------------------------
-# Manifest readers (ground truth for tests and SLA checks)
-# ---------------------------------------------------------------------------
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            entries.append(json.loads(line))
-        except ValueError:
-            continue  # only a crash-truncated tail can be malformed
-    return entries
-
-
-def read_manifest(out_dir: Path | str, run: str | None = None) -> list[dict[str, Any]]:
-    """Manifest entries of every run in `out_dir` (or just `run`), in publish order per run."""
-    mdir = Path(out_dir) / MANIFEST_DIR
-    if not mdir.is_dir():
-        return []
-    paths = [mdir / f"{run}.jsonl"] if run else sorted(mdir.glob("*.jsonl"))
-    return [e for p in paths if p.exists() for e in _read_jsonl(p)]
-
-
-def read_valid_records(out_dir: Path | str, run: str | None = None) -> Iterator[dict[str, Any]]:
-    """Re-read the published files and yield the valid records (not listed as garbage), in order."""
-    out_dir = Path(out_dir)
-    for entry in read_manifest(out_dir, run):
-        garbage = set(entry["garbage_ids"])
-        with open(out_dir / entry["file"], encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and rec.get("id") not in garbage:
-                    yield rec
 
 
 # ---------------------------------------------------------------------------
@@ -299,8 +219,8 @@ class Generator:
 
     def _load_state(self) -> _State:
         """Continue after the last published tick of this run (resume), repairing crash leftovers."""
-        _repair_manifest(self.manifest_path)
-        entries = _read_jsonl(self.manifest_path) if self.manifest_path.exists() else []
+        repair_manifest(self.manifest_path)
+        entries = read_jsonl(self.manifest_path) if self.manifest_path.exists() else []
         state = _State()
         if entries:
             last = entries[-1]
@@ -336,7 +256,7 @@ class Generator:
         entry["last_id"] = record_id(self.run_id, state.next_seq + len(lines) - 1) if lines else None
         entry["recovered"] = True
         entry["published_at"] = format_ts((self.out_dir / name).stat().st_mtime_ns // 1_000_000)
-        _append_line(self.manifest_path, entry)
+        append_line(self.manifest_path, entry)
         return _State(i + 1, state.next_seq + len(lines), carry, origin)
 
     def _clear_staging(self) -> None:
@@ -445,14 +365,14 @@ class Generator:
 
     def _stage(self, name: str, payload: bytes) -> Path:
         tmp = self.staging_dir / f"{name}.tmp"
-        _write_synced(tmp, payload)
+        write_synced(tmp, payload)
         return tmp
 
     def _publish(self, tmp: Path, entry: dict[str, Any]) -> None:
         os.replace(tmp, self.out_dir / entry["file"])
-        _fsync_dir(self.out_dir)
+        fsync_dir(self.out_dir)
         entry["published_at"] = format_ts(epoch_ms_now())
-        _append_line(self.manifest_path, entry)
+        append_line(self.manifest_path, entry)
 
     # -- pacing -------------------------------------------------------------------
 
