@@ -7,12 +7,13 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # uv must use the machine's Python 3.11, never download one.
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help venv demo demo-stop test test-fast test-reconfig bench lock clean
+.PHONY: help venv demo demo-stop test test-pure test-fast test-reconfig bench lock clean
 
 help:
 	@echo "make demo       set up .venv, start PostgreSQL, deploy and feed the demo apps, watch status (Ctrl-C to leave)"
 	@echo "make demo-stop  stop the demo's stages, generators and database"
 	@echo "make test       the whole test suite (real PostgreSQL, real Spark); what CI runs"
+	@echo "make test-pure  the tests that need no database (not marked db); starts no PostgreSQL"
 	@echo "make bench      policy comparison in the simulator and the 10 000-stage control cycle"
 	@echo "make lock       recompile requirements.txt from requirements.in"
 
@@ -55,6 +56,10 @@ test: venv
 bench: venv
 	@$(STREAMOPS) db up >/dev/null
 	$(STREAMOPS) bench all
+
+# The tests not marked `db`: no PostgreSQL is started or reached (unmarked tests get an unreachable URL).
+test-pure: venv
+	$(VENV)/bin/pytest -m "not db" $(PYTEST_ARGS)
 
 test-fast: venv
 	$(MAKE) test PYTEST_ARGS="-m 'not e2e and not reconfig_matrix'"

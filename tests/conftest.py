@@ -1,8 +1,12 @@
 """Shared fixtures: a real PostgreSQL database and a real local Spark session.
 
-Tests never touch the demo's data: they run against a fresh database `streamops_test_<pid>` on the
-same server (`make test` starts the embedded cluster) and a temporary STREAMOPS_HOME for
-checkpoints, logs and inputs. Stage driver processes inherit both through the environment.
+Tests never touch the demo's data: every test runs with a temporary STREAMOPS_HOME for checkpoints,
+logs and inputs, and the tests marked `db` run against a fresh database `streamops_test_<pid>` on the
+same server (`make test` starts the embedded cluster). The database is created lazily, by the first
+test that needs it, so `pytest -m "not db"` (`make test-pure`) runs without any PostgreSQL. A test
+not marked `db` sees STREAMOPS_DATABASE_URL pointing at a port nothing listens on, so reaching for
+the database fails at once instead of using another one. Stage driver processes inherit both
+variables through the environment.
 """
 
 from __future__ import annotations
@@ -23,13 +27,41 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 # One database per pytest session, so concurrent sessions (developers, CI) never collide.
 TEST_DB = f"streamops_test_{os.getpid()}"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+# What a test not marked `db` gets as its database: nothing listens on port 1.
+UNMARKED_URL = "postgresql://no-database-for-unmarked-tests@127.0.0.1:1/none"
+# The environment as the session found it (the server `make test` brought up, the real state dir).
+OUTER_ENV = {k: os.environ.get(k) for k in ("STREAMOPS_DATABASE_URL", "STREAMOPS_HOME")}
+_test_db_url: str | None = None  # set once the `test_database` fixture created the database
+
+
+def _set_env(values: dict[str, str | None]) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _point_database_url(url: str) -> None:
+    """This process and the drivers it starts use `url`; a cached engine for another URL is dropped."""
+    if os.environ.get("STREAMOPS_DATABASE_URL") != url:
+        from streamops.store import db
+
+        os.environ["STREAMOPS_DATABASE_URL"] = url
+        db.engine.cache_clear()
 
 
 def _server_url() -> str:
-    """The server `make test` brought up: STREAMOPS_DATABASE_URL, else the embedded cluster."""
+    """The server `make test` brought up: STREAMOPS_DATABASE_URL, else the embedded cluster, as
+    the session's outer environment says (the cluster is recorded in the real state dir)."""
     from streamops.store import db
 
-    return db.libpq_url(db.database_url())
+    now = {k: os.environ.get(k) for k in OUTER_ENV}
+    _set_env(OUTER_ENV)
+    try:
+        return db.libpq_url(db.database_url())
+    finally:
+        _set_env(now)
 
 
 def _with_database(url: str, name: str) -> str:
@@ -55,34 +87,78 @@ def drop_database(url: str, name: str) -> None:
     conn.close()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before any fixture: a `db` test gets the test database (once it exists), any other test the
+    unreachable URL; a test asking for a database fixture without the marker is an error."""
+    if item.get_closest_marker("db") is None:
+        if "test_database" in item.fixturenames:
+            pytest.fail(f"{item.nodeid} uses the test database (through its fixtures) but is not marked "
+                        "`db`: add @pytest.mark.db (or pytestmark = pytest.mark.db for the module)",
+                        pytrace=False)
+        _point_database_url(UNMARKED_URL)
+    elif _test_db_url is not None:
+        _point_database_url(_test_db_url)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Say why an unmarked test could not connect."""
+    outcome = yield
+    report = outcome.get_result()
+    if (report.failed and call.excinfo is not None and item.get_closest_marker("db") is None
+            and "port 1 failed" in str(call.excinfo.value)):
+        report.sections.append(("streamops: database", f"this test reached for the database but is not marked "
+                                f"`db`, so STREAMOPS_DATABASE_URL was {UNMARKED_URL}: add @pytest.mark.db"))
+
+
 @pytest.fixture(scope="session", autouse=True)
-def test_env():
-    """Point everything (this process and the drivers it starts) at the test database and a temp home."""
-    server = _server_url()
-    url = recreate_database(server, TEST_DB)
+def test_home():
+    """Every test (and the drivers it starts) gets a temp home; the database variable is set per test."""
     home = Path(tempfile.mkdtemp(prefix="streamops-test-"))
     os.chmod(home, 0o755)
-    old = {k: os.environ.get(k) for k in ("STREAMOPS_DATABASE_URL", "STREAMOPS_HOME")}
-    external = bool(old["STREAMOPS_DATABASE_URL"])
-    os.environ["STREAMOPS_DATABASE_URL"] = url
     os.environ["STREAMOPS_HOME"] = str(home)
+    _point_database_url(UNMARKED_URL)
+    yield home
+    _set_env(OUTER_ENV)
+
+
+@pytest.fixture(scope="session")
+def test_database(test_home):
+    """The session's test database, created and migrated on first use, dropped at the end."""
+    global _test_db_url
+    server = _server_url()
+    url = recreate_database(server, TEST_DB)
     from streamops.store import db, migrate
 
-    db.engine.cache_clear()
+    _test_db_url = url
+    _point_database_url(url)
     migrate.apply(db.engine())
-    yield {"url": url, "server": server, "home": home, "external": external, "old_env": old}
+    yield {"url": url, "server": server, "home": test_home, "external": bool(OUTER_ENV["STREAMOPS_DATABASE_URL"]),
+           "old_env": dict(OUTER_ENV)}
     from streamops.execute.launcher import launcher_for
 
     orphans = launcher_for("local").terminate_all()  # a failed test must not leave drivers running
     if orphans:
         print(f"\nkilled {len(orphans)} stage driver(s) left running by failed tests: {orphans}")
     db.engine().dispose()
+    db.engine.cache_clear()
     drop_database(server, TEST_DB)
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    _test_db_url = None
+    _point_database_url(UNMARKED_URL)
+
+
+@pytest.fixture(autouse=True)
+def _database_for_db_tests(request):
+    """A test marked `db` has the database even when none of its fixtures asks for it."""
+    if request.node.get_closest_marker("db") is not None:
+        request.getfixturevalue("test_database")
+
+
+@pytest.fixture(scope="session")
+def test_env(test_database):
+    """The database's URL and server, the temp home, and the environment the session found."""
+    return test_database
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
 from sqlalchemy import create_engine
 
 from streamops.agent.agent import BufferedWriter
@@ -17,6 +18,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.db
 def test_writer_buffers_while_the_database_is_away_then_delivers(engine, clean_db):
     away = create_engine(f"postgresql+psycopg2://postgres@127.0.0.1:{_closed_port()}/streamops",
                          connect_args={"connect_timeout": 1})
@@ -48,6 +50,7 @@ def test_only_transient_errors_are_retried():
     assert len(calls) == 3
 
 
+@pytest.mark.db
 def test_concurrent_writers_of_the_same_keys_never_deadlock(clean_db):
     """A primary and its active backup upsert the same keys at once, each batch partition in its
     own transaction. Fed in opposite orders, unsorted writers deadlock; the sink's writers lock in

@@ -28,7 +28,7 @@ from tests import oracles
 from tests.conftest import _server_url, drop_database, recreate_database
 from tests.test_e2e_stage import eventually
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 CONTRACT_DAGS = {"streamops_deploy", "streamops_replan", "streamops_reconfigure", "streamops_maintenance_window",
                  "streamops_watchdog", "streamops_nightly_report"}

@@ -6,12 +6,16 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
+import pytest
+
 from streamops import generator, registry
 from streamops.agent.metrics import StageContext
 from streamops.execute import checkpoint
 from spark_apps.stage import start_stage_queries
 from tests import oracles
 from tests.test_workloads import _stage
+
+pytestmark = pytest.mark.db
 
 
 def test_copy_during_a_running_batch_resumes_to_the_exact_output(spark, clean_db, tmp_path):

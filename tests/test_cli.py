@@ -21,6 +21,7 @@ def test_help_everywhere(cmd):
     assert "Usage" in result.output
 
 
+@pytest.mark.db
 def test_bad_registry_is_a_clear_error(tmp_path, monkeypatch, clean_db):
     bad = tmp_path / "apps.yaml"
     bad.write_text("pools: {p: {cores: 2}}\napps: {a: {r_max_ms: 0, maintenance_window: {cron: '0 3 * * *', duration_min: 5},"
@@ -31,6 +32,7 @@ def test_bad_registry_is_a_clear_error(tmp_path, monkeypatch, clean_db):
     assert "app 'a', field 'r_max_ms': Input should be greater than 0" in result.output
 
 
+@pytest.mark.db
 def test_deploy_syncs_and_status_lists_the_stages(clean_db, monkeypatch):
     result = runner.invoke(app, ["deploy", "taxi"])
     assert result.exit_code == 0, result.output
@@ -40,6 +42,7 @@ def test_deploy_syncs_and_status_lists_the_stages(clean_db, monkeypatch):
     assert "taxi.top10" in result.output and "never started" in result.output
 
 
+@pytest.mark.db
 def test_unknown_stage_and_app_name_the_known_ones(clean_db):
     result = runner.invoke(app, ["stop", "nope"])
     assert result.exit_code == 1 and "known stages: taxi.top10, hibench.wordcount" in result.output
@@ -49,6 +52,7 @@ def test_unknown_stage_and_app_name_the_known_ones(clean_db):
     assert result.exit_code == 2 and "unknown param 'speed'" in result.output
 
 
+@pytest.mark.db
 def test_status_shows_a_stage_the_watchdog_gave_up_on(clean_db, monkeypatch):
     from sqlalchemy import text
 
@@ -101,6 +105,7 @@ def _stage_with_a_run(clean_db, cores=1, pool="p", status="running", extra_pool=
     (["--action", "scale-in", "--cores", "2"], "scale-in to 2 cores is more than the 1 it runs with; use scale-out"),
     (["--action", "explode", "--cores", "2"], "action must be one of scale-out, scale-in, migrate"),
 ])
+@pytest.mark.db
 def test_a_bad_or_empty_reconfiguration_is_refused_before_anything_happens(clean_db, tmp_path, monkeypatch, args,
                                                                            message):
     import yaml
@@ -119,6 +124,7 @@ def test_a_bad_or_empty_reconfiguration_is_refused_before_anything_happens(clean
         assert conn.execute(text("SELECT count(*) FROM stage_commands")).scalar_one() == 0, "nothing was stopped"
 
 
+@pytest.mark.db
 def test_status_shows_the_runs_pool_and_no_latency_for_an_idle_stage(clean_db, monkeypatch):
     from datetime import datetime, timedelta, timezone
 
@@ -139,6 +145,7 @@ def test_status_shows_the_runs_pool_and_no_latency_for_an_idle_stage(clean_db, m
     assert "idle" in line and "95,000" not in line and "97,000" not in line, line
 
 
+@pytest.mark.db
 def test_status_is_readable_at_80_columns(clean_db):
     _stage_with_a_run(clean_db)
     result = runner.invoke(app, ["status"], env={"COLUMNS": "80"})

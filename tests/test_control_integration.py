@@ -13,7 +13,7 @@ from sqlalchemy import text
 from streamops import control, generator, registry
 from streamops.execute import stages
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
 def _registry() -> registry.Registry:

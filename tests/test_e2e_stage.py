@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -16,7 +15,7 @@ from streamops import generator, registry
 from streamops.execute import stages
 from tests import oracles
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
 def _registry(**stage_overrides) -> registry.Registry:

@@ -21,9 +21,10 @@ from spark_apps.stage import start_stage_queries
 from streamops import generator, registry
 from streamops.agent.metrics import StageContext
 from streamops.records import FIELDS, RANGES, check_line
-from streamops.store import db
 from tests import oracles
 from tests.test_e2e_stage import eventually
+
+pytestmark = pytest.mark.db
 
 WORKLOAD_FAMILY = {"identity": "web", "repartition": "web", "wordcount": "web", "fixwindow": "web",
                    "taxi_top10": "taxi", "patterns": "patterns", "keycount": "web"}

@@ -9,7 +9,6 @@ import io
 import json
 import re
 import shutil
-import subprocess
 import time
 from datetime import date, datetime, timedelta, timezone
 
@@ -88,6 +87,7 @@ def _add_dq(engine, success: bool) -> None:
                  {"expectation": "expect_column_values_to_be_between", "column": "input_rps", "observed": "3 rows < 0"}]})})
 
 
+@pytest.mark.db
 def test_summary_table_figures_are_exact(day_of_two_apps, tmp_path):
     index = nightly.build_report(D, out_dir=tmp_path)
     assert index == tmp_path / D.isoformat() / "index.html"
@@ -133,6 +133,7 @@ def test_summary_table_figures_are_exact(day_of_two_apps, tmp_path):
     assert "no data-quality results recorded for 2024-03-10" in html
 
 
+@pytest.mark.db
 def test_one_app_and_data_quality_results(day_of_two_apps, tmp_path):
     _add_dq(day_of_two_apps, success=True)
     _add_dq(day_of_two_apps, success=False)  # a later run of the same suite: the one shown
@@ -161,12 +162,14 @@ def test_a_nightly_run_reports_its_data_interval_day():
     assert nightly.day_of_run("2026-11-02", None, datetime(2026, 11, 22, tzinfo=utc)) == date(2026, 11, 2)
 
 
+@pytest.mark.db
 def test_empty_day_before_any_app_still_writes_a_page(day_of_two_apps, tmp_path):
     index = nightly.build_report(D - timedelta(days=400), out_dir=tmp_path)
     html = index.read_text()
     assert 'id="no-apps"' in html and "no data-quality results recorded" in html
 
 
+@pytest.mark.db
 def test_status_points_at_the_last_report(day_of_two_apps, tmp_path):
     from typer.testing import CliRunner
 
@@ -182,6 +185,7 @@ def test_status_points_at_the_last_report(day_of_two_apps, tmp_path):
     assert f"last report: {index}" in after.output.replace("\n", "") and f"day {D}" in after.output
 
 
+@pytest.mark.db
 def test_report_cli_writes_the_page(day_of_two_apps, tmp_path):
     from typer.testing import CliRunner
 
@@ -198,6 +202,7 @@ def test_report_cli_writes_the_page(day_of_two_apps, tmp_path):
     assert (tmp_path / datetime.now(timezone.utc).date().isoformat() / "index.html").exists()
 
 
+@pytest.mark.db
 def test_report_without_a_date_reports_today_when_yesterday_is_empty(clean_db, tmp_path):
     """A fresh demo has no yesterday: the default report is today's, and the command says why."""
     from typer.testing import CliRunner
@@ -211,6 +216,7 @@ def test_report_without_a_date_reports_today_when_yesterday_is_empty(clean_db, t
     assert (tmp_path / today.isoformat() / "index.html").exists()
 
 
+@pytest.mark.db
 def test_screenshot_in_headless_chromium(day_of_two_apps, tmp_path, artifacts):
     """The page renders in a real browser, fully: every chart image is loaded and decoded and has
     drawn content, the tables are there; then the screenshot is kept for a person to look at."""
@@ -284,6 +290,7 @@ def test_a_response_peak_far_above_r_max_is_drawn_on_a_log_scale(monkeypatch):
         assert scales[-1] == scale
 
 
+@pytest.mark.db
 def test_missed_nights_are_backfilled_oldest_first(clean_db, tmp_path, monkeypatch):
     """Nights with metrics but no report (the scheduler was down) are found; reported ones are not."""
     from datetime import date

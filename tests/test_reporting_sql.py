@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
 
-import psycopg2
 import pytest
 from sqlalchemy import create_engine, text
 
 from streamops.report import retention
 from streamops.store import db, migrate
 from tests.conftest import drop_database, recreate_database
+
+pytestmark = pytest.mark.db
 
 D = date(2024, 3, 10)  # a past day: observed all of it
 T0 = datetime(2024, 3, 10, tzinfo=timezone.utc)

@@ -16,6 +16,8 @@ from streamops.agent.metrics import StageContext
 from streamops.agent.sinks import ParquetSink, PostgresUpsertSink
 from tests import oracles
 
+pytestmark = pytest.mark.db
+
 START = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 
 
