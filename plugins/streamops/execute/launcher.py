@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import psutil
-
+from streamops import processes
 from streamops.paths import REPO_ROOT, state_dir
 
 RUN_STAGE = REPO_ROOT / "spark_apps" / "run_stage.py"
@@ -51,19 +50,13 @@ class LocalProcessLauncher:
         return d / f"{stage_id}.pid"
 
     def launch(self, deployment_id: int, stage_id: str, env: dict[str, str]) -> Launched:
-        logs = state_dir() / "logs"
-        logs.mkdir(exist_ok=True)
-        log_path = logs / f"{stage_id}-{deployment_id}.log"
+        log_path = state_dir() / "logs" / f"{stage_id}-{deployment_id}.log"
         child_env = {**os.environ, **env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, str(RUN_STAGE), "--deployment-id", str(deployment_id)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=child_env, cwd=str(REPO_ROOT),
-                start_new_session=True,  # survives the CLI that started it; Ctrl-C there does not reach it
-            )
+        # Its own session: it survives the CLI that started it; Ctrl-C there does not reach it.
+        proc = processes.spawn_detached([sys.executable, str(RUN_STAGE), "--deployment-id", str(deployment_id)],
+                                        log_path=log_path, pid_file=self.pid_file(stage_id),
+                                        env=child_env, cwd=str(REPO_ROOT))
         self._children[proc.pid] = proc
-        self.pid_file(stage_id).write_text(f"{proc.pid}\n")
         return Launched(pid=proc.pid, driver_id=None, log_path=str(log_path))
 
     def is_alive(self, pid: int | None, driver_id: str | None = None) -> bool:
@@ -72,21 +65,15 @@ class LocalProcessLauncher:
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
+        return processes.is_alive(pid)
 
     def terminate(self, pid: int | None, driver_id: str | None = None, force: bool = False) -> None:
         if pid is None:
             return
-        try:
-            if force:  # the driver leads its own process group: take its JVM down with it
-                os.killpg(pid, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        if force:  # the driver leads its own process group: take its JVM down with it
+            processes.send(pid, signal.SIGKILL, group=True)
+        else:
+            processes.send(pid, signal.SIGTERM)
 
     def terminate_all(self) -> list[int]:
         """SIGKILL every driver this launcher started that still runs (test teardown)."""

@@ -14,15 +14,16 @@ import logging
 import os
 import secrets
 import shlex
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamops import processes
 from streamops.paths import REPO_ROOT, registry_path, state_dir
-from streamops.store import db
+from streamops.store import db, embedded
+from streamops.waiting import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -145,18 +146,8 @@ def _airflow(s: AirflowSite, *args: str, check: bool = True, timeout: float = 60
 
 
 def _ensure_database(s: AirflowSite) -> None:
-    import psycopg2
-
     base = db.libpq_url(db.database_url()).rsplit("/", 1)[0]
-    conn = psycopg2.connect(f"{base}/postgres")
-    conn.autocommit = True  # CREATE DATABASE cannot run inside a transaction
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (s.database,))
-            if cur.fetchone() is None:
-                cur.execute(f'CREATE DATABASE "{s.database}"')
-    finally:
-        conn.close()
+    embedded.ensure_database(f"{base}/postgres", s.database)
 
 
 def init(s: AirflowSite) -> float:
@@ -182,26 +173,12 @@ def log_file(s: AirflowSite, component: str) -> Path:
     return s.home / "logs" / f"{component}.log"
 
 
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def running(s: AirflowSite) -> dict[str, int]:
     out = {}
     for c in COMPONENTS:
-        p = _pid_file(s, c)
-        if p.exists():
-            try:
-                pid = int(p.read_text())
-            except ValueError:
-                continue
-            if _alive(pid):
-                out[c] = pid
+        pid = processes.read_pid(_pid_file(s, c))
+        if pid is not None and processes.is_alive(pid):
+            out[c] = pid
     return out
 
 
@@ -228,24 +205,21 @@ def up(s: AirflowSite, wait_s: float = 240, progress=lambda _: None) -> float:
             progress(f"airflow {c} already running (pid {already[c]})")
             continue
         log_path = log_file(s, c)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        _pid_file(s, c).parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), c, *COMPONENT_ARGS.get(c, [])],
-                                    env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                    cwd=s.home)
-        _pid_file(s, c).write_text(str(proc.pid))
+        proc = processes.spawn_detached([str(Path(sys.executable).parent / "airflow"), c, *COMPONENT_ARGS.get(c, [])],
+                                        log_path=log_path, pid_file=_pid_file(s, c), env=env, cwd=s.home)
         progress(f"airflow {c} started (pid {proc.pid}, log {log_path})")
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+
+    def healthy() -> bool:
         h = health(s)
         if h and all((h.get(k) or {}).get("status") == "healthy" for k in ("metadatabase", "scheduler", "dag_processor")):
-            return time.monotonic() - started
+            return True
         dead = [c for c in COMPONENTS if c not in running(s)]
         if dead:
             raise RuntimeError(f"airflow {', '.join(dead)} exited during start-up; see {log_file(s, dead[0])}")
-        time.sleep(2)
+        return False
+
+    if wait_until(healthy, wait_s, interval_s=2):
+        return time.monotonic() - started
     raise TimeoutError(f"Airflow was not healthy within {wait_s:.0f}s (last health: {health(s)}); "
                        f"see the logs under {s.home / 'logs'}")
 
@@ -253,19 +227,7 @@ def up(s: AirflowSite, wait_s: float = 240, progress=lambda _: None) -> float:
 def down(s: AirflowSite, timeout_s: float = 30) -> list[str]:
     """SIGTERM every component's process group, SIGKILL what is left after `timeout_s`."""
     procs = running(s)
-    for pid in procs.values():
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(_alive(p) for p in procs.values()):
-        time.sleep(0.5)
-    for pid in procs.values():
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    processes.stop_all(procs.values(), grace_s=timeout_s, group=True)
     for c in COMPONENTS:
         _pid_file(s, c).unlink(missing_ok=True)
     return list(procs)

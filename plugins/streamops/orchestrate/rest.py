@@ -4,10 +4,11 @@ it and the end-to-end test drives Airflow with it, exactly as an operator's scri
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import httpx
+
+from streamops.waiting import wait_until
 
 
 class AirflowAPIError(RuntimeError):
@@ -45,14 +46,8 @@ class AirflowClient:
 
     def wait_for_dags(self, dag_ids: list[str], timeout_s: float = 180) -> None:
         """The dag-processor parses files asynchronously: wait until every id is known."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            missing = set(dag_ids) - set(self.dag_ids())
-            if not missing:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"DAGs not parsed within {timeout_s:.0f}s: {sorted(missing)}")
-            time.sleep(2)
+        if not wait_until(lambda: not set(dag_ids) - set(self.dag_ids()), timeout_s, interval_s=2):
+            raise TimeoutError(f"DAGs not parsed within {timeout_s:.0f}s: {sorted(set(dag_ids) - set(self.dag_ids()))}")
 
     def unpause(self, dag_id: str) -> None:
         self._call("PATCH", f"/dags/{dag_id}", f"unpause {dag_id}", json={"is_paused": False})
@@ -83,17 +78,19 @@ class AirflowClient:
 
     def wait(self, dag_id: str, run_id: str, timeout_s: float = 600, progress=lambda _: None) -> dict:
         """Poll until the run is finished; returns it (state success or failed)."""
-        deadline, last = time.monotonic() + timeout_s, None
-        while True:
+        seen = {"state": None}
+
+        def finished() -> dict | None:
             run = self.dag_run(dag_id, run_id)
-            if run["state"] != last:
+            if run["state"] != seen["state"]:
                 progress(f"{dag_id} {run_id}: {run['state']}")
-                last = run["state"]
-            if run["state"] in ("success", "failed"):
-                return run
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{dag_id} run {run_id} still {run['state']} after {timeout_s:.0f}s")
-            time.sleep(2)
+                seen["state"] = run["state"]
+            return run if run["state"] in ("success", "failed") else None
+
+        run = wait_until(finished, timeout_s, interval_s=2)
+        if run is None:
+            raise TimeoutError(f"{dag_id} run {run_id} still {seen['state']} after {timeout_s:.0f}s")
+        return run
 
 
 def _log_line(line: Any) -> str:

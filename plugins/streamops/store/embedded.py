@@ -15,7 +15,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -172,19 +171,31 @@ def _start(c: Cluster) -> None:
     _pg_ctl(c, "-o", opts, "-l", c.logfile, "-w", "-t", "60", "start")
 
 
-def _ensure_databases(c: Cluster) -> None:
+def ensure_database(server_url: str, name: str) -> bool:
+    """Create database `name` on the server `server_url` points at (connected through any of its
+    databases) unless it exists. Returns whether it was created."""
     import psycopg2
+    from psycopg2 import sql
 
-    conn = psycopg2.connect(c.url("postgres"))
-    conn.autocommit = True  # CREATE DATABASE cannot run inside a transaction
+    from streamops.paths import sql_dir
+
+    statement = lambda n: (sql_dir() / "queries" / f"{n}.sql").read_text()  # noqa: E731 - raw text: psycopg2 params
+    conn = psycopg2.connect(server_url)
+    conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            for db in DATABASES:
-                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
-                if cur.fetchone() is None:
-                    cur.execute(f'CREATE DATABASE "{db}"')
+            cur.execute(statement("database_exists"), {"name": name})
+            if cur.fetchone() is not None:
+                return False
+            cur.execute(sql.SQL(statement("database_create")).format(name=sql.Identifier(name)))
+            return True
     finally:
         conn.close()
+
+
+def _ensure_databases(c: Cluster) -> None:
+    for name in DATABASES:
+        ensure_database(c.url("postgres"), name)
 
 
 def up() -> tuple[Cluster, bool]:
@@ -213,15 +224,17 @@ def up() -> tuple[Cluster, bool]:
 def _wait_accepting(c: Cluster, timeout_s: float = 30) -> None:
     import psycopg2
 
-    deadline = time.monotonic() + timeout_s
-    while True:
+    from streamops.waiting import wait_until
+
+    def accepting() -> bool:
         try:
             psycopg2.connect(c.url("postgres"), connect_timeout=2).close()
-            return
+            return True
         except psycopg2.OperationalError:
-            if time.monotonic() > deadline:
-                raise EmbeddedPgError(f"cluster did not accept connections within {timeout_s}s (log: {c.logfile})")
-            time.sleep(0.2)
+            return False
+
+    if not wait_until(accepting, timeout_s, interval_s=0.2):
+        raise EmbeddedPgError(f"cluster did not accept connections within {timeout_s}s (log: {c.logfile})")
 
 
 def down() -> bool:

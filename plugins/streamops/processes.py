@@ -1,0 +1,81 @@
+"""Background processes with a pid file and a log file: start one detached, ask whether it still
+runs, stop it (SIGTERM, a grace period, then SIGKILL). Stage drivers (execute/launcher), the
+CLI's background generators and the Airflow components are all started and stopped this way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import psutil
+
+from streamops.waiting import wait_until
+
+
+def spawn_detached(argv: Sequence[str], *, log_path: Path, pid_file: Path | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | Path | None = None) -> subprocess.Popen:
+    """Start `argv` in its own session (it survives its starter, Ctrl-C there does not reach it, and
+    it leads a process group that `stop(..., group=True)` takes down whole), stdout and stderr
+    appended to `log_path`, stdin closed; its pid is written to `pid_file`. `env` None: ours."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=None if env is None else dict(env), cwd=cwd, start_new_session=True)
+    if pid_file is not None:
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        pid_file.write_text(f"{proc.pid}\n")
+    return proc
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid in `pid_file`, or None when there is no such file or it holds no number."""
+    try:
+        return int(pid_file.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def is_alive(pid: int) -> bool:
+    """Whether `pid` runs. A zombie (exited, not yet reaped by its parent) counts as dead."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def send(pid: int, sig: int, *, group: bool = False) -> bool:
+    """Send `sig` to `pid` (to its whole process group with `group`); False when nothing was there."""
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop_all(pids: Iterable[int], *, grace_s: float, group: bool = False,
+             interval_s: float = 0.5) -> dict[int, str]:
+    """SIGTERM every pid, wait up to `grace_s` for all of them to exit, SIGKILL what is left.
+    With `group`, both signals go to each pid's process group, and the group gets SIGKILL in any
+    case, so that no child survives a leader that did exit. Returns each pid's outcome:
+    "exited" (gone before SIGTERM), "sigterm" (exited within the grace period) or "sigkill"."""
+    pids = list(pids)
+    outcome = {pid: "sigterm" if send(pid, signal.SIGTERM, group=group) else "exited" for pid in pids}
+    wait_until(lambda: not any(is_alive(p) for p in pids), grace_s, interval_s)
+    for pid in pids:
+        alive = is_alive(pid)
+        if alive:
+            outcome[pid] = "sigkill"
+        if alive or group:
+            send(pid, signal.SIGKILL, group=group)
+    return outcome
+
+
+def stop(pid: int, *, grace_s: float, group: bool = False, interval_s: float = 0.5) -> str:
+    """`stop_all` for one process: "exited", "sigterm" or "sigkill"."""
+    return stop_all([pid], grace_s=grace_s, group=group, interval_s=interval_s)[pid]
