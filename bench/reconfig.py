@@ -51,8 +51,8 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
 
-from streamops import generator, registry
-from streamops.execute import mechanisms, stages
+from streamops import generator, quality, registry
+from streamops.execute import mechanisms, reconfigure, stages, staging
 from streamops.execute.launcher import launcher_for
 from streamops.paths import REPO_ROOT
 from streamops.store import db, migrate
@@ -270,7 +270,7 @@ PHASES = ("stop_requested_at", "stopped_at", "state_ready_at", "restarted_at", "
           "finished_at")
 
 
-def measure(rid: int, outcome: mechanisms.Outcome) -> dict:
+def measure(rid: int, outcome: reconfigure.Outcome) -> dict:
     r = q1("SELECT * FROM reconfigurations WHERE id = :i", i=rid)
     # The row links its runs only once the new one is up; a failed start is found by its config.
     new = q1("SELECT * FROM deployments WHERE id = :i", i=r.new_deployment_id) if r.new_deployment_id else \
@@ -414,15 +414,15 @@ def run_size(keys: int, args, mechs: list[str], home: Path, samples: list[dict],
                 if mech in PRESTAGED and hasattr(mechanisms, "prestage"):
                     t = time.monotonic()
                     try:
-                        mechanisms.prestage(sid, target["partitions"], mreg, progress=lambda m: say(f"  [dim]{m}[/dim]"))
+                        staging.prestage(sid, target["partitions"], mreg, progress=lambda m: say(f"  [dim]{m}[/dim]"))
                         prestage_s = round(time.monotonic() - t, 3)
                     except Exception as e:  # noqa: BLE001 - the executor stages again; record why
                         prestage_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                         say(f"  [red]pre-staging failed after {time.monotonic() - t:.1f}s: {prestage_error}[/red]")
-                rid = mechanisms.request(sid, action, cores=target["cores"], partitions=target["partitions"],
+                rid = reconfigure.request(sid, action, cores=target["cores"], partitions=target["partitions"],
                                          mechanism=mech, reg=mreg, requested_by="bench:reconfig")
                 deadlines = mechanisms.Deadlines(stop_s=60, first_batch_s=args.first_batch_s, caught_up_s=args.caught_up_s)
-                outcome = mechanisms.execute(rid, reg=mreg, mechanism=mech, deadlines=deadlines,
+                outcome = reconfigure.execute(rid, gate=quality.gate_new_run, reg=mreg, mechanism=mech, deadlines=deadlines,
                                              progress=lambda m: say(f"  [dim]{m}[/dim]"))
                 s = measure(rid, outcome)
                 s.update(state_keys=keys, state_keys_now=keys_now, run=i + 1, prestage_s=prestage_s,

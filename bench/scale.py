@@ -16,7 +16,6 @@ import statistics
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table

@@ -1,33 +1,31 @@
-"""Spark DataFrames for the file-based suites: a stage's input JSON lines (parsed by the stage's
-own parser) and a Parquet sink's batch directories. Imports pyspark: only the nightly run uses it."""
+"""The nightly data-quality suites that need Spark, as a job of their own: a stage's input JSON
+lines (parsed by the stage's own parser) and a Parquet sink's batch directories, validated with
+Great Expectations on Spark DataFrames. `quality.run_suites` runs it as a short-lived process, so
+the control plane never imports Spark or driver code; the results go to dq_results and, one JSON
+object per line prefixed `RESULT `, to stdout.
+
+    python spark_apps/quality_files.py --day 2026-11-22 [--app APP] [--max-files 200]
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 import time
-from datetime import datetime
+from dataclasses import asdict
+from datetime import date
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_apps.workloads.parse import parse_records, source_file
-from streamops.quality import suites
+from streamops.quality import runner, suites
 from streamops.records import FIELDS
 from streamops.registry import WORKLOAD_INPUT
 
-
-def files_between(directory: Path, start: datetime, end: datetime, max_files: int | None,
-                  pattern: str = "part-*.json") -> list[Path]:
-    """Files under `directory` matching `pattern` last modified (published) in [start, end), in
-    name order; at most `max_files`, evenly spread over them (a day of input can be millions of rows)."""
-    if not Path(directory).is_dir():
-        return []
-    lo, hi = start.timestamp(), end.timestamp()
-    files = sorted(p for p in Path(directory).glob(pattern) if lo <= p.stat().st_mtime < hi)
-    if max_files and len(files) > max_files:
-        step = len(files) / max_files
-        files = [files[int(i * step)] for i in range(max_files)]
-    return files
+RESULT_PREFIX = "RESULT "
 
 
 def input_frame(spark: SparkSession, files: list[Path], kind: str, now: float | None = None) -> DataFrame:
@@ -63,3 +61,42 @@ def parquet_frame(spark: SparkSession, directory: Path, files: list[Path]) -> Da
 
 def validate_parquet_sink(v, spark: SparkSession, directory: Path, files: list[Path]):
     return v.validate_dataframe(parquet_frame(spark, directory, files), suites.parquet_sink_suite())
+
+
+def file_suites(v, targets: list[dict], day: date, spark: SparkSession | None, max_files: int) -> list[runner.Result]:
+    """input_records per stage with a file source and sink_outputs_parquet per Parquet sink,
+    on the files `runner.file_work` picks. A local[1] session is started only if there are
+    files, unless `spark` is given."""
+    work = runner.file_work(targets, day, max_files)
+    if not work:
+        return []
+    own = spark is None
+    if own:
+        from spark_apps.stage import build_session
+
+        spark = build_session("streamops-data-quality", cores=1, state_partitions=1)
+    validate = {suites.INPUT_RECORDS: lambda w: validate_input_files(v, spark, w.files, w.workload),
+                suites.SINK_PARQUET: lambda w: validate_parquet_sink(v, spark, w.directory, w.files)}
+    try:
+        return [runner.guard(w.suite, w.target, w.app, day, lambda w=w: runner.to_result(
+                    validate[w.suite](w), w.suite, w.target, w.app, day)) for w in work]
+    finally:
+        if own:
+            spark.stop()
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="quality_files.py")
+    p.add_argument("--day", required=True, type=date.fromisoformat, help="the UTC day to validate (YYYY-MM-DD)")
+    p.add_argument("--app", help="only this app's stages (default: every app)")
+    p.add_argument("--max-files", type=int, default=200, help="input files per stage, evenly spread (default 200)")
+    args = p.parse_args(argv)
+    with runner.Validator() as v:
+        results = file_suites(v, runner.targets(args.day, args.app), args.day, None, args.max_files)
+    for r in runner.store(results):
+        print(RESULT_PREFIX + json.dumps(asdict(r), default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -22,18 +22,13 @@ from pathlib import Path
 from streamops.agent.agent import StageAgent
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, is_transient_error
-from streamops.execute import checkpoint
-from streamops.execute.checkpoint import QUERIES, query_checkpoint
+from streamops import checkpoint_layout as checkpoint
+from streamops.checkpoint_layout import QUERIES, query_checkpoint
 from streamops.registry import Stage, resolve_path
-from streamops.store import db
+from streamops.store import ledger
+from streamops.store import reconfigurations as rstore
 
 log = logging.getLogger("streamops.run_stage")
-
-
-def _finish(dep_id: int, status: str, reason: str, exit_code: int) -> None:
-    with db.engine().begin() as conn:
-        conn.execute(db.query("deployment_finished"),
-                     {"id": dep_id, "status": status, "reason": reason, "exit_code": exit_code})
 
 
 class QuerySupervisor:
@@ -108,8 +103,7 @@ class QuerySupervisor:
 
 
 def _stamp(reconfiguration_id: int, phase: str) -> None:
-    with db.engine().begin() as conn:
-        conn.execute(db.query("reconfiguration_phase"), {"id": reconfiguration_id, "phase": phase})
+    rstore.stamp(reconfiguration_id, phase)
     log.info("action=reconfigure phase=%s reconfiguration=%d", phase, reconfiguration_id)
 
 
@@ -150,9 +144,18 @@ def repartition_offline(spark, stage: Stage, ckpt: Path, partitions: int) -> flo
     return took
 
 
+def operator_manager(stage_id: str) -> None:
+    """The stage's Operator Manager, every local period: analyze its window and *request*
+    (`control.request_for_stage`; the Application Manager decides at the next re-plan)."""
+    from streamops import control
+
+    for r in control.request_for_stage(stage_id):
+        log.info("action=request %s target=%s gain=%.3g cost=%.0fms (%s)",
+                 r.action, r.target_cores or r.target_pool, r.gain, r.cost_ms, r.reason)
+
+
 def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
-    with db.engine().connect() as conn:
-        dep = conn.execute(db.query("deployment_get"), {"id": deployment_id}).one()
+    dep = ledger.deployment(deployment_id)
     stage = Stage.model_validate(dep.config["spec"])
     sid = dep.stage_id
     logging.basicConfig(
@@ -172,11 +175,12 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     from streamops.plan.options import OperatorOptions
 
     opts = OperatorOptions.from_params(stage.policy.params)
-    agent = StageAgent(spark, ctx, input_dir, ckpt, operator_period_s=opts.local_period_s)
+    agent = StageAgent(spark, ctx, input_dir, ckpt,
+                       periodic=[("Operator Manager", opts.local_period_s, lambda: operator_manager(sid))])
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop("SIGINT"))
     agent.attach()
-    book = PoisonBook(agent.engine, sid, deployment_id, stage.input_kind, stage.max_record_bytes)
+    book = PoisonBook(None, sid, deployment_id, stage.input_kind, stage.max_record_bytes)
 
     def restart(which: str, excluded: list[str]):
         return start_query(which, spark, stage, ctx, input_dir, ckpt, on_commit=on_commit, abort=agent.stop_requested,
@@ -196,16 +200,11 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
         if reconfiguration_id:
             _stamp(reconfiguration_id, "state_ready")
             if took is not None:
-                with db.engine().begin() as conn:
-                    conn.execute(db.query("reconfiguration_repartition"), {"id": reconfiguration_id, "ms": took * 1000})
+                rstore.record_repartition(reconfiguration_id, took * 1000)
         agent.queries = [restart(q, supervisor.excluded[q]) for q in QUERIES]
         if reconfiguration_id:
             _stamp(reconfiguration_id, "restarted")
-        with db.engine().begin() as conn:
-            conn.execute(db.query("deployment_running"), {
-                "id": deployment_id, "driver_id": spark.sparkContext.applicationId,
-                "pid": os.getpid(), "host": socket.gethostname(),
-            })
+        ledger.mark_running(deployment_id, spark.sparkContext.applicationId, os.getpid(), socket.gethostname())
         log.info("action=running driver=%s", spark.sparkContext.applicationId)
         while not agent.stop_requested.wait(1.0):
             why = supervisor.check(agent.queries)
@@ -227,10 +226,9 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
         # Best effort: with the database gone the run still exits cleanly; the launcher or the
         # watchdog records the outcome instead.
         try:
-            _finish(deployment_id, status, reason or status, code)
+            ledger.finish(deployment_id, status, reason or status, code)
             if agent.stop_command_id is not None:
-                with db.engine().begin() as conn:
-                    conn.execute(db.query("command_done"), {"id": agent.stop_command_id, "outcome": reason})
+                ledger.command_done(agent.stop_command_id, reason)
         except Exception as e:
             log.warning("action=exit could not record the outcome: %s", str(e).splitlines()[0])
         spark.stop()

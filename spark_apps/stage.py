@@ -22,7 +22,7 @@ from spark_apps.workloads import WORKLOADS
 from spark_apps.workloads.parse import burn_cpu, parse_records
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.sinks import ParquetSink, PostgresUpsertSink, QuarantineSink
-from streamops.execute.checkpoint import QUERIES, query_checkpoint
+from streamops.checkpoint_layout import QUERIES, query_checkpoint
 from streamops.registry import Stage, resolve_path
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"

@@ -19,6 +19,8 @@ from streamops.quality.runner import Validator, to_result
 from streamops.store import db
 from tests.test_reporting_sql import D, add_app, at
 
+pytestmark = pytest.mark.db
+
 STAGE = "a.s"
 
 
@@ -282,7 +284,7 @@ def _write_input(directory, name: str, lines: list[str]) -> None:
 @pytest.mark.e2e
 def test_input_records_and_parquet_sink_with_spark(qdb, spark, tmp_path):
     from streamops.generator import records
-    from streamops.quality import spark_frames as sf
+    from spark_apps import quality_files as sf
 
     now = datetime.now(timezone.utc)
     rng = random.Random(7)
@@ -331,7 +333,7 @@ def test_input_records_and_parquet_sink_with_spark(qdb, spark, tmp_path):
         conn.execute(text("UPDATE stages SET spec = CAST(:s AS jsonb) WHERE stage_id = :id"),
                      {"id": STAGE, "s": json.dumps({"workload": "wordcount", "source": {"kind": "files", "path": str(good)},
                                                     "sink": {"kind": "parquet", "path": str(sink)}})})
-    results = run_suites(day, spark=spark)
+    results = run_suites(day)  # the Spark suites run as their own job (spark_apps/quality_files.py)
     assert [(r.suite, r.target, r.success) for r in results] == [
         ("input_records", f"{STAGE}:{good}", True), ("sink_outputs_parquet", str(sink), False)]
 
@@ -355,7 +357,7 @@ def test_reconfiguration_gate_waits_for_metrics_written_after_the_commit(qdb):
     import threading
     from types import SimpleNamespace
 
-    from streamops.execute import mechanisms
+    from streamops.execute import reconfigure
 
     t0 = datetime.now(timezone.utc) - timedelta(seconds=30)
     dep = add_deployment(qdb, t0)
@@ -369,7 +371,7 @@ def test_reconfiguration_gate_waits_for_metrics_written_after_the_commit(qdb):
     late.start()
     started = time.monotonic()
     ex = SimpleNamespace(stage_id=STAGE, progress=lambda _: None)
-    reason = mechanisms._quality_gate(ex, dep)
+    reason = reconfigure._quality_gate(ex, dep, gate_new_run)
     late.join()
     assert reason is None, reason
     assert time.monotonic() - started >= 2.0, "it waited for the rows"

@@ -9,11 +9,12 @@ import pytest
 from sqlalchemy import text
 
 from streamops import generator, registry
-from streamops.execute import checkpoint, mechanisms, stages
+from streamops import quality
+from streamops.execute import checkpoint, mechanisms, reconfigure, stages, staging
 from tests import oracles
 from tests.test_e2e_stage import eventually
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
 def _registry(name: str, pool_cores: int = 2) -> registry.Registry:
@@ -67,13 +68,13 @@ def test_pause_resume_scale_out_with_repartition_loses_and_doubles_nothing(clean
     with Feeder("rc/pr", seed=21) as feeder:
         stages.start_stage("rc.pr", reg)
         eventually(lambda: _commits(clean_db, "rc.pr") >= 3, 120, "three committed batches")
-        rid = mechanisms.request("rc.pr", "scale_out", cores=2, partitions=4, reg=reg, requested_by="test")
+        rid = reconfigure.request("rc.pr", "scale_out", cores=2, partitions=4, reg=reg, requested_by="test")
         result = {}
-        worker = threading.Thread(target=lambda: result.update(o=mechanisms.execute(rid, reg=reg)))
+        worker = threading.Thread(target=lambda: result.update(o=reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)))
         worker.start()
         eventually(lambda: _row(clean_db, rid).status == "running", 30, "the reconfiguration to start")
-        with pytest.raises(mechanisms.ReconfigurationBusy):
-            mechanisms.execute(rid, reg=reg)  # a second executor for the same stage is turned away
+        with pytest.raises(reconfigure.ReconfigurationBusy):
+            reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)  # a second executor for the same stage is turned away
         worker.join(300)
         outcome = result["o"]
         assert outcome.status == "done", outcome.detail
@@ -97,8 +98,8 @@ def test_a_failing_new_run_is_rolled_back_and_nothing_is_lost(clean_db):
     with Feeder("rc/rb", seed=22) as feeder:
         stages.start_stage("rc.rb", reg)
         eventually(lambda: _commits(clean_db, "rc.rb") >= 2, 120, "two committed batches")
-        rid = mechanisms.request("rc.rb", "scale_out", cores=2, reg=reg, requested_by="test")
-        outcome = mechanisms.execute(rid, reg=reg, fault="fail_batches",
+        rid = reconfigure.request("rc.rb", "scale_out", cores=2, reg=reg, requested_by="test")
+        outcome = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, fault="fail_batches",
                                      deadlines=mechanisms.Deadlines(first_batch_s=60))
         assert outcome.status == "rolled_back"
         _settle_and_compare(clean_db, feeder, "rc.rb")
@@ -122,8 +123,8 @@ def test_a_new_run_with_wrong_output_fails_the_quality_gate_and_is_rolled_back(c
     with Feeder("rc/qg", seed=25) as feeder:
         stages.start_stage("rc.qg", reg)
         eventually(lambda: _commits(clean_db, "rc.qg") >= 2, 120, "two committed batches")
-        rid = mechanisms.request("rc.qg", "scale_out", cores=2, reg=reg, requested_by="test")
-        outcome = mechanisms.execute(rid, reg=reg, fault="negative_counts")
+        rid = reconfigure.request("rc.qg", "scale_out", cores=2, reg=reg, requested_by="test")
+        outcome = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, fault="negative_counts")
         assert outcome.status == "rolled_back", outcome.detail
         # The old configuration replays the rejected run's batches: its rows replace the wrong ones.
         _settle_and_compare(clean_db, feeder, "rc.qg")
@@ -139,28 +140,26 @@ def test_a_new_run_with_wrong_output_fails_the_quality_gate_and_is_rolled_back(c
     stages.stop_stage("rc.qg", reg, deadline_s=30)
 
 
-def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db, monkeypatch):
+def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db):
     reg = _registry("ps")
     with Feeder("rc/ps", seed=23) as feeder:
         stages.start_stage("rc.ps", reg)
         eventually(lambda: _commits(clean_db, "rc.ps") >= 2, 120, "two committed batches")
-        first = mechanisms.prestage("rc.ps", 4, reg)  # at the alarming level, while the primary runs
+        first = staging.prestage("rc.ps", 4, reg)  # at the alarming level, while the primary runs
         # The sink records a commit inside foreachBatch, before Spark writes commits/N, so the
         # checkpoint may be one batch behind the sink: the copy is as of the checkpoint's batch.
         assert checkpoint.state_partitions(first.path) == 4 and first.as_of_batch >= 0
         # Spark's offline repartition records itself as one more batch on top of the copy.
         assert checkpoint.last_committed_batch(first.path) == first.as_of_batch + 1
-        assert mechanisms.prestage("rc.ps", 4, reg) == first, "a recent copy is kept"
+        assert staging.prestage("rc.ps", 4, reg) == first, "a recent copy is kept"
         eventually(lambda: _commits(clean_db, "rc.ps") >= first.as_of_batch + 6, 60, "the primary to keep committing")
         # A copy that fell behind would be replayed for as long as it lags: it is taken again.
-        monkeypatch.setattr(mechanisms, "STAGED_MAX_LAG_BATCHES", 1)
-        staged = mechanisms.prestage("rc.ps", 4, reg)
+        staged = staging.prestage("rc.ps", 4, reg, max_lag_batches=1)
         assert staged.id != first.id and staged.as_of_batch > first.as_of_batch
         assert not Path(first.path).exists(), "the stale copy is discarded"
-        monkeypatch.setattr(mechanisms, "STAGED_MAX_LAG_BATCHES", 30)
-        rid = mechanisms.request("rc.ps", "scale_out", cores=2, partitions=4, mechanism="prestaged", reg=reg,
+        rid = reconfigure.request("rc.ps", "scale_out", cores=2, partitions=4, mechanism="prestaged", reg=reg,
                                  requested_by="test")
-        outcome = mechanisms.execute(rid, reg=reg)
+        outcome = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)
         assert outcome.status == "done", outcome.detail
         _settle_and_compare(clean_db, feeder, "rc.ps")
 
@@ -178,17 +177,18 @@ def test_active_backup_switches_without_an_outage_and_is_refused_without_room(cl
         small = _registry("ab", pool_cores=2)
         stages.start_stage("rc.ab", small)
         eventually(lambda: _commits(clean_db, "rc.ab") >= 2, 120, "two committed batches")
-        refused = mechanisms.execute(mechanisms.request("rc.ab", "scale_out", cores=2, mechanism="active_backup",
-                                                        reg=small, requested_by="test"), reg=small)
+        rid = reconfigure.request("rc.ab", "scale_out", cores=2, mechanism="active_backup", reg=small,
+                                  requested_by="test")
+        refused = reconfigure.execute(rid, gate=quality.gate_new_run, reg=small)
         assert refused.status == "cancelled" and "free of 2 cores" in refused.detail
         assert _row(clean_db, refused.reconfiguration_id).status == "cancelled"
         with clean_db.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM deployments WHERE stage_id = 'rc.ab' AND status = 'running'")).scalar_one() == 1
 
         big = _registry("ab", pool_cores=4)  # room for the primary and the secondary during the overlap
-        rid = mechanisms.request("rc.ab", "scale_out", cores=2, partitions=4, mechanism="active_backup", reg=big,
+        rid = reconfigure.request("rc.ab", "scale_out", cores=2, partitions=4, mechanism="active_backup", reg=big,
                                  requested_by="test")
-        outcome = mechanisms.execute(rid, reg=big)
+        outcome = reconfigure.execute(rid, gate=quality.gate_new_run, reg=big)
         assert outcome.status == "done", outcome.detail
         _settle_and_compare(clean_db, feeder, "rc.ab")
 

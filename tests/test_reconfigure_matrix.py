@@ -9,7 +9,7 @@ records: no key lost, none double-counted.
   scale-out → scale-in → migration in one stage run;
 * a seeded random sequence of 10 reconfigurations of one wordcount stage;
 * crash safety: the executor (a separate process) is SIGKILLed mid-way and
-  `mechanisms.resume` must finish or roll back its reconfiguration;
+  `reconfigure.resume` must finish or roll back its reconfiguration;
 * a stage that is behind (batches back to back, so a stop always interrupts one) still
   repartitions: the new run finishes the interrupted batch before the offline repartition.
 """
@@ -30,9 +30,9 @@ import psutil
 import pytest
 from sqlalchemy import text
 
-from streamops import generator, registry
+from streamops import generator, quality, registry
 from streamops.agent.metrics import FileSourceBacklog
-from streamops.execute import mechanisms, stages
+from streamops.execute import mechanisms, reconfigure, stages
 from streamops.paths import REPO_ROOT
 from tests import oracles
 from tests.test_e2e_stage import eventually
@@ -41,7 +41,7 @@ from tests.test_e2e_stage import eventually
 # machine (issue 4 is open). Run with `make test-reconfig`.
 # The matrix, the random walk and the crash tests take ~25 min on 2 cores: `make test-reconfig`.
 # The stage-that-is-behind regression test (under a minute) runs in `make test`.
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 MECHANISM_NAMES = sorted(mechanisms.MECHANISMS)
 # Mechanisms that run the old and the new configuration side by side for a while: the pool
@@ -167,8 +167,8 @@ def _reconfigure(engine, reg, ref: str, sid: str, mechanism: str, action: str, *
     """request + execute one reconfiguration in steady state; it must end done, with the target
     deployed and running, and the new run must keep committing."""
     _wait_caught_up(engine, sid, f"before {action} {target}")
-    rid = mechanisms.request(ref, action, mechanism=mechanism, reg=reg, requested_by="test-matrix", **target)
-    outcome = mechanisms.execute(rid, reg=reg, deadlines=DEADLINES)
+    rid = reconfigure.request(ref, action, mechanism=mechanism, reg=reg, requested_by="test-matrix", **target)
+    outcome = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, deadlines=DEADLINES)
     what = f"{action} {target} with {mechanism} (reconfiguration {rid})"
     assert outcome.status == "done", f"{what}: {outcome.status}: {outcome.detail}; {_describe(engine, sid)}"
     row = _row(engine, rid)
@@ -346,8 +346,8 @@ def test_ten_random_reconfigurations_in_a_row_match_the_oracle(clean_db):
 # is being written (the code under test is unchanged: only shutil's file copy is slowed down).
 _EXECUTOR = """
 import json, shutil, sys, time
-from streamops import registry
-from streamops.execute import mechanisms
+from streamops import quality, registry
+from streamops.execute import mechanisms, reconfigure
 reg = registry.parse(json.loads(sys.argv[1]))
 opts = json.loads(sys.argv[3])
 if opts.get("slow_copy_s"):
@@ -360,7 +360,7 @@ if opts.get("slow_copy_s"):
             kw["copy_function"] = slow_copy
         return real_copytree(src, dst, *args, **kw)
     shutil.copytree = slow_copytree
-out = mechanisms.execute(int(sys.argv[2]), reg=reg, deadlines=mechanisms.Deadlines(**opts["deadlines"]))
+out = reconfigure.execute(int(sys.argv[2]), gate=quality.gate_new_run, reg=reg, deadlines=mechanisms.Deadlines(**opts["deadlines"]))
 print("outcome", out, flush=True)
 """
 
@@ -386,8 +386,8 @@ def _resume_with_retry(reg, timeout_s: float = 60) -> list:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return mechanisms.resume(reg)
-        except mechanisms.ReconfigurationBusy:
+            return reconfigure.resume(reg, gate=quality.gate_new_run)
+        except reconfigure.ReconfigurationBusy:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
@@ -409,7 +409,7 @@ def test_executor_killed_mid_reconfiguration_is_finished_by_resume(clean_db, kil
             eventually(lambda: _commits(clean_db, sid) >= 2, 240, "two committed batches")
             _wait_caught_up(clean_db, sid, "before the reconfiguration")
             ckpt = Path(_live(clean_db, sid)[0].checkpoint)
-            rid = mechanisms.request(ref, "scale_out", cores=2, partitions=4, reg=reg, requested_by="test-crash")
+            rid = reconfigure.request(ref, "scale_out", cores=2, partitions=4, reg=reg, requested_by="test-crash")
 
             env = dict(os.environ)  # STREAMOPS_DATABASE_URL and STREAMOPS_HOME as conftest set them
             assert env.get("STREAMOPS_DATABASE_URL") and env.get("STREAMOPS_HOME")
@@ -490,11 +490,11 @@ def test_pause_resume_repartitions_a_stage_that_is_behind(clean_db):
         stages.start_stage(ref, reg, wait_s=240, fault="slow_batches")
         with Feeder(f"{app}/in", "web", seed=61) as feeder:
             eventually(lambda: _commits(clean_db, sid) >= 2, 240, "two committed batches")
-            rid = mechanisms.request(ref, "scale_out", cores=2, partitions=4, reg=reg, requested_by="test-behind")
+            rid = reconfigure.request(ref, "scale_out", cores=2, partitions=4, reg=reg, requested_by="test-behind")
             # A 10 s stop deadline: the driver waits half of it for a boundary; the next one is
             # about 9 s after the commit just seen, so the stop interrupts a batch.
             short = mechanisms.Deadlines(stop_s=10, first_batch_s=240, caught_up_s=300)
-            outcome = mechanisms.execute(rid, reg=reg, deadlines=short)
+            outcome = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, deadlines=short)
             assert outcome.status == "done", f"{outcome.status}: {outcome.detail}; {_describe(clean_db, sid)}"
             old = next(d for d in _deployments(clean_db, sid) if (d.config or {}).get("reconfiguration_id") != rid)
             new = next(d for d in _deployments(clean_db, sid) if (d.config or {}).get("reconfiguration_id") == rid)

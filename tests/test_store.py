@@ -20,6 +20,7 @@ def scratch_url(test_env):
     drop_database(test_env["server"], name)
 
 
+@pytest.mark.db
 def test_migrations_run_twice_without_harm(scratch_url):
     eng = create_engine(db.sqlalchemy_url(scratch_url))
     try:
@@ -36,6 +37,7 @@ def test_migrations_run_twice_without_harm(scratch_url):
         eng.dispose()
 
 
+@pytest.mark.db
 def test_failed_migration_rolls_back_and_applies_later(scratch_url, tmp_path):
     eng = create_engine(db.sqlalchemy_url(scratch_url))
     (tmp_path / "001_ok.sql").write_text("CREATE TABLE a (x int);")
@@ -58,6 +60,7 @@ def test_badly_named_migration_is_refused(tmp_path):
         migrate.discover(tmp_path)
 
 
+@pytest.mark.db
 def test_metrics_are_partitioned_by_day(engine):
     with engine.begin() as conn:
         created = conn.execute(text("SELECT ensure_stage_metrics_partitions(current_date + 10, 2)")).scalar_one()
@@ -68,6 +71,7 @@ def test_metrics_are_partitioned_by_day(engine):
     assert parts >= 5  # yesterday, today, tomorrow, the two above, and the default partition
 
 
+@pytest.mark.db
 def test_embedded_cluster_is_reused_and_reports_its_url(test_env, monkeypatch):
     if test_env["external"]:
         pytest.skip("an external STREAMOPS_DATABASE_URL is in use, not the embedded cluster")
@@ -99,7 +103,7 @@ def test_missing_server_binaries_say_what_to_do(monkeypatch, tmp_path):
 
 
 def test_a_plan_without_a_mechanism_gets_the_smallest_outage_the_resources_allow():
-    from streamops.execute.mechanisms import choose_mechanism
+    from streamops.plan.mechanism import choose_mechanism
 
     pick = lambda *a, **k: choose_mechanism(*a, **k)[0]  # noqa: E731
     assert pick("scale_out", 2, 2, staged_ready=True) == "active_backup", "room beside the old run: overlap"
@@ -112,7 +116,7 @@ def test_a_plan_without_a_mechanism_gets_the_smallest_outage_the_resources_allow
 
 
 def test_a_staged_copy_serves_only_the_live_run_and_only_while_it_is_recent():
-    from streamops.execute.mechanisms import staged_copy_stale
+    from streamops.plan.mechanism import staged_copy_stale
 
     live = "/ckpt/taxi.top10"
     assert staged_copy_stale(live, 68, live, 90, max_lag=30) is None

@@ -65,7 +65,7 @@ def db_up() -> None:
             cluster, reused = embedded.up()
             _say(f"embedded PostgreSQL {'already running' if reused else 'started'} on 127.0.0.1:{cluster.port} "
                  f"(data {cluster.datadir})")
-        applied = migrate.apply(db.engine())
+        applied = migrate.apply()
     except (embedded.EmbeddedPgError, migrate.MigrationError, db.DatabaseUnavailable) as e:
         _fail(str(e))
     _say(f"schema: {len(applied)} migration(s) applied" + (f": {', '.join(m.path.name for m in applied)}" if applied else ", up to date"))
@@ -288,26 +288,27 @@ def reconfigure(
 ) -> None:
     """Realize a reconfiguration: persisted as pending first, then stop at a batch boundary,
     copy the checkpoint, repartition offline, restart; roll back if the new run fails."""
-    from streamops.execute import mechanisms
+    from streamops import quality
+    from streamops.execute import reconfigure
     from streamops.plan.change import InvalidChange
 
     reg = _load_registry()
     outcomes = []
     try:
         if stage:
-            rid = mechanisms.request(stage, action.replace("-", "_"), cores=cores, partitions=partitions, pool=pool,
+            rid = reconfigure.request(stage, action.replace("-", "_"), cores=cores, partitions=partitions, pool=pool,
                                      mechanism=mechanism, reg=reg)
             _say(f"reconfiguration {rid} recorded as pending")
             if not wait:
                 return
-            outcomes.append(mechanisms.execute(rid, reg=reg, progress=_say))
+            outcomes.append(reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, progress=_say))
         elif pending or resume:
-            outcomes += mechanisms.resume(reg, progress=_say)
+            outcomes += reconfigure.resume(reg, progress=_say, gate=quality.gate_new_run)
         else:
             _fail("name a STAGE, or use --pending / --resume", 2)
     except InvalidChange as e:  # refused before anything was recorded or stopped
         _fail(str(e), 2)
-    except (mechanisms.ReconfigurationBusy, ValueError, LookupError, registry.RegistryError) as e:
+    except (reconfigure.ReconfigurationBusy, ValueError, LookupError, registry.RegistryError) as e:
         _fail(str(e))
     t = Table(title="reconfigurations", header_style="bold")
     for col in ("id", "stage", "status", "output gap s", "took s", "detail"):
@@ -326,11 +327,11 @@ def prestage(stage: str = typer.Argument(..., metavar="STAGE", help="a running a
              partitions: Optional[int] = typer.Option(None, help="repartition the copy to this many state partitions")) -> None:
     """Copy the running stage's checkpoint (consistent as of its last committed batch) and
     repartition the copy, so that a later scale-out skips both."""
-    from streamops.execute import mechanisms
+    from streamops.execute import staging
 
     try:
         with console.status(f"pre-staging {stage} …"):
-            staged = mechanisms.prestage(stage, partitions, _load_registry(), progress=_say)
+            staged = staging.prestage(stage, partitions, _load_registry(), progress=_say)
     except (RuntimeError, ValueError, registry.RegistryError) as e:
         _fail(str(e))
     _say(f"staged copy {staged.path} (batch {staged.as_of_batch}, {staged.partitions} partitions)")
@@ -339,10 +340,10 @@ def prestage(stage: str = typer.Argument(..., metavar="STAGE", help="a running a
 @app.command()
 def release(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage")) -> None:
     """Discard the stage's pre-staged checkpoint copy (the alarm cleared)."""
-    from streamops.execute import mechanisms
+    from streamops.execute import staging
 
     try:
-        found = mechanisms.release(stage, _load_registry())
+        found = staging.release(stage, _load_registry())
     except registry.RegistryError as e:
         _fail(str(e))
     _say("staged copy discarded" if found else "nothing was pre-staged")
@@ -443,16 +444,12 @@ def gen(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage whose 
 
 
 def _spawn_generator(sid: str, argv: list[str]) -> None:
-    logs = state_dir() / "logs"
-    logs.mkdir(exist_ok=True)
-    log_path = logs / f"gen-{sid}.log"
+    from streamops import processes
+
+    log_path = state_dir() / "logs" / f"gen-{sid}.log"
     args = [a for a in argv[1:] if a != "--background"]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "streamops.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    run_dir = state_dir() / "run"
-    run_dir.mkdir(exist_ok=True)
-    (run_dir / f"gen-{sid}.pid").write_text(f"{proc.pid}\n")
+    proc = processes.spawn_detached([sys.executable, "-m", "streamops.cli", *args], log_path=log_path,
+                                    pid_file=state_dir() / "run" / f"gen-{sid}.pid")
     _say(f"{sid}: generator running in the background (pid {proc.pid}, log {log_path})")
 
 
@@ -461,9 +458,7 @@ def status_table(wide: bool = False) -> Table:
     from streamops.status_view import status_table as view
     from streamops.store import db
 
-    with db.engine().connect() as conn:
-        rows = conn.execute(db.query("stage_status")).all()
-    return view(rows, None if wide else console.width)
+    return view(db.rows("stage_status"), None if wide else console.width)
 
 
 @app.command()
@@ -542,6 +537,7 @@ def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD
 @app.command()
 def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded PostgreSQL")) -> None:
     """Stop Airflow, then every running stage and background generator."""
+    from streamops import processes
     from streamops.execute import stages
     from streamops.orchestrate import airflow_home
     from streamops.store import db, embedded
@@ -552,16 +548,13 @@ def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded
         _say(f"Airflow stopped: {', '.join(stopped)}")
     run_dir = state_dir() / "run"
     for pid_file in sorted(run_dir.glob("gen-*.pid")) if run_dir.exists() else []:
-        try:
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        pid = processes.read_pid(pid_file)
+        if pid is not None and processes.send(pid, signal.SIGTERM):  # it finishes its tick and exits
             _say(f"generator {pid_file.stem.removeprefix('gen-')} stopped")
-        except (ProcessLookupError, ValueError):
-            pass
         pid_file.unlink()
     try:
         reg = _load_registry()
-        with db.engine().connect() as conn:
-            live = [r.stage_id for r in conn.execute(db.query("stage_status")) if r.status in ("starting", "running", "stopping")]
+        live = [r.stage_id for r in db.rows("stage_status") if r.status in ("starting", "running", "stopping")]
         for sid in live:
             try:
                 stages.stop_stage(sid, reg, progress=_say)

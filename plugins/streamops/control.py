@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 import psutil
 from psycopg2.extras import execute_values
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
@@ -68,11 +68,7 @@ def _bulk(conn: Connection, name: str, rows: list[tuple], template: str | None =
 def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: str | None = None,
                  stage: str | None = None) -> list[tuple[StageStats, dict]]:
     floor = conn.execute(db.query("window_floor"), {"now": now, "window_s": opts.window_s, "app": app}).scalar_one()
-    # The aggregate keeps one row per stage over every batch in the window. PostgreSQL
-    # underestimates the join (41 rows for 1.2 M) and would sort it to disk; a hash aggregate
-    # in memory is 1.3x faster at 10 000 stages (bench/scale.py). Scoped to this transaction.
-    conn.execute(text("SET LOCAL work_mem = '64MB'"))
-    conn.execute(text("SET LOCAL enable_sort = off"))
+    conn.execute(db.query("windows_tuning"))
     rows = conn.execute(db.query("stage_windows"), {
         "now": now, "floor": floor, "window_s": opts.window_s, "stab_s": opts.stabilization_s, "app": app, "stage": stage,
     }).mappings().all()
@@ -91,10 +87,7 @@ def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: st
 
 def _pool_rooms(conn: Connection) -> dict[str, dict[str, PoolRoom]]:
     """For each pool, the other pools with their free cores and network delay from it."""
-    pools = conn.execute(text(
-        "SELECT p.name, p.cores, p.network_delay_ms, COALESCE(u.used, 0) AS used FROM pools p LEFT JOIN "
-        "(SELECT pool, sum(cores) AS used FROM deployments WHERE status IN ('starting','running','stopping') "
-        "GROUP BY pool) u ON u.pool = p.name")).mappings().all()
+    pools = conn.execute(db.query("pool_rooms")).mappings().all()
     return {
         p["name"]: {
             q["name"]: PoolRoom(free_cores=q["cores"] - q["used"], delay_ms=float(p["network_delay_ms"].get(q["name"], 1e6)))
@@ -116,7 +109,7 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
     cost = CostModel(Observation(**r) for r in conn.execute(db.query("cost_history")).mappings())
     rooms = _pool_rooms(conn)
     states = {r.stage_id: OperatorState(r.prestaged) for r in conn.execute(db.query("operator_state_get"))}
-    r_max = dict(conn.execute(text("SELECT name, r_max_ms FROM apps")).all())
+    r_max = dict(conn.execute(db.query("apps_r_max")).all())
     requests: list[tuple[Request, str]] = []
     changed_states: list[tuple] = []
     rng = random.Random(now.isoformat())  # migration targets: random but reproducible per cycle
@@ -213,6 +206,13 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
     return results
 
 
+def request_for_stage(stage_id: str) -> list[Request]:
+    """One stage's Operator Manager, on its own (the driver runs it every local period): its
+    requests, upserted."""
+    with db.transaction() as conn:
+        return operator_pass(conn, datetime.now(timezone.utc), stage=stage_id)[1]
+
+
 def replan(app: str | None = None, *, dry_run: bool = False, operators: bool = True, now: datetime | None = None,
            decided_by: str = "replan", host: tuple[float, float] | None = None) -> CycleReport:
     """One cycle: Operator Managers of the live stages, then the Application Manager of each app.
@@ -221,7 +221,7 @@ def replan(app: str | None = None, *, dry_run: bool = False, operators: bool = T
     now = now or datetime.now(timezone.utc)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    with db.engine().begin() as conn:
+    with db.transaction() as conn:
         apps = conn.execute(db.query("apps_control"), {"app": app}).all()
         if app and not apps:
             raise LookupError(f"no app {app!r} in the database; run `streamops deploy {app}` first")

@@ -7,19 +7,21 @@ absent database delays reports instead of stalling Spark's listener bus or killi
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import logging
 import queue
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from streamops.agent.metrics import FileSourceBacklog, SinkStats, StageContext, progress_to_metrics
 from streamops.store import db
+from streamops.waiting import wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,7 +33,7 @@ log = logging.getLogger("streamops.agent")
 class BufferedWriter(threading.Thread):
     """Executes `(query name, params)` in order; keeps up to `max_buffer` while the database is away."""
 
-    def __init__(self, engine: Engine, stage_id: str, max_buffer: int = 20_000):
+    def __init__(self, engine: Engine | None, stage_id: str, max_buffer: int = 20_000):
         super().__init__(name=f"writer-{stage_id}", daemon=True)
         self.engine, self.stage_id = engine, stage_id
         self.inbox: queue.Queue = queue.Queue()
@@ -69,7 +71,7 @@ class BufferedWriter(threading.Thread):
     def _flush(self) -> None:
         while self.pending:
             name, params = self.pending[0]
-            with self.engine.begin() as conn:
+            with db.transaction(self.engine) as conn:
                 conn.execute(db.query(name), params)
             self.pending.popleft()
 
@@ -117,12 +119,14 @@ class StageAgent:
         engine: Engine | None = None,
         heartbeat_s: float = 5.0,
         poll_s: float = 1.0,
-        operator_period_s: float | None = None,
+        periodic: list[tuple[str, float, Callable[[], None]]] | None = None,
     ):
         self.spark, self.ctx = spark, ctx
-        self.engine = engine or db.engine()
+        self.engine = engine  # None: the process's database
         self.heartbeat_s, self.poll_s = heartbeat_s, poll_s
-        self.operator_period_s = operator_period_s  # None: no Operator Manager in this run
+        # (name, period, callback) run on threads of their own: the driver wires in the stage's
+        # Operator Manager here; the agent itself only reports and obeys.
+        self.periodic = periodic or []
         self.main_query_name = ctx.stage_id
         self.checkpoint = Path(checkpoint)
         self.backlog = FileSourceBacklog(input_dir, checkpoint)
@@ -147,8 +151,8 @@ class StageAgent:
         if self.ctx.deployment_id is None:  # an in-process run (tests): no run row to beat for or command
             return
         loops = [(self._heartbeat_loop, "heartbeat"), (self._command_loop, "commands")]
-        if self.operator_period_s:
-            loops.append((self._operator_loop, "operator"))
+        loops += [(lambda name=name, period=period, fn=fn: self._every(name, period, fn), name)
+                  for name, period, fn in self.periodic]
         for target, name in loops:
             t = threading.Thread(target=target, name=f"{name}-{self.ctx.stage_id}", daemon=True)
             t.start()
@@ -181,19 +185,21 @@ class StageAgent:
         trigger active. The window is then the few tens of milliseconds after a commit, while
         Spark lists the source for the next batch; `stop()` interrupts that listing before
         offsets/N+1 is written. The checkpoint is polled every 5 ms to land in it."""
-        from streamops.execute.checkpoint import last_committed_batch, last_planned_batch
+        from streamops.checkpoint_layout import last_committed_batch, last_planned_batch
 
         main = self.queries[0] if self.queries else None
-        deadline = time.monotonic() + deadline_s
         started_at = last_committed_batch(self.checkpoint)
-        polls = 0
-        while main is not None and main.isActive and time.monotonic() < deadline:
-            planned, committed = last_planned_batch(self.checkpoint), last_committed_batch(self.checkpoint)
-            between = planned == committed
-            if between and (committed != started_at or (polls % 20 == 0 and not main.status.get("isTriggerActive"))):
-                break  # just committed a batch, or idle (the status call is slow: asked every 0.1 s)
-            polls += 1
-            time.sleep(0.005)
+        polls = itertools.count()
+
+        def stoppable() -> bool:
+            if main is None or not main.isActive:
+                return True
+            committed = last_committed_batch(self.checkpoint)
+            # just committed a batch, or idle (the status call is slow: asked every 0.1 s)
+            return last_planned_batch(self.checkpoint) == committed and (
+                committed != started_at or (next(polls) % 20 == 0 and not main.status.get("isTriggerActive")))
+
+        wait_until(stoppable, deadline_s, interval_s=0.005)
         for q in self.queries:
             q.stop()
         at_boundary = last_planned_batch(self.checkpoint) == last_committed_batch(self.checkpoint)
@@ -208,7 +214,7 @@ class StageAgent:
     def on_progress(self, progress: dict[str, Any]) -> None:
         batch_id = int(progress["batchId"])
         rows = int(progress.get("numInputRows") or 0)
-        seen = self.backlog._seen()
+        seen = self.backlog.seen()
         if seen > self._seen_files and rows:
             per_file = rows / (seen - self._seen_files)
             self._rows_per_file = per_file if self._rows_per_file is None else 0.8 * self._rows_per_file + 0.2 * per_file
@@ -241,27 +247,18 @@ class StageAgent:
             if self._closing.wait(self.heartbeat_s):
                 return
 
-    def _operator_loop(self) -> None:
-        """The stage's Operator Manager: every local period, analyze the window and *request*."""
-        from datetime import datetime, timezone
-
-        from streamops import control
-
-        while not self._closing.wait(self.operator_period_s):
+    def _every(self, name: str, period_s: float, fn: Callable[[], None]) -> None:
+        while not self._closing.wait(period_s):
             try:
-                with self.engine.begin() as conn:
-                    _, requests = control.operator_pass(conn, datetime.now(timezone.utc), stage=self.ctx.stage_id)
-                for r in requests:
-                    log.info("stage %s: action=request %s target=%s gain=%.3g cost=%.0fms (%s)",
-                             self.ctx.stage_id, r.action, r.target_cores or r.target_pool, r.gain, r.cost_ms, r.reason)
+                fn()
             except Exception:
-                log.exception("stage %s: Operator Manager cycle failed", self.ctx.stage_id)
+                log.exception("stage %s: %s failed", self.ctx.stage_id, name)
 
     def _command_loop(self) -> None:
         params = {"stage_id": self.ctx.stage_id, "deployment_id": self.ctx.deployment_id}
         while not self._closing.wait(self.poll_s):
             try:
-                with self.engine.begin() as conn:
+                with db.transaction(self.engine) as conn:
                     for cmd in conn.execute(db.query("commands_open"), params):
                         conn.execute(db.query("command_ack"), {"id": cmd.id, "deployment_id": self.ctx.deployment_id})
                         if cmd.command == "stop":

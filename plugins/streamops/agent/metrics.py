@@ -117,7 +117,7 @@ class FileSourceBacklog:
         self.log_dir = Path(checkpoint) / "sources" / "0"
         self._lines: dict[str, int] = {}
 
-    def _seen(self) -> int:
+    def seen(self) -> int:
         try:
             names = [n for n in os.listdir(self.log_dir) if not n.startswith(".") and n.split(".")[0].isdigit()]
         except FileNotFoundError:
@@ -141,5 +141,5 @@ class FileSourceBacklog:
             return 0
 
     def measure(self, rows_per_file: float | None = None) -> Backlog:
-        files = max(0, self._visible() - self._seen())
+        files = max(0, self._visible() - self.seen())
         return Backlog(files=files, rows=round(files * rows_per_file) if rows_per_file else None)

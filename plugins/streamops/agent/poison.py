@@ -80,7 +80,7 @@ def judge(fb: FailedBatch, attempts: int, poison_after: int, *, previous_same: b
 class PoisonBook:
     """The driver's record of its failed batches, in PostgreSQL."""
 
-    def __init__(self, engine: Engine, stage_id: str, deployment_id: int | None, family: str, max_record_bytes: int):
+    def __init__(self, engine: Engine | None, stage_id: str, deployment_id: int | None, family: str, max_record_bytes: int):
         self.engine, self.stage_id, self.deployment_id = engine, stage_id, deployment_id
         self.family, self.max_record_bytes = family, max_record_bytes
         self.failure_id: int | None = None  # the open `failures` row of this run's failed batches
@@ -88,7 +88,7 @@ class PoisonBook:
     def excluded_files(self) -> dict[str, list[str]]:
         """query → files to leave out: those of batches quarantined whole, by any run of the stage."""
         out: dict[str, list[str]] = {"main": [], "quarantine": []}
-        with self.engine.connect() as conn:
+        with db.connection(self.engine) as conn:
             for r in conn.execute(db.query("poison_files"), {"stage_id": self.stage_id}):
                 out[r.query].append(r.file)
         return out
@@ -96,7 +96,7 @@ class PoisonBook:
     def record(self, fb: FailedBatch, poison_after: int) -> Verdict:
         params = {"stage_id": self.stage_id, "query": fb.query, "batch_id": fb.batch_id, "error": fb.error,
                   "deployment_id": self.deployment_id}
-        with self.engine.begin() as conn:
+        with db.transaction(self.engine) as conn:
             attempts = conn.execute(db.query("batch_failure_record"), {**params, "files": list(fb.files)}).scalar_one()
             facts = conn.execute(db.query("poison_guard"), params).one()
             verdict = judge(fb, attempts, poison_after, previous_same=facts.previous_same,
@@ -128,7 +128,7 @@ class PoisonBook:
                 rows.append(quarantine_values(self.stage_id, self.deployment_id, fb.batch_id, f, raw,
                                               record_key(f, raw, seen[raw]), kind, why))
         added = write_quarantine(db.libpq_url(db.database_url()), rows)
-        with self.engine.begin() as conn:
+        with db.transaction(self.engine) as conn:
             conn.execute(db.query("batch_failure_quarantined"), {"stage_id": self.stage_id, "query": fb.query,
                                                                  "batch_id": fb.batch_id, "rows": len(rows)})
         log.warning("stage %s: action=quarantine-batch query=%s batch=%d files=%d lines=%d (new %d): %s",
@@ -137,7 +137,7 @@ class PoisonBook:
 
     def committed(self, query: str, batch_id: int) -> None:
         """A batch committed: failed batches up to it are behind us, and so is the run's failure."""
-        with self.engine.begin() as conn:
+        with db.transaction(self.engine) as conn:
             conn.execute(db.query("batch_failures_passed"), {"stage_id": self.stage_id, "query": query,
                                                              "committed": batch_id})
             if self.failure_id is not None:

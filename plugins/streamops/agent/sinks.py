@@ -218,11 +218,8 @@ class BatchSink:
         committed = datetime.now(timezone.utc)
         p50_ms, p95_ms, max_ms = latency_from_event_times(committed.timestamp() * 1000, p05, p50, lo)
         stats = SinkStats(batch_id, n, committed, p50_ms, p95_ms, max_ms)
-        with db.engine().begin() as conn:
-            conn.execute(db.query("sink_commit"), {
-                "stage_id": self.stage_id, "deployment_id": self.deployment_id or 0,
-                "batch_id": batch_id, "rows": n, "committed_at": committed,
-            })
+        db.write("sink_commit", stage_id=self.stage_id, deployment_id=self.deployment_id or 0, batch_id=batch_id,
+                 rows=n, committed_at=committed)
         if self.on_commit:
             self.on_commit(stats)
 

@@ -8,14 +8,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from sqlalchemy import Connection, text
-
 from streamops import registry
 from streamops.execute.launcher import launcher_for
 from streamops.paths import data_dir
 from streamops.plan.change import Current
 from streamops.registry import Registry, stage_id
 from streamops.store import db, ledger
+from streamops.waiting import wait_until
 
 log = logging.getLogger("streamops.execute")
 
@@ -57,47 +56,23 @@ def sync_registry(reg: Registry, apps: list[str] | None = None) -> list[str]:
     unknown = [a for a in names if a not in reg.apps]
     if unknown:
         raise registry.RegistryError(f"no app {unknown[0]!r} in the registry; known apps: {', '.join(reg.apps)}")
-    synced = []
-    with db.engine().begin() as conn:
-        for name, pool in reg.pools.items():
-            conn.execute(db.query("pool_upsert"), {
-                "name": name, "master": pool.master, "cores": pool.cores,
-                "network_delay_ms": json.dumps(pool.network_delay_ms),
-            })
-        for a in names:
-            app = reg.apps[a]
-            conn.execute(db.query("app_upsert"), {
-                "name": a, "r_max_ms": app.r_max_ms,
-                "maintenance_window": app.maintenance_window.model_dump_json(),
-                "spec": app.model_dump_json(exclude={"stages"}),
-            })
-            for s, st in app.stages.items():
-                sid = stage_id(a, s)
-                conn.execute(db.query("stage_upsert"), {
-                    "stage_id": sid, "app": a, "name": s, "workload": st.workload, "pool": st.pool,
-                    "cores": st.cores.initial, "min_cores": st.cores.min, "max_cores": st.cores.max,
-                    "state_partitions": st.state_partitions, "trigger_ms": st.trigger_interval_ms,
-                    "spec": st.model_dump_json(),
-                })
-                synced.append(sid)
-    return synced
+    pools = [{"name": name, "master": pool.master, "cores": pool.cores, "network_delay_ms": json.dumps(pool.network_delay_ms)}
+             for name, pool in reg.pools.items()]
+    apps_rows = [{"name": a, "r_max_ms": reg.apps[a].r_max_ms,
+                  "maintenance_window": reg.apps[a].maintenance_window.model_dump_json(),
+                  "spec": reg.apps[a].model_dump_json(exclude={"stages"})} for a in names]
+    stage_rows = [{"stage_id": stage_id(a, s), "app": a, "name": s, "workload": st.workload, "pool": st.pool,
+                   "cores": st.cores.initial, "min_cores": st.cores.min, "max_cores": st.cores.max,
+                   "state_partitions": st.state_partitions, "trigger_ms": st.trigger_interval_ms,
+                   "spec": st.model_dump_json()}
+                  for a in names for s, st in reg.apps[a].stages.items()]
+    ledger.sync_catalog(pools, apps_rows, stage_rows)
+    return [r["stage_id"] for r in stage_rows]
 
 
-def _pool_lock(conn: Connection, pool: str) -> None:
-    # Admission reads then writes the pool's core budget: serialize it per pool.
-    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('pool:' || :p))"), {"p": pool})
-
-
-def _reap_if_dead(conn: Connection, dep) -> bool:
-    """A live row whose process is gone is marked failed. Returns whether the run is really alive."""
-    if launcher_for(dep.master).is_alive(dep.pid, dep.driver_id):
-        return True
-    if dep.status == "starting" and dep.pid is None:
-        return True  # being launched by another caller right now
-    conn.execute(db.query("deployment_finished"), {
-        "id": dep.id, "status": "failed", "reason": "driver process gone (found by start/stop)", "exit_code": None,
-    })
-    return False
+def is_alive(dep) -> bool:
+    """Whether a `deployments` row's driver still runs, asked of its pool's launcher."""
+    return launcher_for(dep.master).is_alive(dep.pid, dep.driver_id)
 
 
 def current_config(sid: str) -> tuple[int | None, str | None, str | None]:
@@ -148,33 +123,19 @@ def start_stage(
     pool = reg.pools[pool_name]
     launcher = launcher_for(pool.master)
 
-    with db.engine().begin() as conn:
-        _pool_lock(conn, pool_name)
-        live = conn.execute(db.query("live_deployment"), {"stage_id": sid, "role": role}).first()
-        if live is not None and _reap_if_dead(conn, live):
-            return StartResult(sid, live.id, live.pid, True, live.log_path)
-        used = conn.execute(db.query("pool_cores_in_use"), {"pool": pool_name}).scalar_one()
-        refused = None
-        if used + cores > pool.cores:
-            refused = (f"pool {pool_name!r} has {pool.cores - used} free of {pool.cores} cores; "
-                       f"stage {sid} needs {cores}")
-        dep_id = conn.execute(db.query("deployment_insert"), {
-            "stage_id": sid, "pool": pool_name, "cores": cores, "state_partitions": partitions,
-            "config": json.dumps({"app": app, "stage": name, "spec": st.model_dump(mode="json"),
-                                  "reconfiguration_id": reconfiguration_id, "fault": fault}),
-            "launcher": launcher.kind, "checkpoint": ckpt, "role": role,
-            "status": "refused" if refused else "starting", "reason": refused,
-        }).scalar_one()
-    if refused:
-        log.warning("stage %s: start refused: %s", sid, refused)
-        raise AdmissionRefused(f"start of {sid} refused: {refused} (recorded as deployment {dep_id})")
+    adm = ledger.admit(sid, role, pool_name, pool.cores, cores, is_alive, state_partitions=partitions, checkpoint=ckpt,
+                       launcher=launcher.kind, config={"app": app, "stage": name, "spec": st.model_dump(mode="json"),
+                                                       "reconfiguration_id": reconfiguration_id, "fault": fault})
+    if adm.live is not None:
+        return StartResult(sid, adm.live.id, adm.live.pid, True, adm.live.log_path)
+    dep_id = adm.deployment_id
+    if adm.refused:
+        log.warning("stage %s: start refused: %s", sid, adm.refused)
+        raise AdmissionRefused(f"start of {sid} refused: {adm.refused} (recorded as deployment {dep_id})")
 
     env = {"STREAMOPS_DATABASE_URL": db.database_url()}
     launched = launcher.launch(dep_id, sid, env)
-    with db.engine().begin() as conn:
-        conn.execute(db.query("deployment_launched"), {
-            "id": dep_id, "pid": launched.pid, "driver_id": launched.driver_id, "log_path": launched.log_path,
-        })
+    ledger.mark_launched(dep_id, launched.pid, launched.driver_id, launched.log_path)
     log.info("stage %s: launched deployment %d (pid %s, %d cores, %d partitions, pool %s)",
              sid, dep_id, launched.pid, cores, partitions, pool_name)
     progress(f"{sid}: driver pid {launched.pid} starting (log {launched.log_path})")
@@ -184,18 +145,17 @@ def start_stage(
 
 
 def _wait_running(sid: str, dep_id: int, pid: int | None, launcher, wait_s: float, progress: Progress) -> None:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        with db.engine().connect() as conn:
-            dep = conn.execute(db.query("deployment_get"), {"id": dep_id}).one()
-        if dep.status == "running":
-            progress(f"{sid}: running (deployment {dep_id})")
-            return
-        if dep.status in ("failed", "stopped") or not launcher.is_alive(pid, dep.driver_id):
-            raise RuntimeError(f"stage {sid}: driver exited during start-up ({dep.stop_reason or 'no reason recorded'}); "
-                               f"see {dep.log_path}")
-        time.sleep(0.5)
-    raise TimeoutError(f"stage {sid}: driver not running after {wait_s:.0f}s; it keeps starting in the background")
+    def settled():
+        dep = ledger.deployment(dep_id)
+        return dep if dep.status in ("running", "failed", "stopped") or not launcher.is_alive(pid, dep.driver_id) else None
+
+    dep = wait_until(settled, wait_s)
+    if dep is None:
+        raise TimeoutError(f"stage {sid}: driver not running after {wait_s:.0f}s; it keeps starting in the background")
+    if dep.status != "running":
+        raise RuntimeError(f"stage {sid}: driver exited during start-up ({dep.stop_reason or 'no reason recorded'}); "
+                           f"see {dep.log_path}")
+    progress(f"{sid}: running (deployment {dep_id})")
 
 
 def stop_stage(
@@ -213,18 +173,12 @@ def stop_stage(
     app, name, _ = reg.stage(ref)
     sid = stage_id(app, name)
     started = time.monotonic()
-    with db.engine().begin() as conn:
-        dep = conn.execute(db.query("live_deployment"), {"stage_id": sid, "role": role}).first()
-        if dep is None:
-            raise StageNotRunning(f"stage {sid} is not running" + ("" if role == "primary" else f" as {role}"))
-        launcher = launcher_for(dep.master)
-        if not _reap_if_dead(conn, dep):
-            return StopResult(sid, dep.id, "already-dead", 0.0)
-        conn.execute(db.query("deployment_stopping"), {"id": dep.id})
-        conn.execute(db.query("stop_command_insert"), {
-            "stage_id": sid, "deployment_id": dep.id, "args": json.dumps({"deadline_s": deadline_s}),
-            "requested_by": requested_by,
-        })
+    dep, alive = ledger.request_stop(sid, role, is_alive, requested_by, deadline_s)
+    if dep is None:
+        raise StageNotRunning(f"stage {sid} is not running" + ("" if role == "primary" else f" as {role}"))
+    if not alive:
+        return StopResult(sid, dep.id, "already-dead", 0.0)
+    launcher = launcher_for(dep.master)
     progress(f"{sid}: stop requested (deployment {dep.id}, pid {dep.pid}); waiting for a batch boundary")
 
     outcome = "graceful"
@@ -237,11 +191,8 @@ def stop_stage(
             progress(f"{sid}: still alive, sending SIGKILL")
             launcher.terminate(dep.pid, force=True)
             _wait_exit(launcher, dep.pid, 10)
-    with db.engine().begin() as conn:
-        # The driver records its own clean stop; this only fills in when it could not.
-        conn.execute(db.query("deployment_finished"), {
-            "id": dep.id, "status": "stopped", "reason": f"stop by {requested_by}: {outcome}", "exit_code": None,
-        })
+    # The driver records its own clean stop; this only fills in when it could not.
+    ledger.finish(dep.id, "stopped", f"stop by {requested_by}: {outcome}")
     seconds = time.monotonic() - started
     log.info("stage %s: deployment %d stopped (%s) in %.1fs", sid, dep.id, outcome, seconds)
     progress(f"{sid}: stopped ({outcome}) in {seconds:.1f}s")
@@ -249,9 +200,4 @@ def stop_stage(
 
 
 def _wait_exit(launcher, pid: int | None, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not launcher.is_alive(pid, None):
-            return True
-        time.sleep(0.25)
-    return not launcher.is_alive(pid, None)
+    return bool(wait_until(lambda: not launcher.is_alive(pid, None), timeout_s, interval_s=0.25))

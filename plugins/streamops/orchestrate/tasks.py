@@ -74,12 +74,9 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240) -> dict[str, An
 # -- streamops_replan -------------------------------------------------------------------------
 def replan_apps() -> list[str]:
     """The apps a re-plan covers: those synced into the database (deployed at least once)."""
-    from sqlalchemy import text
-
     from streamops.store import db
 
-    with db.engine().connect() as conn:
-        return [r.name for r in conn.execute(text("SELECT name FROM apps ORDER BY name"))]
+    return [r.name for r in db.rows("apps_deployed")]
 
 
 def replan(app: str) -> list[dict[str, Any]]:
@@ -87,7 +84,7 @@ def replan(app: str) -> list[dict[str, Any]]:
     grants (pre-stage, release) are realized here; granted scale-outs are returned as confs for
     `streamops_reconfigure`; disruptive grants stay pending for the maintenance window."""
     from streamops import control
-    from streamops.execute import mechanisms
+    from streamops.execute import staging
 
     report = control.replan(app, decided_by="airflow:streamops_replan")
     _say(f"app {app}: action=replan {report.stages_analyzed} stage window(s), {len(report.requests)} request(s), "
@@ -100,12 +97,12 @@ def replan(app: str) -> list[dict[str, Any]]:
             continue
         if r["action"] == "prestage":
             try:
-                staged = mechanisms.prestage(r["stage"], None, progress=_say)
+                staged = staging.prestage(r["stage"], None, progress=_say)
                 _say(f"stage {r['stage']}: action=prestage staged as of batch {staged.as_of_batch}")
             except (RuntimeError, ValueError) as e:
                 log.warning("stage %s: action=prestage failed: %s", r["stage"], e)
         elif r["action"] == "release_prestage":
-            mechanisms.release(r["stage"])
+            staging.release(r["stage"])
             _say(f"stage {r['stage']}: action=release staged copy discarded")
         elif r["action"] == "scale_out" and r["reconfiguration"]:
             realize.append({"stage": r["stage"], "action": "resume-pending"})
@@ -118,21 +115,22 @@ def reconfigure(stage: str, action: str, cores: int | None = None, partitions: i
                 requested_by: str = "user:airflow-ui") -> dict[str, Any]:
     """Realize one reconfiguration of `stage` and log every phase; `resume-pending` realizes the
     stage's pending one (granted by re-plan). Raises unless it ends `done`."""
-    from streamops.execute import mechanisms
+    from streamops import quality
+    from streamops.execute import reconfigure
 
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
     reg = registry.load()
     if action == "resume-pending":
-        outcomes = mechanisms.resume(reg, progress=_say, stage_ids=[stage])
+        outcomes = reconfigure.resume(reg, progress=_say, gate=quality.gate_new_run, stage_ids=[stage])
         if not outcomes:
             _say(f"stage {stage}: action=resume-pending nothing pending or left running")
             return {"stage": stage, "reconfigurations": []}
     else:
-        rid = mechanisms.request(stage, action.replace("-", "_"), cores=cores, partitions=partitions, pool=pool,
+        rid = reconfigure.request(stage, action.replace("-", "_"), cores=cores, partitions=partitions, pool=pool,
                                  mechanism=mechanism, reg=reg, requested_by=requested_by)
         _say(f"stage {stage}: action={action} reconfiguration {rid} recorded as pending")
-        outcomes = [mechanisms.execute(rid, reg=reg, progress=_say)]
+        outcomes = [reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, progress=_say)]
     summary = []
     for o in outcomes:
         gap = "–" if o.downtime_ms is None else f"{o.downtime_ms / 1000:.1f}s"
@@ -171,7 +169,8 @@ def open_windows(now: datetime | None = None) -> dict[str, datetime]:
 def maintenance_window(now: datetime | None = None) -> dict[str, Any]:
     """Realize the deferred (now granted and pending) scale-ins and migrations of every app whose
     window is open, one at a time, and start nothing once the window has closed."""
-    from streamops.execute import mechanisms
+    from streamops import quality
+    from streamops.execute import reconfigure
 
     windows = open_windows(now)
     if not windows:
@@ -181,7 +180,7 @@ def maintenance_window(now: datetime | None = None) -> dict[str, Any]:
     reg = registry.load()
     for app, closes in windows.items():
         _say(f"app {app}: action=maintenance-window open until {closes:%H:%M} UTC")
-        outcomes = mechanisms.resume(reg, progress=_say, statuses=("pending",), apps=[app],
+        outcomes = reconfigure.resume(reg, progress=_say, gate=quality.gate_new_run, statuses=("pending",), apps=[app],
                                      actions=("scale_in", "migrate"),
                                      keep_going=lambda c=closes: datetime.now(timezone.utc) < c)
         for o in outcomes:

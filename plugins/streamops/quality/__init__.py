@@ -1,6 +1,6 @@
 """Data quality with Great Expectations (GX Core 1.x): suites as code (`suites`), the nightly
-run and the gate after a reconfiguration (`runner`), Spark-side inputs (`spark_frames`, imported
-only when files are validated). Results go to `dq_results`; docs/reporting.md "Data quality"."""
+run and the gate after a reconfiguration (`runner`). The suites that need Spark run as a job of
+their own, `spark_apps/quality_files.py`. Results go to `dq_results`; docs/reporting.md "Data quality"."""
 
 import logging
 

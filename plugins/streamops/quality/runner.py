@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import great_expectations as gx
@@ -94,10 +98,8 @@ class Validator:
     """One GX context and one PostgreSQL data source for a run of several validations."""
 
     def __init__(self, engine: Engine | None = None) -> None:
-        self.engine = engine or db.engine()
         self.context = new_context()
-        url = self.engine.url.render_as_string(hide_password=False)
-        self.pg = self.context.data_sources.add_postgres("streamops", connection_string=url)
+        self.pg = self.context.data_sources.add_postgres("streamops", connection_string=db.connection_url(engine))
         self._spark = None
         self._n = 0
 
@@ -176,7 +178,7 @@ def _error_result(suite: str, target: str, app: str | None, day: date, e: Except
 
 def store(results: list[Result], engine: Engine | None = None) -> list[Result]:
     out = []
-    with (engine or db.engine()).begin() as conn:
+    with db.transaction(engine) as conn:
         for r in results:
             row = conn.execute(db.query("dq_result_insert"), {
                 "suite": r.suite, "target": r.target, "app": r.app, "day": r.day, "success": r.success,
@@ -188,19 +190,20 @@ def store(results: list[Result], engine: Engine | None = None) -> list[Result]:
 
 # -- the nightly suites ---------------------------------------------------------------------------
 
-def _day_bounds(day: date) -> tuple[datetime, datetime]:
+def day_bounds(day: date) -> tuple[datetime, datetime]:
     """The UTC day, for file modification times (the SQL suites use the server's TimeZone days,
     UTC on the embedded cluster)."""
     start = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
     return start, start + timedelta(days=1)
 
 
-def _targets(engine: Engine, day: date, app: str | None) -> list[dict]:
-    with engine.connect() as conn:
+def targets(day: date, app: str | None, engine: Engine | None = None) -> list[dict]:
+    """The stages (with their spec) that have metrics or outputs on `day`, of `app` or every app."""
+    with db.connection(engine) as conn:
         return [dict(r._mapping) for r in conn.execute(db.query("dq_targets"), {"day": day, "app": app})]
 
 
-def _guard(suite: str, target: str, app: str | None, day: date, fn) -> Result:
+def guard(suite: str, target: str, app: str | None, day: date, fn) -> Result:
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - a broken target must not hide the others' results
@@ -208,7 +211,7 @@ def _guard(suite: str, target: str, app: str | None, day: date, fn) -> Result:
         return _error_result(suite, target, app, day, e)
 
 
-def run_suites(day: date, app: str | None = None, *, engine: Engine | None = None, spark=None,
+def run_suites(day: date, app: str | None = None, *, engine: Engine | None = None,
                files: bool = True, max_files: int = 200) -> list[Result]:
     """Validate `day` (for `app`, or every app) and store every result in dq_results.
 
@@ -217,70 +220,105 @@ def run_suites(day: date, app: str | None = None, *, engine: Engine | None = Non
       per stage with a Parquet sink, its directory's files of that day, through Spark (target: path);
     - input_records: per stage with a file source, up to `max_files` of its input files published
       that day (evenly spread), through Spark (target: `<stage id>:<input dir>`).
-    `files=False` skips the two Spark suites. `spark`: a session to use; one local[1] session is
-    started only if there are files to validate, and stopped afterwards."""
-    engine = engine or db.engine()
+    `files=False` skips the two Spark suites (a job of their own: `spark_apps/quality_files.py`)."""
     with Validator(engine) as v:
-        results = _validate_day(v, engine, day, app, spark, files, max_files)
+        results = _validate_day(v, engine, day, app)
     stored = store(results, engine)
+    if files:
+        stored += _file_suites(day, app, max_files, engine)
     log.info("data quality %s: %d validations, %d failed", day, len(stored), sum(not r.success for r in stored))
     return stored
 
 
-def _validate_day(v: Validator, engine: Engine, day: date, app: str | None, spark, files: bool,
-                  max_files: int) -> list[Result]:
-    targets = _targets(engine, day, app)
+def _validate_day(v: Validator, engine: Engine | None, day: date, app: str | None) -> list[Result]:
+    found = targets(day, app, engine)
     results: list[Result] = []
-    for a in sorted({t["app"] for t in targets if t["has_metrics"]}):
-        results.append(_guard(suites.STAGE_METRICS, f"stage_metrics:{a}", a, day, lambda a=a: to_result(
+    for a in sorted({t["app"] for t in found if t["has_metrics"]}):
+        results.append(guard(suites.STAGE_METRICS, f"stage_metrics:{a}", a, day, lambda a=a: to_result(
             v.validate_query(sql_text("dq_stage_metrics_day", day=day.isoformat(), app=a), suites.stage_metrics_suite()),
             suites.STAGE_METRICS, f"stage_metrics:{a}", a, day)))
-    for t in targets:
+    for t in found:
         sink = (t["spec"] or {}).get("sink") or {"kind": "postgres"}
         if sink.get("kind", "postgres") == "postgres" and t["has_outputs"]:
-            results.append(_guard(suites.SINK_OUTPUTS, t["stage_id"], t["app"], day, lambda t=t: to_result(
+            results.append(guard(suites.SINK_OUTPUTS, t["stage_id"], t["app"], day, lambda t=t: to_result(
                 v.validate_query(sql_text("dq_sink_outputs_day", day=day.isoformat(), stage_id=t["stage_id"]),
                                  suites.sink_outputs_suite()),
                 suites.SINK_OUTPUTS, t["stage_id"], t["app"], day)))
-    if files:
-        results += _file_suites(v, targets, day, spark, max_files)
     return results
 
 
-def _file_suites(v: Validator, targets: list[dict], day: date, spark, max_files: int) -> list[Result]:
-    from streamops.quality import spark_frames as sf
+def files_between(directory: Path, start: datetime, end: datetime, max_files: int | None,
+                  pattern: str = "part-*.json") -> list[Path]:
+    """Files under `directory` matching `pattern` last modified (published) in [start, end), in
+    name order; at most `max_files`, evenly spread over them (a day of input can be millions of rows)."""
+    if not Path(directory).is_dir():
+        return []
+    lo, hi = start.timestamp(), end.timestamp()
+    files = sorted(p for p in Path(directory).glob(pattern) if lo <= p.stat().st_mtime < hi)
+    if max_files and len(files) > max_files:
+        step = len(files) / max_files
+        files = [files[int(i * step)] for i in range(max_files)]
+    return files
+
+
+@dataclass(frozen=True)
+class FileWork:
+    """One file-based validation: `suite` on `files` (under `directory`) for `target`."""
+    suite: str
+    target: str
+    app: str
+    workload: str
+    directory: Path
+    files: list[Path]
+
+
+def file_work(found: list[dict], day: date, max_files: int) -> list[FileWork]:
+    """The file-based validations of `day`: input_records per stage with a file source (up to
+    `max_files` of the files it published that day, evenly spread), sink_outputs_parquet per
+    Parquet sink (that day's batch files). Stages without files that day have none."""
     from streamops.registry import resolve_path
 
-    start, end = _day_bounds(day)
-    work = []  # (suite, target, app, thunk)
-    for t in targets:
+    start, end = day_bounds(day)
+    work = []
+    for t in found:
         spec = t["spec"] or {}
         src, sink = spec.get("source") or {}, spec.get("sink") or {}
         if src.get("kind", "files") == "files" and src.get("path"):
             d = resolve_path(src["path"])
-            picked = sf.files_between(d, start, end, max_files)
+            picked = files_between(d, start, end, max_files)
             if picked:
-                work.append((suites.INPUT_RECORDS, f"{t['stage_id']}:{d}", t["app"],
-                             lambda s, t=t, picked=picked: sf.validate_input_files(v, s, picked, t["workload"])))
+                work.append(FileWork(suites.INPUT_RECORDS, f"{t['stage_id']}:{d}", t["app"], t["workload"], d, picked))
         if sink.get("kind") == "parquet" and sink.get("path"):
             d = resolve_path(sink["path"])
-            picked = sf.files_between(d, start, end, None, pattern="batch_id=*/*.parquet")
+            picked = files_between(d, start, end, None, pattern="batch_id=*/*.parquet")
             if picked:
-                work.append((suites.SINK_PARQUET, str(d), t["app"],
-                             lambda s, d=d, picked=picked: sf.validate_parquet_sink(v, s, d, picked)))
-    if not work:
-        return []
-    own = spark is None
-    if own:
-        from spark_apps.stage import build_session
+                work.append(FileWork(suites.SINK_PARQUET, str(d), t["app"], t["workload"], d, picked))
+    return work
 
-        spark = build_session("streamops-data-quality", cores=1, state_partitions=1)
-    try:
-        return [_guard(suite, target, app, day, lambda thunk=thunk, suite=suite, target=target, app=app: to_result(
-            thunk(spark), suite, target, app, day)) for suite, target, app, thunk in work]
-    finally:
-        if own:
-            spark.stop()
+
+def _file_suites(day: date, app: str | None, max_files: int, engine: Engine | None) -> list[Result]:
+    """The suites that need Spark, in `spark_apps/quality_files.py` as a process of its own (the
+    control plane imports no Spark); it stores its results and prints them. Started only when
+    there are files to validate. A job that fails is one failed result."""
+    from streamops.paths import REPO_ROOT
+
+    if not file_work(targets(day, app, engine), day, max_files):
+        return []
+    argv = [sys.executable, str(REPO_ROOT / "spark_apps" / "quality_files.py"), "--day", day.isoformat(),
+            "--max-files", str(max_files)] + (["--app", app] if app else [])
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "STREAMOPS_DATABASE_URL": db.connection_url(engine)}
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(REPO_ROOT))
+    out = []
+    for line in res.stdout.splitlines():
+        if line.startswith("RESULT "):
+            d = json.loads(line.removeprefix("RESULT "))
+            out.append(Result(**{**d, "day": date.fromisoformat(d["day"])}))
+    if res.returncode != 0:
+        tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        log.error("data quality: the Spark file suites failed (exit %d): %s", res.returncode, tail)
+        out += store([_error_result(suites.INPUT_RECORDS, "spark_apps/quality_files.py", app, day,
+                                    RuntimeError(f"exit {res.returncode}: {tail}"))], engine)
+    return out
 
 
 # -- the gate after a reconfiguration -------------------------------------------------------------
@@ -293,13 +331,9 @@ def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, 
     behind overwrites its first batches' keys within seconds). About 0.3 s (1 s for the first GX validation in a process): two small queries
     and their GX checks.
 
-    How a reconfiguration mechanism calls it (execute/mechanisms.py): after the new run's
-    `first_batch_done` (better: once it has committed `first_batches` batches, or at its
-    catch-up deadline) and before the reconfiguration is declared done:
-
-        gate = quality.gate_new_run(new_deployment_id, first_batches=5)
-        if not gate.passed:
-            _rollback(ex, gate.reason)      # the execution issue's rollback to the previous run
+    It is the `gate` the CLI and the Airflow tasks pass to `execute.reconfigure.execute`, which
+    calls it once the new run has caught up (and its first batches' metrics are written), before
+    the reconfiguration is declared done; a failed gate rolls back with `reason`.
 
     `details` carries every failed expectation; with `record` the two validations are also
     stored in dq_results (suites gate_stage_metrics / gate_sink_outputs, target
@@ -309,8 +343,7 @@ def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, 
     closed: a deployment that does not exist, or a validation that cannot run (a SQL error),
     fails it."""
     started = time.monotonic()
-    engine = engine or db.engine()
-    with engine.connect() as conn:
+    with db.connection(engine) as conn:
         dep = conn.execute(db.query("dq_deployment"), {"deployment_id": deployment_id}).first()
     if dep is None:
         return GateResult(False, {"deployment_id": deployment_id, "error": "no such deployment"})
@@ -332,14 +365,14 @@ def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, 
 def _gate_validations(v: Validator, dep, deployment_id: int, first_batches: int, today: date) -> list[Result]:
     target = f"{dep.stage_id}#{deployment_id}"
     since = (dep.started_at - timedelta(minutes=5)).isoformat()
-    results = [_guard(suites.GATE_STAGE_METRICS, target, dep.app, today, lambda: to_result(
+    results = [guard(suites.GATE_STAGE_METRICS, target, dep.app, today, lambda: to_result(
         v.validate_query(sql_text("dq_stage_metrics_deployment", deployment_id=deployment_id, stage_id=dep.stage_id,
                                   since=since, n=first_batches),
                          suites.stage_metrics_suite(suites.GATE_STAGE_METRICS, min_rows=1)),
         suites.GATE_STAGE_METRICS, target, dep.app, today))]
     sink_kind = (dep.sink or {}).get("kind", "postgres")
     if sink_kind == "postgres":
-        results.append(_guard(suites.GATE_SINK_OUTPUTS, target, dep.app, today, lambda: to_result(
+        results.append(guard(suites.GATE_SINK_OUTPUTS, target, dep.app, today, lambda: to_result(
             v.validate_query(sql_text("dq_sink_outputs_batches", deployment_id=deployment_id, stage_id=dep.stage_id),
                              suites.sink_outputs_suite(suites.GATE_SINK_OUTPUTS)),
             suites.GATE_SINK_OUTPUTS, target, dep.app, today)))

@@ -184,15 +184,11 @@ def build_report(day: date | None = None, app: str | None = None, out_dir: Path 
     t0 = time.monotonic()
     day = day or yesterday_utc()
     scope = app or "all apps"
-    eng = engine or db.engine()
     target = report_dir(day, app, out_dir)
     target.mkdir(parents=True, exist_ok=True)
     p = {"day": day, "app": app}
-    with eng.begin() as conn:
-        # One pass over a day's partition: JIT compiling costs more than it saves (0.4 s of 1.1 s
-        # for 10 stages), and a little more memory keeps the per-bucket sort off disk.
-        conn.exec_driver_sql("SET LOCAL jit = off")
-        conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
+    with db.transaction(engine) as conn:
+        conn.execute(db.query("report_tuning"))
         apps = _rows(conn, "report_apps", app=app)
         if app and not apps:
             raise ValueError(f"no app {app!r} in the database; known: run `streamops deploy` first")
@@ -232,7 +228,7 @@ def build_report(day: date | None = None, app: str | None = None, out_dir: Path 
     elapsed_ms = (time.monotonic() - t0) * 1000
     record = {"apps": {s.app: asdict(s) for s in summary},
               "dq": {"results": len(dq), "failed": sum(1 for r in dq if not r["success"])}}
-    with eng.begin() as conn:
+    with db.transaction(engine) as conn:
         conn.execute(db.query("report_insert"), {"day": day, "app": app, "path": str(index.resolve()),
                                                  "duration_ms": elapsed_ms, "summary": json.dumps(record)})
     met = sum(s.slo_met for s in summary)
@@ -242,13 +238,13 @@ def build_report(day: date | None = None, app: str | None = None, out_dir: Path 
 
 
 def day_has_metrics(day: date, engine: Engine | None = None) -> bool:
-    with (engine or db.engine()).connect() as conn:
+    with db.connection(engine) as conn:
         return bool(conn.execute(db.query("day_has_metrics"), {"day": day}).scalar())
 
 
 def last_report(engine: Engine | None = None) -> dict | None:
     """The most recently written report (`reports` row), or None."""
-    with (engine or db.engine()).connect() as conn:
+    with db.connection(engine) as conn:
         row = conn.execute(db.query("report_last")).first()
     return dict(row._mapping) if row else None
 
@@ -265,8 +261,7 @@ def day_of_run(override: str | None, data_interval_start: datetime | None, run_a
 
 def missed_days(until: date, max_days: int = 7, engine: Engine | None = None) -> list[date]:
     """Days before `until` (at most `max_days` back) with metrics but no all-apps report."""
-    engine = engine or db.engine()
-    with engine.connect() as conn:
+    with db.connection(engine) as conn:
         return [r.day for r in conn.execute(db.query("report_missed_days"), {"until": until, "max_days": max_days})]
 
 

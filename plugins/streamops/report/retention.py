@@ -33,9 +33,8 @@ def apply_retention(keep_days: int | None = None, today: date | None = None,
     """One transaction: drop partitions of days before `today - keep_days`, purge the default
     partition before that cutoff, ensure today's and tomorrow's partitions exist."""
     keep = keep_days_setting() if keep_days is None else keep_days
-    eng = engine or db.engine()
-    with eng.begin() as conn:
-        today = today or conn.exec_driver_sql("SELECT current_date").scalar_one()
+    with db.transaction(engine) as conn:
+        today = today or conn.execute(db.query("today")).scalar_one()
         rows = conn.execute(db.query("metrics_retention"), {"keep_days": keep, "today": today}).all()
     dropped = [r.target for r in rows if r.action == "dropped"]
     deleted = sum(int(r.detail.split()[0]) for r in rows if r.action == "deleted")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from typing import Any, Iterator
 
-from sqlalchemy import Engine, TextClause, create_engine, text
+from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
 
 from streamops.paths import sql_dir
 from streamops.store import embedded
@@ -49,3 +51,50 @@ def engine(url: str | None = None) -> Engine:
 def query(name: str) -> TextClause:
     """The statement in `sql/queries/<name>.sql`."""
     return text((sql_dir() / "queries" / f"{name}.sql").read_text())
+
+
+# -- units of work: the only way code outside store/ reaches the database ------------------------
+@contextlib.contextmanager
+def transaction(on: Engine | None = None) -> Iterator[Connection]:
+    """A connection in a transaction, committed on success and rolled back on an exception;
+    on the process's database, or on engine `on` (a test's, a report's own)."""
+    with (on or engine()).begin() as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def connection(on: Engine | None = None) -> Iterator[Connection]:
+    """A connection for reads (autobegin; nothing is committed unless the caller commits)."""
+    with (on or engine()).connect() as conn:
+        yield conn
+
+
+def rows(name: str, **params: Any) -> list[Row]:
+    """Every row of the named query."""
+    with engine().connect() as conn:
+        return conn.execute(query(name), params).all()
+
+
+def row(name: str, **params: Any) -> Row | None:
+    """The first row of the named query, or None."""
+    with engine().connect() as conn:
+        return conn.execute(query(name), params).first()
+
+
+def value(name: str, **params: Any) -> Any:
+    """The first column of the first row of the named query, or None."""
+    with engine().connect() as conn:
+        return conn.execute(query(name), params).scalar()
+
+
+def write(name: str, **params: Any) -> Row | None:
+    """Run the named statement in its own transaction; its first RETURNING row, if any."""
+    with engine().begin() as conn:
+        res = conn.execute(query(name), params)
+        return res.first() if res.returns_rows else None
+
+
+def connection_url(on: Engine | None = None) -> str:
+    """The SQLAlchemy URL (password included) of the process's database or of engine `on`, for
+    libraries that build their own engine (Great Expectations' data source)."""
+    return (on or engine()).url.render_as_string(hide_password=False)

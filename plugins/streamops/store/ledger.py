@@ -1,28 +1,136 @@
-"""Run-state lookups shared by stages, mechanisms and recovery, with their SQL in sql/queries/.
+"""The run ledger: every read and write of `deployments` (and the stop commands sent to them),
+plus admission and the registry's pools/apps/stages rows. SQL is in sql/queries/.
 
-The first piece of the ledger issue 12 asks for: the "latest run of a stage" query existed in
-four near-copies (`stages.current_config`, `mechanisms._live`, `_last_run`, `_previous_config`).
+Functions take plain values and return rows; deciding what to do with them is execute/'s job.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from sqlalchemy import Connection, Row
 
 from streamops.store import db
 
 
-def latest_run(stage_id: str, *, live: bool = False, before: datetime | None = None):
+# -- the registry's rows ------------------------------------------------------------------------
+def sync_catalog(pools: Iterable[dict], apps: Iterable[dict], stages: Iterable[dict]) -> None:
+    """Upsert pools, apps and stages (rows shaped as pool_upsert/app_upsert/stage_upsert expect) at once."""
+    with db.transaction() as conn:
+        for p in pools:
+            conn.execute(db.query("pool_upsert"), p)
+        for a in apps:
+            conn.execute(db.query("app_upsert"), a)
+        for s in stages:
+            conn.execute(db.query("stage_upsert"), s)
+
+
+def pool_room(pool: str, size: int | None = None) -> tuple[int, int]:
+    """(free, total) cores of a pool: of `size` if given (the registry's, as admission sees it),
+    else of its deployed size."""
+    with db.connection() as conn:
+        used = conn.execute(db.query("pool_cores_in_use"), {"pool": pool}).scalar_one()
+        total = size if size is not None else conn.execute(db.query("pool_cores"), {"pool": pool}).scalar() or 0
+    return total - used, total
+
+
+# -- runs -----------------------------------------------------------------------------------------
+def latest_run(stage_id: str, *, live: bool = False, before: datetime | None = None) -> Row | None:
     """The stage's latest primary run (a `deployments` row), or None: only a live one with
     `live`, only one started before `before` with `before`."""
-    with db.engine().connect() as conn:
-        return conn.execute(db.query("latest_run"),
-                            {"stage_id": stage_id, "live": live, "before": before}).first()
+    return db.row("latest_run", stage_id=stage_id, live=live, before=before)
 
 
-def link_reconfiguration(rid: int, *, old_deployment_id: int | None = None, new_deployment_id: int | None = None,
-                         staged_checkpoint: str | None = None) -> None:
-    """Record which runs (and staged copy) reconfiguration `rid` used."""
-    with db.engine().begin() as conn:
-        conn.execute(db.query("reconfiguration_link"), {
-            "id": rid, "old_deployment_id": old_deployment_id, "new_deployment_id": new_deployment_id,
-            "staged_checkpoint": staged_checkpoint})
+def deployment(dep_id: int) -> Row:
+    return db.row("deployment_get", id=dep_id)
+
+
+def first_commit(dep_id: int) -> datetime | None:
+    """When the run's first batch reached the sink, or None."""
+    return db.value("first_commit_of", deployment_id=dep_id)
+
+
+def finish(dep_id: int, status: str, reason: str, exit_code: int | None = None, conn: Connection | None = None) -> None:
+    """The final word on a live run (a run already finished keeps its own)."""
+    params = {"id": dep_id, "status": status, "reason": reason, "exit_code": exit_code}
+    if conn is not None:
+        conn.execute(db.query("deployment_finished"), params)
+    else:
+        db.write("deployment_finished", **params)
+
+
+def promote(dep_id: int) -> None:
+    """An active backup's secondary becomes the primary."""
+    db.write("deployment_promote", id=dep_id)
+
+
+def mark_launched(dep_id: int, pid: int | None, driver_id: str | None, log_path: str | None) -> None:
+    db.write("deployment_launched", id=dep_id, pid=pid, driver_id=driver_id, log_path=log_path)
+
+
+def mark_running(dep_id: int, driver_id: str, pid: int, host: str) -> None:
+    """The driver's own report that its queries run."""
+    db.write("deployment_running", id=dep_id, driver_id=driver_id, pid=pid, host=host)
+
+
+def command_done(command_id: int, outcome: str | None) -> None:
+    db.write("command_done", id=command_id, outcome=outcome)
+
+
+def _reap(conn: Connection, dep: Row, is_alive: Callable[[Row], bool]) -> bool:
+    """Mark a live row whose process is gone as failed; whether it was. A run `starting`
+    without a pid is being launched by another caller right now: not gone."""
+    if is_alive(dep) or (dep.status == "starting" and dep.pid is None):
+        return False
+    finish(dep.id, "failed", "driver process gone (found by start/stop)", conn=conn)
+    return True
+
+
+@dataclass(frozen=True)
+class Admission:
+    deployment_id: int
+    live: Row | None = None  # the run already live (nothing was inserted)
+    refused: str | None = None
+
+
+def admit(stage_id: str, role: str, pool: str, pool_cores: int, cores: int, is_alive: Callable[[Row], bool],
+          **run: Any) -> Admission:
+    """Admission under the pool's lock: the live run if there is one; else a new `deployments` row,
+    `starting`, or `refused` (with the reason) when the pool has fewer than `cores` free.
+    `run` holds the row's other columns (state_partitions, config, launcher, checkpoint)."""
+    with db.transaction() as conn:
+        conn.execute(db.query("pool_lock"), {"pool": pool})
+        live = conn.execute(db.query("live_deployment"), {"stage_id": stage_id, "role": role}).first()
+        if live is not None and not _reap(conn, live, is_alive):
+            return Admission(live.id, live=live)
+        used = conn.execute(db.query("pool_cores_in_use"), {"pool": pool}).scalar_one()
+        refused = None
+        if used + cores > pool_cores:
+            refused = f"pool {pool!r} has {pool_cores - used} free of {pool_cores} cores; stage {stage_id} needs {cores}"
+        dep_id = conn.execute(db.query("deployment_insert"), {
+            "stage_id": stage_id, "pool": pool, "cores": cores, "role": role,
+            "status": "refused" if refused else "starting", "reason": refused,
+            **run, "config": json.dumps(run["config"]),
+        }).scalar_one()
+    return Admission(dep_id, refused=refused)
+
+
+def request_stop(stage_id: str, role: str, is_alive: Callable[[Row], bool], requested_by: str,
+                 deadline_s: float) -> tuple[Row | None, bool]:
+    """Mark the live run `stopping` and send its driver a stop command: (the run, whether it was
+    alive). (None, False) if the stage has no live run."""
+    with db.transaction() as conn:
+        dep = conn.execute(db.query("live_deployment"), {"stage_id": stage_id, "role": role}).first()
+        if dep is None:
+            return None, False
+        if _reap(conn, dep, is_alive):
+            return dep, False
+        conn.execute(db.query("deployment_stopping"), {"id": dep.id})
+        conn.execute(db.query("stop_command_insert"), {
+            "stage_id": stage_id, "deployment_id": dep.id, "args": json.dumps({"deadline_s": deadline_s}),
+            "requested_by": requested_by,
+        })
+    return dep, True

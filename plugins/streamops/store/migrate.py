@@ -9,33 +9,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from streamops.paths import sql_dir
+from streamops.store import db
 
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 # Any constant works; it only has to be the same for every process that migrates.
 _LOCK_KEY = 0x5354524D  # "STRM"
-
-_BOOKKEEPING = """
-CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    integer PRIMARY KEY,
-    name       text NOT NULL,
-    checksum   text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)
-"""
-
-
-_REPORTS_BOOKKEEPING = """
-CREATE TABLE IF NOT EXISTS schema_reports (
-    id         boolean PRIMARY KEY DEFAULT true CHECK (id),
-    checksum   text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)
-"""
 
 
 class MigrationError(RuntimeError):
@@ -71,17 +54,17 @@ def discover(directory: Path | None = None) -> list[Migration]:
     return found
 
 
-def apply(engine: Engine, directory: Path | None = None) -> list[Migration]:
-    """Apply pending migrations; returns those applied now. Safe to run concurrently and repeatedly."""
+def apply(engine: Engine | None = None, directory: Path | None = None) -> list[Migration]:
+    """Apply pending migrations (to the process's database, or `engine`); returns those applied
+    now. Safe to run concurrently and repeatedly."""
+    engine = engine or db.engine()
     applied_now = []
     for m in discover(directory):
         # One transaction per file: a failing file leaves no trace, and earlier files stay applied.
         with engine.begin() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
-            conn.exec_driver_sql(_BOOKKEEPING)
-            row = conn.execute(
-                text("SELECT checksum FROM schema_migrations WHERE version = :v"), {"v": m.version}
-            ).first()
+            conn.execute(db.query("migrations_lock"), {"k": _LOCK_KEY})
+            conn.execute(db.query("migrations_bookkeeping"))
+            row = conn.execute(db.query("migration_checksum"), {"v": m.version}).first()
             if row is not None:
                 if row.checksum != m.checksum:
                     log.warning("migration %s was edited after it was applied; add a new migration instead", m.path.name)
@@ -92,10 +75,7 @@ def apply(engine: Engine, directory: Path | None = None) -> list[Migration]:
             except Exception as e:
                 cause = getattr(e, "orig", e)
                 raise MigrationError(f"migration {m.path.name} failed and was rolled back: {cause}".strip()) from e
-            conn.execute(
-                text("INSERT INTO schema_migrations (version, name, checksum) VALUES (:v, :n, :c)"),
-                {"v": m.version, "n": m.name, "c": m.checksum},
-            )
+            conn.execute(db.query("migration_record"), {"v": m.version, "n": m.name, "c": m.checksum})
             applied_now.append(m)
             log.info("applied migration %s", m.path.name)
     if directory is None:
@@ -113,19 +93,17 @@ def apply_reports(engine: Engine, directory: Path | None = None) -> bool:
         return False
     digest = hashlib.sha256(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in files)).hexdigest()
     with engine.begin() as conn:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
-        conn.exec_driver_sql(_REPORTS_BOOKKEEPING)
-        if conn.execute(text("SELECT checksum FROM schema_reports")).scalar() == digest:
+        conn.execute(db.query("migrations_lock"), {"k": _LOCK_KEY})
+        conn.execute(db.query("reports_bookkeeping"))
+        if conn.execute(db.query("reports_checksum")).scalar() == digest:
             return False
         cur = conn.connection.cursor()
-        cur.execute("DROP SCHEMA IF EXISTS reporting CASCADE")
+        cur.execute(db.query("reports_drop").text)
         for p in files:
             try:
                 cur.execute(p.read_text())
             except Exception as e:
                 raise MigrationError(f"reporting SQL {p.name} failed and was rolled back: {e}".strip()) from e
-        conn.execute(text("INSERT INTO schema_reports (checksum) VALUES (:c) "
-                          "ON CONFLICT (id) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()"),
-                     {"c": digest})
+        conn.execute(db.query("reports_record"), {"c": digest})
     log.info("re-created the reporting schema from %d file(s)", len(files))
     return True

@@ -1,0 +1,251 @@
+"""Realize `reconfigurations` rows: request → claim → mechanism → first batch → catch-up →
+quality gate → done, or roll back. Each phase is stamped on the row and the output gap
+(downtime) is measured from the sink's commits.
+
+Persist first, then act: the row is `pending` before anything happens, is claimed atomically
+(`running`), and the stage's executor lock is held while acting, so two callers never
+reconfigure one stage at once and a dead executor's row can be found and finished (`resume`).
+The quality gate is passed in by the caller (`gate=quality.gate_new_run`): execute/ does not
+import the data-quality code.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol
+
+from sqlalchemy import Row
+
+from streamops import registry
+from streamops.agent.metrics import FileSourceBacklog
+from streamops.execute import stages
+from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, restore_previous, \
+    source_of, wait_first_batch
+from streamops.plan.change import InvalidChange, stage_of, validate_change
+from streamops.plan.mechanism import choose_mechanism
+from streamops.store import ledger
+from streamops.store import reconfigurations as rstore
+from streamops.waiting import wait_until
+
+log = logging.getLogger("streamops.reconfigure")
+Progress = Callable[[str], None]
+
+GATE_BATCHES = 5
+GATE_METRICS_WAIT_S = 30.0  # the agent's metrics writer retries for longer, but 30 s means it is stuck
+
+
+class ReconfigurationBusy(RuntimeError):
+    """Another executor holds the stage."""
+
+
+class GateVerdict(Protocol):
+    passed: bool
+    reason: str | None
+    details: dict[str, Any]
+
+
+# (a new run's deployment id, how many first batches to judge) → the verdict; quality.gate_new_run
+Gate = Callable[[int, int], GateVerdict]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    reconfiguration_id: int
+    stage_id: str
+    status: str  # done | rolled_back | failed | cancelled
+    downtime_ms: float | None
+    seconds: float
+    detail: str
+
+
+def request(stage_ref: str, action: str, *, cores: int | None = None, partitions: int | None = None,
+            pool: str | None = None, mechanism: str = "pause_resume", reg: registry.Registry | None = None,
+            requested_by: str | None = None) -> int:
+    """Persist a user's reconfiguration as `pending` (first step of every manual change), after
+    `plan.change.validate_change`: a refused request records nothing and stops nothing."""
+    reg = reg or registry.load()
+    if mechanism not in MECHANISMS:
+        raise InvalidChange(f"unknown mechanism {mechanism!r}; available: {', '.join(MECHANISMS)}")
+    sid = stage_of(reg, stage_ref)
+    change = validate_change(reg, sid, action, cores=cores, partitions=partitions, pool=pool,
+                             current=stages.current(sid))
+    rid = rstore.create_user_request(sid, change.action, change.cores, change.pool, change.partitions, mechanism,
+                                     requested_by or f"user:{getpass.getuser()}")
+    if rid is None:
+        raise ReconfigurationBusy(f"stage {sid} already has a pending or running reconfiguration (or never ran)")
+    return rid
+
+
+def _rule_inputs(row: Row) -> tuple[int, int, bool, bool]:
+    """What `choose_mechanism` needs to know, read now."""
+    free, _ = ledger.pool_room(row.target_pool or row.from_pool)
+    return (row.target_cores or row.from_cores or 1, free, rstore.staged_ready(row.stage_id) is not None,
+            ledger.latest_run(row.stage_id, live=True) is not None)
+
+
+def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | None = None, mechanism: str | None = None,
+            deadlines: Deadlines = Deadlines(), fault: str | None = None,
+            progress: Progress = lambda _: None) -> Outcome:
+    """Realize one pending reconfiguration; `gate` judges the new run's first batches.
+    Raises ReconfigurationBusy if another executor holds the stage."""
+    reg = reg or registry.load()
+    started_mono, started = time.monotonic(), datetime.now(timezone.utc)
+    row = rstore.get(reconfiguration_id)
+    if row is None:
+        raise LookupError(f"no reconfiguration {reconfiguration_id}")
+    with rstore.stage_lock(row.stage_id) as free:
+        if not free:
+            raise ReconfigurationBusy(f"stage {row.stage_id} is being reconfigured by another process; "
+                                      f"reconfiguration {reconfiguration_id} stays {row.status}")
+        if mechanism is None and row.mechanism is None and row.status == "pending":
+            mechanism, why = choose_mechanism(row.action, *_rule_inputs(row))
+            progress(f"{row.stage_id}: mechanism {mechanism}: {why}")
+            log.info("stage %s: action=choose-mechanism %s reconfiguration=%d: %s", row.stage_id, mechanism,
+                     reconfiguration_id, why)
+        claimed = rstore.claim(reconfiguration_id, mechanism)
+        if claimed is None:
+            raise ReconfigurationBusy(f"reconfiguration {reconfiguration_id} is {row.status}, not pending")
+        mech = MECHANISMS.get(claimed.mechanism)
+        if mech is None:
+            why = f"unknown mechanism {claimed.mechanism!r}; known: {sorted(MECHANISMS)}"
+            rstore.finish(reconfiguration_id, "failed", why, None, None)
+            raise ValueError(why)
+        ex = Execution(claimed, reg, progress, deadlines, fault)
+        progress(f"{row.stage_id}: {claimed.action} {claimed.from_cores}→{claimed.target_cores} cores with {mech.name} "
+                 f"(reconfiguration {reconfiguration_id})")
+        return _run(ex, mech, gate, started, started_mono)
+
+
+def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_mono: float) -> Outcome:
+    rid = ex.row.id
+    try:
+        mech.run(ex)
+        dep = ledger.deployment(ex.new_deployment_id)
+        why_not = wait_first_batch(ex, dep.id)
+        if why_not:
+            raise RuntimeError(why_not)
+        behind = _wait_caught_up(ex, dep)
+        gate_failure = _quality_gate(ex, dep.id, gate)
+        if gate_failure:
+            raise RuntimeError(gate_failure)
+        downtime = rstore.output_gap_ms(ex.stage_id, started)
+        outcome = f"{ex.row.action} done with {mech.name}"
+        if behind:
+            outcome += f"; still {behind} input files behind after {ex.deadlines.caught_up_s:.0f}s"
+        rstore.finish(rid, "done", outcome, None, downtime)
+        if ex.rollback_copy is not None:
+            shutil.rmtree(ex.rollback_copy, ignore_errors=True)
+        ex.progress(f"{ex.stage_id}: done; output gap {downtime / 1000:.1f}s")
+        return Outcome(rid, ex.stage_id, "done", downtime, time.monotonic() - started_mono, "done")
+    except stages.AdmissionRefused as e:
+        if ledger.latest_run(ex.stage_id, live=True) is not None and ex.new_deployment_id is None:
+            # Nothing changed (e.g. active backup needs room for both runs): the stage runs as before.
+            rstore.finish(rid, "cancelled", "refused: the pool lacks cores", str(e), None)
+            ex.progress(f"{ex.stage_id}: {e}")
+            return Outcome(rid, ex.stage_id, "cancelled", None, time.monotonic() - started_mono, str(e))
+        return _rolled_back(ex, mech, str(e), started, started_mono)
+    except Exception as e:
+        return _rolled_back(ex, mech, str(e).splitlines()[0] if str(e) else type(e).__name__, started, started_mono)
+
+
+def _quality_gate(ex: Execution, dep_id: int, gate: Gate) -> str | None:
+    """The data-quality gate on the new run's first batches (issue 6): None if they pass, else
+    the rollback reason. A run that has committed nothing (an idle source) has nothing to judge."""
+    # Judge rows that exist: wait (briefly) for the metrics of the batches the run has committed.
+    def settled() -> tuple[int, int] | None:
+        metrics, commits = rstore.gate_progress(dep_id)
+        return (metrics, commits) if commits == 0 or metrics >= min(GATE_BATCHES, commits) else None
+
+    _, commits = wait_until(settled, GATE_METRICS_WAIT_S) or rstore.gate_progress(dep_id)
+    if commits == 0:
+        ex.progress(f"{ex.stage_id}: quality gate skipped: the new run has no output yet (idle source)")
+        return None
+    verdict = gate(dep_id, GATE_BATCHES)
+    ex.progress(f"{ex.stage_id}: quality gate {'passed' if verdict.passed else 'FAILED'} "
+                f"({verdict.details.get('elapsed_s', 0):.1f}s)")
+    return None if verdict.passed else verdict.reason
+
+
+def _rolled_back(ex: Execution, mech: Mechanism, reason: str, started: datetime, started_mono: float) -> Outcome:
+    rid = ex.row.id
+    try:
+        mech.rollback(ex, reason)
+        downtime = rstore.output_gap_ms(ex.stage_id, started)
+        rstore.finish(rid, "rolled_back", "rolled back to the previous configuration", reason, downtime)
+        return Outcome(rid, ex.stage_id, "rolled_back", downtime, time.monotonic() - started_mono, reason)
+    except Exception as e2:
+        detail = f"{reason}; rollback failed too: {str(e2).splitlines()[0] if str(e2) else type(e2).__name__}"
+        rstore.finish(rid, "failed", "failed; the stage may be down: see the watchdog", detail, None)
+        log.error("stage %s: action=reconfigure failed: %s", ex.stage_id, detail)
+        return Outcome(rid, ex.stage_id, "failed", None, time.monotonic() - started_mono, detail)
+
+
+def _wait_caught_up(ex: Execution, dep: Row) -> int:
+    """Wait until the new run has read the input backlog; 0 then, else the files still unread at
+    the deadline. A run still behind is not a failure (the load may simply exceed it) but the
+    outcome says so: its latency is the catch-up's, not the new configuration's."""
+    backlog = FileSourceBacklog(source_of(dep), Path(dep.checkpoint))
+    if wait_until(lambda: backlog.measure().files <= 1, ex.deadlines.caught_up_s):  # one file may arrive at any moment
+        ex.stamp("caught_up")
+        return 0
+    files = backlog.measure().files
+    log.warning("stage %s: action=catch-up reconfiguration=%d still %d input files behind after %.0fs",
+                ex.stage_id, ex.row.id, files, ex.deadlines.caught_up_s)
+    ex.progress(f"{ex.stage_id}: still {files} input files behind after {ex.deadlines.caught_up_s:.0f}s")
+    return files
+
+
+def resume(reg: registry.Registry | None = None, progress: Progress = lambda _: None, *, gate: Gate | None = None,
+           statuses: tuple[str, ...] = ("pending", "running"), stage_ids: Iterable[str] | None = None,
+           apps: Iterable[str] | None = None, actions: Iterable[str] | None = None,
+           keep_going: Callable[[], bool] = lambda: True) -> list[Outcome]:
+    """Finish what a dead executor left: `running` rows whose stage lock is free are rolled back
+    to the previous configuration unless the new run already committed; `pending` rows are run
+    (with `gate`, required for them). The filters narrow it to some stages, apps or actions;
+    `keep_going` is asked before each row (a maintenance window that closed stops starting new actions)."""
+    reg = reg or registry.load()
+    outcomes = []
+    for row in rstore.to_run(statuses, stage_ids, apps, actions):
+        if not keep_going():
+            progress(f"stopped before reconfiguration {row.id} of {row.stage_id}: no longer allowed to start actions")
+            break
+        try:
+            if row.status == "pending":
+                if gate is None:
+                    raise ValueError("pending reconfigurations need a quality gate: pass gate=")
+                outcomes.append(execute(row.id, gate=gate, reg=reg, progress=progress))
+            else:
+                outcomes.append(_recover_running(row, reg, progress))
+        except ReconfigurationBusy as e:
+            progress(str(e))
+    return outcomes
+
+
+def _recover_running(row: Row, reg: registry.Registry, progress: Progress) -> Outcome:
+    with rstore.stage_lock(row.stage_id) as free:
+        if not free:
+            raise ReconfigurationBusy(f"reconfiguration {row.id} of {row.stage_id} is still being executed")
+        live = ledger.latest_run(row.stage_id, live=True)
+        committed = live is not None and ledger.first_commit(live.id) is not None
+        target_ok = live is not None and (row.target_cores is None or live.cores == row.target_cores) \
+            and (row.target_pool is None or live.pool == row.target_pool)
+        if target_ok and committed and live.started_at >= row.requested_at:
+            rstore.finish(row.id, "done", "completed by --resume: the new run was already committing", None, None)
+            progress(f"{row.stage_id}: reconfiguration {row.id} was complete; marked done")
+            return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
+        ex = Execution(row, reg, progress, Deadlines(), None)
+        ex.old_deployment = ledger.latest_run(row.stage_id, before=row.requested_at)
+        ckpt = Path(ex.old_deployment.checkpoint) if ex.old_deployment else None
+        copy = ckpt.with_name(f"{ckpt.name}.rollback-{row.id}") if ckpt else None
+        # Only a complete copy exists under its final name (copy_stopped renames it into place).
+        # Without one, the executor died before the new run touched the checkpoint: it is intact.
+        ex.rollback_copy = copy if copy is not None and copy.exists() else None
+        restore_previous(ex, "the executor died mid-way")
+        rstore.finish(row.id, "rolled_back", "rolled back by --resume", "the executor died mid-way", None)
+        return Outcome(row.id, row.stage_id, "rolled_back", None, 0.0, "the executor died mid-way")

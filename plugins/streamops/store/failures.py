@@ -1,0 +1,51 @@
+"""Failures and stage health: the watchdog's reads and writes. SQL is in sql/queries/."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Row
+
+from streamops.store import db
+
+
+def watchdog_candidates() -> list[Row]:
+    """Each stage's latest primary run, with its pool's master, health and silence (seconds)."""
+    return db.rows("watchdog_candidates")
+
+
+def open_failure(stage_id: str, app: str, deployment_id: int, kind: str, detail: str,
+                 failed_at: datetime) -> tuple[int, int, bool]:
+    """The stage's open failure, created now if it has none: (id, restarts attempted, created)."""
+    with db.transaction() as conn:
+        row = conn.execute(db.query("failure_open"), {"stage_id": stage_id}).first()
+        if row:
+            return row.id, row.attempts, False
+        last_commit = conn.execute(db.query("last_commit_before"), {"stage_id": stage_id, "ts": failed_at}).scalar()
+        fid = conn.execute(db.query("failure_insert"), {
+            "stage_id": stage_id, "app": app, "deployment_id": deployment_id, "kind": kind, "detail": detail[:2000],
+            "failed_at": failed_at, "last_commit_at": last_commit}).scalar_one()
+    return fid, 0, True
+
+
+def count_attempt(failure_id: int) -> None:
+    db.write("failure_attempt", id=failure_id)
+
+
+def recovered(failure_id: int, at: datetime, deployment_id: int) -> Row:
+    """Close the failure at the first output `at` of run `deployment_id`: its (mttr_ms, downtime_ms)."""
+    return db.write("failure_recovered", id=failure_id, at=at, deployment_id=deployment_id)
+
+
+def give_up(failure_id: int, reason: str) -> None:
+    """Close the failure as given up and mark its stage `failed`."""
+    db.write("failure_give_up", id=failure_id, reason=reason[:2000])
+
+
+def stages_health() -> list[Row]:
+    """(stage_id, app, health, health_reason) of every stage."""
+    return db.rows("stages_health")
+
+
+def clear_health(stage_ids: list[str]) -> None:
+    db.write("stages_health_clear", stage_ids=stage_ids)

@@ -1,0 +1,125 @@
+"""Reconfiguration rows, the per-stage executor lock, staged checkpoint copies and the output
+gap a change caused. SQL is in sql/queries/; deciding and acting is execute/'s job."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Iterable, Iterator
+
+from sqlalchemy import Row
+
+from streamops.store import db
+
+
+# -- the stage lock ------------------------------------------------------------------------------
+@contextlib.contextmanager
+def stage_lock(stage_id: str) -> Iterator[bool]:
+    """Hold the stage's executor lock for a whole action; yields whether it was free. A
+    session-level advisory lock on a connection kept for the duration: reconfigurations and the
+    watchdog's restarts take it, so two never act on one stage at once."""
+    with db.engine().connect() as conn:
+        got = bool(conn.execute(db.query("reconfiguration_lock_try"), {"stage_id": stage_id}).scalar())
+        conn.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                # Explicitly: closing a pooled connection does not end its session, so the lock would outlive us.
+                conn.execute(db.query("reconfiguration_unlock"), {"stage_id": stage_id})
+                conn.commit()
+
+
+# -- rows ------------------------------------------------------------------------------------------
+def get(rid: int) -> Row | None:
+    return db.row("reconfiguration_get", id=rid)
+
+
+def claim(rid: int, mechanism: str | None) -> Row | None:
+    """`pending` → `running` atomically (with the mechanism, if it was chosen now); None if not pending."""
+    return db.write("reconfiguration_claim", id=rid, mechanism=mechanism)
+
+
+def stamp(rid: int, phase: str) -> None:
+    db.write("reconfiguration_phase", id=rid, phase=phase)
+
+
+def finish(rid: int, status: str, outcome: str, rollback_reason: str | None, downtime_ms: float | None) -> None:
+    db.write("reconfiguration_finish", id=rid, status=status, outcome=outcome, rollback_reason=rollback_reason,
+             downtime_ms=downtime_ms)
+
+
+def link(rid: int, *, old_deployment_id: int | None = None, new_deployment_id: int | None = None,
+         staged_checkpoint: str | None = None) -> None:
+    """Record which runs (and staged copy) reconfiguration `rid` used."""
+    db.write("reconfiguration_link", id=rid, old_deployment_id=old_deployment_id,
+             new_deployment_id=new_deployment_id, staged_checkpoint=staged_checkpoint)
+
+
+def record_repartition(rid: int, ms: float) -> None:
+    """How long the new driver's offline state repartition took."""
+    db.write("reconfiguration_repartition", id=rid, ms=ms)
+
+
+def create_user_request(stage_id: str, action: str, cores: int | None, pool: str | None, partitions: int | None,
+                        mechanism: str, requested_by: str) -> int | None:
+    """A person's reconfiguration, `pending`; None if the stage already has an active one (or never ran)."""
+    r = db.write("reconfiguration_user", stage_id=stage_id, action=action, target_cores=cores, target_pool=pool,
+                 target_partitions=partitions, mechanism=mechanism, requested_by=requested_by)
+    return r.id if r else None
+
+
+def to_run(statuses: Iterable[str], stage_ids: Iterable[str] | None, apps: Iterable[str] | None,
+           actions: Iterable[str] | None) -> list[Row]:
+    """Reconfigurations in `statuses`, narrowed to some stages, apps or actions (None: all)."""
+    listed = lambda xs: None if xs is None else list(xs)  # noqa: E731
+    return db.rows("reconfigurations_to_run", statuses=list(statuses), stages=listed(stage_ids), apps=listed(apps),
+                   actions=listed(actions))
+
+
+def active_stage_ids() -> set[str]:
+    """Stages with a `running` reconfiguration."""
+    return {r.stage_id for r in db.rows("reconfigurations_running")}
+
+
+# -- measurements ------------------------------------------------------------------------------------
+def output_gap_ms(stage_id: str, since: datetime) -> float:
+    """The longest gap between the stage's output commits from its last commit before `since` until now."""
+    with db.connection() as conn:
+        before = conn.execute(db.query("last_commit_before"), {"stage_id": stage_id, "ts": since}).scalar()
+        return conn.execute(db.query("commit_gap"), {
+            "stage_id": stage_id, "from_ts": before or since,
+            "to_ts": datetime.now(timezone.utc) + timedelta(seconds=1),
+        }).scalar_one()
+
+
+def gate_progress(dep_id: int) -> tuple[int, int]:
+    """(metrics rows written, batches committed) by a new run: the gate judges rows that exist."""
+    r = db.row("gate_metrics_ready", deployment_id=dep_id)
+    return (r.metrics, r.commits) if r else (0, 0)
+
+
+# -- staged checkpoint copies ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Staged:
+    id: int
+    path: str
+    as_of_batch: int
+    partitions: int
+    source: str = ""
+
+
+def staged_ready(stage_id: str) -> Staged | None:
+    r = db.row("staged_ready", stage_id=stage_id)
+    return Staged(r.id, r.path, r.as_of_batch, r.partitions, r.source) if r else None
+
+
+def staged_insert(stage_id: str, source: str, path: str, as_of_batch: int, partitions: int) -> Staged:
+    r = db.write("staged_insert", stage_id=stage_id, source=source, path=path, as_of_batch=as_of_batch,
+                 partitions=partitions)
+    return Staged(r.id, r.path, r.as_of_batch, r.partitions, r.source)
+
+
+def staged_close(staged_id: int, status: str) -> None:
+    db.write("staged_close", id=staged_id, status=status)

@@ -1,0 +1,1 @@
+SELECT name, r_max_ms FROM apps

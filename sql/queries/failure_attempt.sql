@@ -1,0 +1,1 @@
+UPDATE failures SET attempts = attempts + 1 WHERE id = :id

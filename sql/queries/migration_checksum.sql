@@ -1,0 +1,1 @@
+SELECT checksum FROM schema_migrations WHERE version = :v

@@ -1,0 +1,1 @@
+SELECT stage_id FROM reconfigurations WHERE status = 'running'

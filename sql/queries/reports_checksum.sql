@@ -1,0 +1,1 @@
+SELECT checksum FROM schema_reports

@@ -1,0 +1,114 @@
+"""The layering rules of docs/architecture.md, checked on the source (issue 12): who may import
+whom, where SQL and connections live, and how long a module may grow. Pure: no database."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from streamops.paths import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "plugins" / "streamops"
+PRODUCT = [PACKAGE, REPO_ROOT / "spark_apps", REPO_ROOT / "dags"]
+MAX_LINES = 450
+LONGER_ALLOWED = {"cli.py"}  # the command line: one function per command, nothing to share
+
+SQL_START = re.compile(r"^\s*(SELECT|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|WITH\s+\w+\s+AS|CREATE\s|DROP\s|"
+                       r"ALTER\s|SET\s+LOCAL|TRUNCATE\s)", re.I)
+
+
+def _modules(*roots: Path) -> list[Path]:
+    return sorted(p for root in roots for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _name(path: Path) -> str:
+    rel = path.relative_to(REPO_ROOT / "plugins" if PACKAGE in path.parents else REPO_ROOT)
+    return ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, at the top or lazily inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                ids.add(id(first.value))
+    return ids
+
+
+FORBIDDEN = [
+    # (importer prefix, imported prefix, why)
+    ("streamops.execute", "streamops.quality", "the quality gate is passed in: execute(rid, gate=...)"),
+    ("streamops.agent", "streamops.control", "the agent reports and obeys; run_stage.py wires the Operator Manager"),
+    ("streamops.agent", "streamops.execute", "driver code shares only streamops.checkpoint_layout with the control plane"),
+    ("spark_apps", "streamops.execute", "driver code shares only streamops.checkpoint_layout with the control plane"),
+    ("streamops", "spark_apps", "the control plane runs driver code as processes, never imports it"),
+    ("streamops.plan", "streamops.store", "plan/ is pure"),
+    ("streamops.analyze", "streamops.store", "analyze/ is pure"),
+]
+
+
+@pytest.mark.parametrize("importer,imported,why", FORBIDDEN, ids=[f"{a}-/->{b}" for a, b, _ in FORBIDDEN])
+def test_no_forbidden_import(importer, imported, why):
+    offenders = [f"{_name(p)} imports {m}" for p in _modules(*PRODUCT) if _name(p).startswith(importer)
+                 for m in sorted(_imports(p)) if m == imported or m.startswith(imported + ".")]
+    assert not offenders, f"{why}:\n" + "\n".join(offenders)
+
+
+def test_only_store_opens_connections():
+    offenders = []
+    for p in _modules(*PRODUCT):
+        if _name(p).startswith("streamops.store"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "engine" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "db":
+                offenders.append(f"{p.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert not offenders, "db.engine() outside store/ (use store functions, db.transaction() or db.rows()):\n" + \
+        "\n".join(offenders)
+
+
+def test_no_sql_text_outside_sql_dir():
+    offenders = []
+    for p in _modules(*PRODUCT):
+        tree = ast.parse(p.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                    and SQL_START.match(node.value):
+                offenders.append(f"{p.relative_to(REPO_ROOT)}:{node.lineno}: {node.value.strip()[:60]!r}")
+    assert not offenders, "SQL belongs in sql/ (a named query for db.query):\n" + "\n".join(offenders)
+
+
+def test_no_module_grows_past_the_limit():
+    long = [(p.relative_to(REPO_ROOT), n) for p in _modules(*PRODUCT)
+            if p.name not in LONGER_ALLOWED and (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert not long, f"modules over {MAX_LINES} lines: split them along a seam: {long}"
+
+
+def test_every_named_query_exists():
+    """db.query("x") and db.rows/row/value/write("x") name files that exist: a typo fails here, not in production."""
+    queries = {p.stem for p in (REPO_ROOT / "sql" / "queries").glob("*.sql")}
+    missing = []
+    for p in _modules(*PRODUCT):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("query", "rows", "row", "value", "write") \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "db" \
+                    and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value not in queries:
+                missing.append(f"{p.relative_to(REPO_ROOT)}:{node.lineno}: {node.args[0].value}")
+    assert not missing, "named queries without a sql/queries file:\n" + "\n".join(missing)
