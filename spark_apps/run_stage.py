@@ -25,6 +25,7 @@ from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, is_
 from streamops import checkpoint_layout as checkpoint
 from streamops.checkpoint_layout import QUERIES, query_checkpoint
 from streamops.registry import Stage, resolve_path
+from streamops.spark_cluster import RUN_MASTER_ENV
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 
@@ -154,6 +155,19 @@ def operator_manager(stage_id: str) -> None:
                  r.action, r.target_cores or r.target_pool, r.gain, r.cost_ms, r.reason)
 
 
+def scale_executors(spark, agent: StageAgent, args: dict, executor_cores: int) -> str:
+    """A `scale` command: the run's cores become `args["cores"]` (in executors) while its queries
+    keep running; later metrics rows carry the new cores."""
+    from dataclasses import replace
+
+    from spark_apps.executors import scale_to
+
+    cores = int(args["cores"])
+    outcome = scale_to(spark.sparkContext, cores // executor_cores, float(args.get("timeout_s", 60)))
+    agent.ctx = replace(agent.ctx, cores=cores)
+    return f"done: {outcome}"
+
+
 def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     dep = ledger.deployment(deployment_id)
     stage = Stage.model_validate(dep.config["spec"])
@@ -171,12 +185,23 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     # Imported here: the JVM start is the slow part and is logged as such.
     from spark_apps.stage import build_session, start_query
 
-    spark = build_session(f"streamops:{sid}", dep.cores, dep.state_partitions)
+    pool = dep.config.get("pool") or {}
+    master = os.environ.get(RUN_MASTER_ENV)  # set by a standalone pool's launcher
+    executor_cores = int(pool.get("executor_cores", 1))
+    spark = build_session(f"streamops:{sid}", dep.cores, dep.state_partitions, **(dict(
+        master=master, executor_cores=executor_cores, executor_memory=pool.get("executor_memory", "1g"),
+        max_cores=max(stage.cores.max, dep.cores)) if master else {}))
+    if master:  # the master granted up to max cores at once: trim to this run's before any query
+        from spark_apps.executors import scale_to
+
+        log.info("action=executors %s", scale_to(spark.sparkContext, dep.cores // executor_cores, settle=True))
     from streamops.plan.options import OperatorOptions
 
     opts = OperatorOptions.from_params(stage.policy.params)
     agent = StageAgent(spark, ctx, input_dir, ckpt,
-                       periodic=[("Operator Manager", opts.local_period_s, lambda: operator_manager(sid))])
+                       periodic=[("Operator Manager", opts.local_period_s, lambda: operator_manager(sid))],
+                       handlers={"scale": lambda args: scale_executors(spark, agent, args, executor_cores)}
+                       if master else {})
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop("SIGINT"))
     agent.attach()

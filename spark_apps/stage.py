@@ -28,8 +28,11 @@ from streamops.registry import Stage, resolve_path
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
-def session_conf(cores: int, state_partitions: int) -> dict[str, str]:
-    return {
+def session_conf(cores: int, state_partitions: int, master: str | None = None, executor_cores: int = 1,
+                 executor_memory: str = "1g", max_cores: int | None = None) -> dict[str, str]:
+    """The driver's Spark conf: `local[cores]`, or on a standalone cluster (`master`) up to
+    `max_cores` in executors of `executor_cores`, the count set by `executors.scale_to`."""
+    conf = {
         "spark.master": f"local[{cores}]",
         # Offline state repartition (spark._streamingCheckpointManager) needs RocksDB state.
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
@@ -39,14 +42,35 @@ def session_conf(cores: int, state_partitions: int) -> dict[str, str]:
         "spark.sql.adaptive.enabled": "false",  # not supported in streaming; silences a warning per query
         "spark.driver.memory": "1g",
     }
+    if master:
+        from streamops.paths import REPO_ROOT
+
+        conf.update({
+            "spark.master": master,
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            # The master grants up to spark.cores.max at once; the driver trims to `cores` before
+            # its queries start and scales within it later. Dynamic allocation stays off: the
+            # platform's policies decide the executor count, not task backlogs.
+            "spark.cores.max": str(max_cores or cores),
+            "spark.executor.cores": str(executor_cores),
+            "spark.executor.memory": executor_memory,
+            "spark.dynamicAllocation.enabled": "false",
+            # Executors start Python workers in their own work directory: this venv's interpreter,
+            # with streamops and spark_apps importable.
+            "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+            "spark.executorEnv.PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT)]),
+        })
+    return conf
 
 
-def build_session(app_name: str, cores: int, state_partitions: int) -> SparkSession:
+def build_session(app_name: str, cores: int, state_partitions: int, **cluster) -> SparkSession:
+    """A session for a stage (or a job): `cluster` is session_conf's master and executor settings."""
     # Python workers must import streamops: this venv's interpreter, not `python3` on PATH.
     # In-process PySpark reads only the environment for this (the conf is for spark-submit).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    for k, v in session_conf(cores, state_partitions).items():
+    for k, v in session_conf(cores, state_partitions, **cluster).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -136,9 +136,9 @@ def test_database(test_home):
     migrate.apply(db.engine())
     yield {"url": url, "server": server, "home": test_home, "external": bool(OUTER_ENV["STREAMOPS_DATABASE_URL"]),
            "old_env": dict(OUTER_ENV)}
-    from streamops.execute.launcher import launcher_for
+    from streamops.execute.launcher import terminate_all_drivers
 
-    orphans = launcher_for("local").terminate_all()  # a failed test must not leave drivers running
+    orphans = terminate_all_drivers()  # a failed test must not leave drivers running
     if orphans:
         print(f"\nkilled {len(orphans)} stage driver(s) left running by failed tests: {orphans}")
     db.engine().dispose()
@@ -188,6 +188,20 @@ def spark(test_env):
     session = build_session("streamops-tests", cores=2, state_partitions=2)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(test_home):
+    """A Spark standalone cluster for `embedded` pools: $STREAMOPS_SPARK_MASTER if set, else the
+    embedded one (1 worker, 2 cores) started in the session's home on first use, stopped at the end."""
+    from streamops import spark_cluster
+
+    if os.environ.get(spark_cluster.ENV_MASTER):
+        yield os.environ[spark_cluster.ENV_MASTER]
+        return
+    cluster, _ = spark_cluster.up(workers=1, cores_per_worker=2, memory_per_worker="4g")
+    yield cluster.url
+    spark_cluster.down()
 
 
 @pytest.fixture

@@ -90,6 +90,12 @@ def test_good_registry_loads_frozen_models_with_defaults():
          "pool 'p1', field 'network_delay_ms': no pool 'p9'"),
         (_with(["apps", "taxi", "stages"], {}),
          "app 'taxi', field 'stages': Dictionary should have at least 1 item"),
+        (_with(["pools", "p1", "master"], "yarn"),
+         "pool 'p1', field 'master': expected local, embedded or spark://host:port, got 'yarn'"),
+        (_with(["pools", "p1"], {"master": "embedded", "cores": 4, "executor_cores": 2}),
+         "app 'taxi', stage 'top10', field 'cores': on pool 'p1' cores come in executors of 2"),
+        (_with(["pools", "p1", "executor_memory"], "lots"),
+         "pool 'p1', field 'executor_memory': String should match pattern"),
     ],
 )
 def test_bad_entries_name_app_stage_field_and_expectation(data, expected):

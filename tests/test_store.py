@@ -100,27 +100,3 @@ def test_missing_server_binaries_say_what_to_do(monkeypatch, tmp_path):
     with pytest.raises(embedded.EmbeddedPgError) as e:
         embedded.find_bindir()
     assert "apt-get install postgresql" in str(e.value) and "STREAMOPS_DATABASE_URL" in str(e.value)
-
-
-def test_a_plan_without_a_mechanism_gets_the_smallest_outage_the_resources_allow():
-    from streamops.plan.mechanism import choose_mechanism
-
-    pick = lambda *a, **k: choose_mechanism(*a, **k)[0]  # noqa: E731
-    assert pick("scale_out", 2, 2, staged_ready=True) == "active_backup", "room beside the old run: overlap"
-    assert pick("migrate", 1, 1, staged_ready=False) == "active_backup"
-    assert pick("scale_out", 2, 1, staged_ready=True) == "prestaged", "no room, but a staged copy"
-    assert pick("scale_out", 2, 1, staged_ready=False) == "pause_resume"
-    assert pick("scale_in", 1, 4, staged_ready=True) == "pause_resume", "scale-ins wait for the window anyway"
-    assert pick("scale_out", 2, 4, staged_ready=True, running=False) == "pause_resume"
-    assert "1 free cores < 2" in choose_mechanism("scale_out", 2, 1, staged_ready=False)[1]
-
-
-def test_a_staged_copy_serves_only_the_live_run_and_only_while_it_is_recent():
-    from streamops.plan.mechanism import staged_copy_stale
-
-    live = "/ckpt/taxi.top10"
-    assert staged_copy_stale(live, 68, live, 90, max_lag=30) is None
-    assert staged_copy_stale(live, 68, live, None, max_lag=30) is None, "no commit yet: nothing to replay"
-    # The demo's case: a copy staged in an earlier session, 432 batches ago, replayed for minutes.
-    assert "432 batches behind" in staged_copy_stale(live, 68, live, 500, max_lag=30)
-    assert "now runs from" in staged_copy_stale(live, 68, "/ckpt/taxi.top10.staged-1", 70)

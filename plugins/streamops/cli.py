@@ -28,6 +28,8 @@ app.add_typer(db_app, name="db")
 airflow_app = typer.Typer(help="The Airflow that runs the DAGs: metadata in the embedded PostgreSQL.",
                           no_args_is_help=True)
 app.add_typer(airflow_app, name="airflow")
+spark_app = typer.Typer(help="The embedded Spark standalone cluster that `embedded` pools run on.", no_args_is_help=True)
+app.add_typer(spark_app, name="spark")
 console = Console(soft_wrap=True)  # long paths and messages stay on one line
 err = Console(stderr=True, soft_wrap=True)
 
@@ -100,6 +102,62 @@ def db_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no output
     console.print(c.url("streamops"))
     if not running:
         raise typer.Exit(1)
+
+
+# -- spark -------------------------------------------------------------------------------------
+@spark_app.command("up")
+def spark_up(workers: int = typer.Option(1, min=1, help="workers to start"),
+             cores: int = typer.Option(2, min=1, help="cores each worker offers to executors"),
+             memory: str = typer.Option("4g", help="memory each worker offers to executors")) -> None:
+    """Start (or reuse) a Spark master and workers on loopback, from the installed pyspark."""
+    from streamops import spark_cluster
+
+    started = time.monotonic()
+    try:
+        with console.status("starting the Spark master and workers …"):
+            c, reused = spark_cluster.up(workers, cores, memory, progress=_say)
+    except spark_cluster.SparkClusterError as e:
+        _fail(str(e))
+    _say(f"Spark cluster {'already running' if reused else f'started in {time.monotonic() - started:.1f}s'}: "
+         f"{c.url}, UI {c.ui}")
+
+
+@spark_app.command("down")
+def spark_down() -> None:
+    """Stop the embedded cluster's workers (and their executors), then its master."""
+    from streamops import spark_cluster
+
+    _say("Spark cluster stopped" if spark_cluster.down() else "Spark cluster was not running")
+
+
+@spark_app.command("status")
+def spark_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no output; exit 0 only if running")) -> None:
+    """The master URL and UI, its workers, cores in use and applications."""
+    from streamops import spark_cluster
+
+    external = os.environ.get(spark_cluster.ENV_MASTER)
+    c = spark_cluster.load_record()
+    state = spark_cluster.master_state(c) if c is not None else None
+    if quiet:
+        raise typer.Exit(0 if external or (state or {}).get("status") == "ALIVE" else 1)
+    if external:
+        console.print(f"external cluster ({spark_cluster.ENV_MASTER}): {external}")
+        return
+    if c is None or state is None:
+        _fail("the embedded Spark cluster is not running; run `streamops spark up`", 1)
+    console.print(f"Spark master {c.url}: [green]{state.get('status')}[/]; UI {c.ui}; "
+                  f"{state.get('aliveworkers', 0)} worker(s), {state.get('coresused', 0)} of {state.get('cores', 0)} "
+                  f"cores in use; logs {spark_cluster.home() / 'logs'}")
+    if not state.get("activeapps"):
+        console.print("no applications running")
+        return
+    t = Table(title="applications", header_style="bold")
+    for col in ("id", "name", "cores", "executor memory", "state", "running for"):
+        t.add_column(col)
+    for a in state.get("activeapps", []):
+        t.add_row(a.get("id", ""), a.get("name", ""), str(a.get("cores", "")), f"{a.get('memoryperexecutor', '')} MB",
+                  a.get("state", ""), f"{a.get('duration', 0) / 1000:.0f}s")
+    console.print(t)
 
 
 # -- airflow -----------------------------------------------------------------------------------
@@ -536,7 +594,7 @@ def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD
 
 @app.command()
 def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded PostgreSQL")) -> None:
-    """Stop Airflow, then every running stage and background generator."""
+    """Stop Airflow, then every running stage and background generator, then the embedded Spark cluster."""
     from streamops import processes
     from streamops.execute import stages
     from streamops.orchestrate import airflow_home
@@ -562,6 +620,10 @@ def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded
                 pass
     except db.DatabaseUnavailable:
         pass
+    from streamops import spark_cluster
+
+    if spark_cluster.down():  # after the stages: their drivers stop their executors first
+        _say("embedded Spark cluster stopped")
     if db_too:
         _say("embedded PostgreSQL stopped" if embedded.down() else "embedded PostgreSQL was not running")
 

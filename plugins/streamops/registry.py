@@ -38,9 +38,28 @@ class _Frozen(BaseModel):
 
 
 class Pool(_Frozen):
-    master: str = "local"
-    cores: int = Field(ge=1)
+    master: str = Field(default="local", description=(
+        "`local`: each stage's driver runs local[cores]; `embedded`: the embedded Spark standalone "
+        "cluster (`streamops spark up`, or $STREAMOPS_SPARK_MASTER); `spark://host:port`: that cluster"))
+    cores: int = Field(ge=1, description="cores the pool lends to stages (on a cluster: executor cores)")
+    executor_cores: int = Field(default=1, ge=1, description="cores per executor (standalone pools)")
+    executor_memory: str = Field(default="1g", pattern=r"^\d+[kmgt]?$", description="memory per executor")
     network_delay_ms: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("master")
+    @classmethod
+    def _known_master(cls, v: str) -> str:
+        if v == "local" or v == "embedded" or v.startswith(("local[", "spark://")):
+            return v
+        raise ValueError(f"expected local, embedded or spark://host:port, got {v!r}")
+
+    @property
+    def kind(self) -> Literal["local", "standalone"]:
+        return "local" if self.master.startswith("local") else "standalone"
+
+    @property
+    def max_executors(self) -> int:
+        return self.cores // self.executor_cores
 
 
 class MaintenanceWindow(_Frozen):
@@ -228,6 +247,12 @@ def _cross_check(reg: Registry, source: str) -> None:
             problems.append(
                 f"{where}, field 'cores.max': {st.cores.max} exceeds pool {st.pool!r} capacity "
                 f"({reg.pools[st.pool].cores} cores)"
+            )
+        elif reg.pools[st.pool].kind == "standalone" and any(
+                c % reg.pools[st.pool].executor_cores for c in (st.cores.min, st.cores.initial, st.cores.max)):
+            problems.append(
+                f"{where}, field 'cores': on pool {st.pool!r} cores come in executors of "
+                f"{reg.pools[st.pool].executor_cores}; min, initial and max must be multiples of it"
             )
     for name, pool in reg.pools.items():
         for other in pool.network_delay_ms:

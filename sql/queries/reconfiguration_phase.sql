@@ -5,5 +5,7 @@ UPDATE reconfigurations SET
     state_ready_at      = CASE WHEN :phase = 'state_ready'      THEN COALESCE(state_ready_at, now())      ELSE state_ready_at END,
     restarted_at        = CASE WHEN :phase = 'restarted'        THEN COALESCE(restarted_at, now())        ELSE restarted_at END,
     first_batch_done_at = CASE WHEN :phase = 'first_batch_done' THEN COALESCE(first_batch_done_at, now()) ELSE first_batch_done_at END,
-    caught_up_at        = CASE WHEN :phase = 'caught_up'        THEN COALESCE(caught_up_at, now())        ELSE caught_up_at END
+    caught_up_at        = CASE WHEN :phase = 'caught_up'        THEN COALESCE(caught_up_at, now())        ELSE caught_up_at END,
+    scale_requested_at  = CASE WHEN :phase = 'scale_requested'  THEN COALESCE(scale_requested_at, now())  ELSE scale_requested_at END,
+    executors_ready_at  = CASE WHEN :phase = 'executors_ready'  THEN COALESCE(executors_ready_at, now())  ELSE executors_ready_at END
 WHERE id = :id

@@ -120,6 +120,7 @@ class StageAgent:
         heartbeat_s: float = 5.0,
         poll_s: float = 1.0,
         periodic: list[tuple[str, float, Callable[[], None]]] | None = None,
+        handlers: dict[str, Callable[[dict], str]] | None = None,
     ):
         self.spark, self.ctx = spark, ctx
         self.engine = engine  # None: the process's database
@@ -127,6 +128,8 @@ class StageAgent:
         # (name, period, callback) run on threads of their own: the driver wires in the stage's
         # Operator Manager here; the agent itself only reports and obeys.
         self.periodic = periodic or []
+        # command → handler(args) → outcome, for commands other than `stop` (e.g. `scale`)
+        self.handlers = handlers or {}
         self.main_query_name = ctx.stage_id
         self.checkpoint = Path(checkpoint)
         self.backlog = FileSourceBacklog(input_dir, checkpoint)
@@ -254,10 +257,23 @@ class StageAgent:
             except Exception:
                 log.exception("stage %s: %s failed", self.ctx.stage_id, name)
 
+    def _obey(self, cmd) -> None:
+        """Run the handler the driver registered for `cmd.command`; its outcome (or error) closes the command."""
+        handler = self.handlers.get(cmd.command)
+        try:
+            outcome = handler(cmd.args or {}) if handler else f"refused: this run has no {cmd.command!r} handler"
+        except Exception as e:  # a failed command is reported, the run goes on
+            log.exception("stage %s: command %d (%s) failed", self.ctx.stage_id, cmd.id, cmd.command)
+            outcome = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        log.info("stage %s: action=%s command=%d %s", self.ctx.stage_id, cmd.command, cmd.id, outcome)
+        with db.transaction(self.engine) as conn:
+            conn.execute(db.query("command_done"), {"id": cmd.id, "outcome": outcome})
+
     def _command_loop(self) -> None:
         params = {"stage_id": self.ctx.stage_id, "deployment_id": self.ctx.deployment_id}
         while not self._closing.wait(self.poll_s):
             try:
+                work = []
                 with db.transaction(self.engine) as conn:
                     for cmd in conn.execute(db.query("commands_open"), params):
                         conn.execute(db.query("command_ack"), {"id": cmd.id, "deployment_id": self.ctx.deployment_id})
@@ -266,5 +282,9 @@ class StageAgent:
                             # Stop well inside the caller's deadline: after it the launcher sends SIGTERM.
                             self.stop_deadline_s = max(1.0, float(deadline) / 2) if deadline else None
                             self.request_stop(f"stop command {cmd.id}", cmd.id)
+                        else:
+                            work.append(cmd)
+                for cmd in work:  # after the ack is committed: a handler may take seconds
+                    self._obey(cmd)
             except DBAPIError as e:
                 log.warning("stage %s: cannot poll commands: %s", self.ctx.stage_id, str(e.orig).strip().splitlines()[0])

@@ -87,11 +87,41 @@ class LocalProcessLauncher:
         return child.poll() if child is not None else None
 
 
+class StandaloneLauncher(LocalProcessLauncher):
+    """A client-mode driver on this machine (PySpark apps cannot use cluster deploy mode on a
+    standalone cluster), whose executors are the cluster's: the driver process is launched and
+    supervised as a local one; it is told the master URL, resolved at launch (`embedded`: the
+    embedded cluster or $STREAMOPS_SPARK_MASTER), so a restarted cluster on a new port is found."""
+
+    kind = "standalone"
+
+    def __init__(self, master: str) -> None:
+        super().__init__()
+        self.master = master
+
+    def master_url(self) -> str:
+        from streamops import spark_cluster
+
+        return spark_cluster.master_url() if self.master == "embedded" else self.master
+
+    def launch(self, deployment_id: int, stage_id: str, env: dict[str, str]) -> Launched:
+        from streamops.spark_cluster import RUN_MASTER_ENV
+
+        return super().launch(deployment_id, stage_id, {**env, RUN_MASTER_ENV: self.master_url()})
+
+
 _LAUNCHERS: dict[str, Launcher] = {}
 
 
 def launcher_for(master: str) -> Launcher:
-    """The launcher for a pool's Spark master URL."""
+    """The launcher for a pool's master (`local`, `embedded` or `spark://host:port`)."""
     if master == "local" or master.startswith("local["):
         return _LAUNCHERS.setdefault("local", LocalProcessLauncher())
-    raise NotImplementedError(f"no launcher yet for master {master!r}; only local pools are supported")
+    if master == "embedded" or master.startswith("spark://"):
+        return _LAUNCHERS.setdefault(master, StandaloneLauncher(master))
+    raise NotImplementedError(f"no launcher for master {master!r}: expected local, embedded or spark://host:port")
+
+
+def terminate_all_drivers() -> list[int]:
+    """SIGKILL every driver this process's launchers started that still runs (test teardown)."""
+    return [pid for launcher in _LAUNCHERS.values() for pid in launcher.terminate_all()]

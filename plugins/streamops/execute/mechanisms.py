@@ -1,5 +1,6 @@
 """Reconfiguration mechanisms (POLICIES.md §5): how one granted change is carried out.
 
+    live           on a standalone cluster: the running driver adds or removes executors
     pause_resume   stop at a batch boundary, copy the checkpoint for rollback, restart with the
                    new cores/partitions/pool (the new driver repartitions the state offline)
     prestaged      stop, start from a copy staged (and repartitioned) beforehand
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -24,6 +25,7 @@ from streamops import registry
 from streamops.agent.metrics import FileSourceBacklog
 from streamops.execute import checkpoint, stages
 from streamops.execute.staging import prestage, release
+from streamops.plan.mechanism import live_refusal
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
@@ -51,6 +53,7 @@ class Execution:
         self.old_deployment: Row | None = None
         self.new_deployment_id: int | None = None
         self.rollback_copy: Path | None = None
+        self.changed_at: datetime | None = None  # a live change: its first batch is the first after this
 
     def stamp(self, phase: str) -> None:
         rstore.stamp(self.row.id, phase)
@@ -71,17 +74,18 @@ def source_of(dep: Row) -> Path:
     return registry.resolve_path(registry.Stage.model_validate(dep.config["spec"]).source.path)
 
 
-def wait_first_output(dep_id: int, timeout_s: float, who: str = "the new run") -> tuple[datetime | None, bool, str | None]:
-    """Wait for a run's first output: (when: its first commit, or when it ran healthy on an idle
-    source; whether it committed; None) or (None, False, why not). Reconfigurations and the
-    watchdog's restarts both judge a new run by this."""
+def wait_first_output(dep_id: int, timeout_s: float, who: str = "the new run",
+                      after: datetime | None = None) -> tuple[datetime | None, bool, str | None]:
+    """Wait for a run's first output (after `after`, if given): (when: its first commit, or when
+    it ran healthy on an idle source; whether it committed; None) or (None, False, why not).
+    Reconfigurations and the watchdog's restarts both judge a new run by this."""
     dep = ledger.deployment(dep_id)
     backlog = FileSourceBacklog(source_of(dep), Path(dep.checkpoint))
     launcher = stages.launcher_for(dep.master)
     half_time = time.monotonic() + timeout_s / 2
 
     def outcome():
-        first = ledger.first_commit(dep_id)
+        first = ledger.first_commit(dep_id, after)
         if first is not None:
             return first, True, None
         d = ledger.deployment(dep_id)
@@ -99,7 +103,7 @@ def wait_first_output(dep_id: int, timeout_s: float, who: str = "the new run") -
 
 def wait_first_batch(ex: Execution, dep_id: int, stamp: bool = True) -> str | None:
     """None once the new run commits a batch (or runs healthy on an idle source); else why not."""
-    _, committed, why_not = wait_first_output(dep_id, ex.deadlines.first_batch_s)
+    _, committed, why_not = wait_first_output(dep_id, ex.deadlines.first_batch_s, after=ex.changed_at)
     if committed and stamp:
         ex.stamp("first_batch_done")
     return why_not
@@ -244,7 +248,62 @@ class ActiveBackup:
             restore_previous(ex, reason)
 
 
-MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (PauseResume(), Prestaged(), ActiveBackup())}
+class LiveScale:
+    """Change a running stage's cores on a standalone cluster without stopping it: a `scale`
+    command to its driver, which adds or removes executors (`spark_apps/executors.py`) while its
+    query runs. Valid while `plan.mechanism.live_refusal` says so: same pool, same state
+    partitions (key groups), whole executors."""
+
+    name = "live"
+    COMMAND_WAIT_S = 90.0
+
+    def run(self, ex: Execution) -> None:
+        r = ex.row
+        live = ledger.latest_run(ex.stage_id, live=True)
+        if live is None:
+            raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
+        ex.old_deployment = live
+        pool = ex.reg.pools.get(live.pool)
+        why = live_refusal(r.action, pool.kind if pool else "local", live.pool, r.target_pool, r.target_cores,
+                           pool.executor_cores if pool else 1, checkpoint.state_partitions(Path(live.checkpoint)),
+                           r.target_partitions)
+        if why:
+            raise stages.AdmissionRefused(f"not a live change: {why}")
+        if r.target_cores > live.cores:
+            free, total = ledger.pool_room(live.pool, pool.cores)
+            if free < r.target_cores - live.cores:
+                raise stages.AdmissionRefused(f"start of {ex.stage_id} refused: pool {live.pool!r} has {free} free of "
+                                              f"{total} cores; stage {ex.stage_id} needs {r.target_cores - live.cores} more")
+        self._scale(ex, live, r.target_cores)
+        ex.new_deployment_id = live.id
+        rstore.link(r.id, old_deployment_id=live.id, new_deployment_id=live.id)
+
+    def _scale(self, ex: Execution, run: Row, cores: int) -> None:
+        ex.stamp("scale_requested")
+        ex.changed_at = datetime.now(timezone.utc)
+        cid = ledger.send_command(ex.stage_id, run.id, "scale", {"cores": cores, "timeout_s": self.COMMAND_WAIT_S - 15},
+                                  f"reconfiguration {ex.row.id}")
+        cmd = wait_until(lambda: (c := ledger.command(cid)).done_at is not None and c, self.COMMAND_WAIT_S, 0.25)
+        if not cmd:
+            raise RuntimeError(f"the driver did not carry out the scale command within {self.COMMAND_WAIT_S:.0f}s")
+        if not (cmd.outcome or "").startswith("done"):
+            raise RuntimeError(f"the driver could not scale: {cmd.outcome}")
+        ledger.record_scaling(run.id, run.cores, cores, ex.row.id)
+        ex.stamp("executors_ready")
+        ex.progress(f"{ex.stage_id}: {cmd.outcome.removeprefix('done: ')}")
+
+    def rollback(self, ex: Execution, reason: str) -> None:
+        """Back to the old cores in the same run if it still runs; else restart it as it was."""
+        old = ex.old_deployment
+        live = ledger.latest_run(ex.stage_id, live=True)
+        if old is not None and live is not None and live.id == old.id:
+            if live.cores != old.cores:
+                self._scale(ex, live, old.cores)
+            return
+        restore_previous(ex, reason)
+
+
+MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (LiveScale(), PauseResume(), Prestaged(), ActiveBackup())}
 
 
 def restore_previous(ex: Execution, reason: str) -> None:

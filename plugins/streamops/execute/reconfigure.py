@@ -18,17 +18,18 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Protocol
 
 from sqlalchemy import Row
 
 from streamops import registry
 from streamops.agent.metrics import FileSourceBacklog
-from streamops.execute import stages
+from streamops.execute import checkpoint, stages
 from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, restore_previous, \
     source_of, wait_first_batch
 from streamops.plan.change import InvalidChange, stage_of, validate_change
-from streamops.plan.mechanism import choose_mechanism
+from streamops.plan.mechanism import choose_mechanism, live_refusal
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
@@ -82,11 +83,17 @@ def request(stage_ref: str, action: str, *, cores: int | None = None, partitions
     return rid
 
 
-def _rule_inputs(row: Row) -> tuple[int, int, bool, bool]:
+def _rule_inputs(row: Row, reg: registry.Registry) -> dict:
     """What `choose_mechanism` needs to know, read now."""
+    live = ledger.latest_run(row.stage_id, live=True)
     free, _ = ledger.pool_room(row.target_pool or row.from_pool)
-    return (row.target_cores or row.from_cores or 1, free, rstore.staged_ready(row.stage_id) is not None,
-            ledger.latest_run(row.stage_id, live=True) is not None)
+    pool = reg.pools.get(row.from_pool)
+    target = row.target_cores or row.from_cores or 1
+    live_refused = "the stage is not running" if live is None or pool is None else live_refusal(
+        row.action, pool.kind, row.from_pool, row.target_pool, target, pool.executor_cores,
+        checkpoint.state_partitions(Path(live.checkpoint)), row.target_partitions)
+    return dict(target_cores=target, target_pool_free=free, staged_ready=rstore.staged_ready(row.stage_id) is not None,
+                running=live is not None, live_refused=live_refused)
 
 
 def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | None = None, mechanism: str | None = None,
@@ -104,7 +111,7 @@ def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
             raise ReconfigurationBusy(f"stage {row.stage_id} is being reconfigured by another process; "
                                       f"reconfiguration {reconfiguration_id} stays {row.status}")
         if mechanism is None and row.mechanism is None and row.status == "pending":
-            mechanism, why = choose_mechanism(row.action, *_rule_inputs(row))
+            mechanism, why = choose_mechanism(row.action, **_rule_inputs(row, reg))
             progress(f"{row.stage_id}: mechanism {mechanism}: {why}")
             log.info("stage %s: action=choose-mechanism %s reconfiguration=%d: %s", row.stage_id, mechanism,
                      reconfiguration_id, why)
@@ -145,8 +152,9 @@ def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_
         return Outcome(rid, ex.stage_id, "done", downtime, time.monotonic() - started_mono, "done")
     except stages.AdmissionRefused as e:
         if ledger.latest_run(ex.stage_id, live=True) is not None and ex.new_deployment_id is None:
-            # Nothing changed (e.g. active backup needs room for both runs): the stage runs as before.
-            rstore.finish(rid, "cancelled", "refused: the pool lacks cores", str(e), None)
+            # Nothing changed (active backup needs room for both runs, a live change more executors,
+            # or the change cannot be made live): the stage runs as before.
+            rstore.finish(rid, "cancelled", "refused; the stage runs as before", str(e), None)
             ex.progress(f"{ex.stage_id}: {e}")
             return Outcome(rid, ex.stage_id, "cancelled", None, time.monotonic() - started_mono, str(e))
         return _rolled_back(ex, mech, str(e), started, started_mono)
@@ -240,6 +248,15 @@ def _recover_running(row: Row, reg: registry.Registry, progress: Progress) -> Ou
             progress(f"{row.stage_id}: reconfiguration {row.id} was complete; marked done")
             return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
         ex = Execution(row, reg, progress, Deadlines(), None)
+        if row.mechanism == "live" and live is not None and live.started_at < row.requested_at:
+            # The same run kept going: it has the target cores (done) or is scaled back.
+            if live.cores == row.target_cores:
+                rstore.finish(row.id, "done", "completed by --resume: the run holds the target cores", None, None)
+                return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
+            ex.old_deployment = SimpleNamespace(**{**live._asdict(), "cores": row.from_cores})
+            MECHANISMS["live"].rollback(ex, "the executor died mid-way")
+            rstore.finish(row.id, "rolled_back", "rolled back by --resume", "the executor died mid-way", None)
+            return Outcome(row.id, row.stage_id, "rolled_back", None, 0.0, "the executor died mid-way")
         ex.old_deployment = ledger.latest_run(row.stage_id, before=row.requested_at)
         ckpt = Path(ex.old_deployment.checkpoint) if ex.old_deployment else None
         copy = ckpt.with_name(f"{ckpt.name}.rollback-{row.id}") if ckpt else None

@@ -12,6 +12,7 @@ from streamops import registry
 from streamops.execute.launcher import launcher_for
 from streamops.paths import data_dir
 from streamops.plan.change import Current
+from streamops.plan.mechanism import key_groups
 from streamops.registry import Registry, stage_id
 from streamops.store import db, ledger
 from streamops.waiting import wait_until
@@ -119,12 +120,16 @@ def start_stage(
     if pool_name not in reg.pools:
         raise registry.RegistryError(f"no pool {pool_name!r}; known pools: {', '.join(reg.pools)}")
     ckpt = checkpoint_path or last_ckpt or checkpoint_for(sid)
-    partitions = state_partitions or checkpoint.state_partitions(ckpt) or st.state_partitions
     pool = reg.pools[pool_name]
+    # A new stateful stage on a cluster starts with key groups for live scaling up to its max cores.
+    first_partitions = key_groups(st.state_partitions, st.cores.max, st.stateful) if pool.kind == "standalone" \
+        else st.state_partitions
+    partitions = state_partitions or checkpoint.state_partitions(ckpt) or first_partitions
     launcher = launcher_for(pool.master)
 
     adm = ledger.admit(sid, role, pool_name, pool.cores, cores, is_alive, state_partitions=partitions, checkpoint=ckpt,
                        launcher=launcher.kind, config={"app": app, "stage": name, "spec": st.model_dump(mode="json"),
+                                                       "pool": pool.model_dump(mode="json"),
                                                        "reconfiguration_id": reconfiguration_id, "fault": fault})
     if adm.live is not None:
         return StartResult(sid, adm.live.id, adm.live.pid, True, adm.live.log_path)

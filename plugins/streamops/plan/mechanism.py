@@ -10,10 +10,40 @@ from pathlib import Path
 STAGED_MAX_LAG_BATCHES = 30
 
 
+def live_refusal(action: str, pool_kind: str, from_pool: str, target_pool: str | None, target_cores: int,
+                 executor_cores: int, state_partitions: int | None, target_partitions: int | None) -> str | None:
+    """Why a change cannot be made live (by adding or removing executors while the query runs),
+    or None when it can: a scale-out or scale-in on a standalone pool, in whole executors, that
+    keeps the pool and the state partitions, to at most one core per state partition (key group)."""
+    if action not in ("scale_out", "scale_in"):
+        return f"a {action} moves the stage: it needs a new driver"
+    if pool_kind != "standalone":
+        return "the pool is local: its driver's cores are fixed at start"
+    if target_pool not in (None, from_pool):
+        return f"the target pool {target_pool!r} is not the stage's pool {from_pool!r}"
+    if target_cores % executor_cores:
+        return f"{target_cores} cores is not a whole number of {executor_cores}-core executors"
+    if target_partitions not in (None, state_partitions):
+        return f"the state partitions change ({state_partitions} → {target_partitions}): an offline repartition"
+    if state_partitions is not None and target_cores > state_partitions:
+        return f"{target_cores} cores exceed the {state_partitions} state partitions (key groups)"
+    return None
+
+
+def key_groups(state_partitions: int, max_cores: int, stateful: bool, factor: int = 2) -> int:
+    """The state partitions a stateful stage on a cluster starts with: at least `factor` × its
+    max cores, like Flink's maximum parallelism, so that live scaling up to max cores never needs
+    an offline repartition."""
+    return max(state_partitions, factor * max_cores) if stateful else state_partitions
+
+
 def choose_mechanism(action: str, target_cores: int, target_pool_free: int, staged_ready: bool,
-                     running: bool = True) -> tuple[str, str]:
+                     running: bool = True, live_refused: str | None = "not considered") -> tuple[str, str]:
     """The cost rule for a plan that names no mechanism (a policy grant): the smallest outage
-    the resources allow. Returns (mechanism, why)."""
+    the resources allow. `live_refused` is `live_refusal`'s answer (None: it can be live).
+    Returns (mechanism, why)."""
+    if running and live_refused is None:
+        return "live", "executors are added or removed while the query runs: no outage, no new driver"
     if action == "scale_in":
         return "pause_resume", "a scale-in runs in the maintenance window, where a short outage is accepted"
     if not running:

@@ -48,9 +48,9 @@ def deployment(dep_id: int) -> Row:
     return db.row("deployment_get", id=dep_id)
 
 
-def first_commit(dep_id: int) -> datetime | None:
-    """When the run's first batch reached the sink, or None."""
-    return db.value("first_commit_of", deployment_id=dep_id)
+def first_commit(dep_id: int, after: datetime | None = None) -> datetime | None:
+    """When the run's first batch (after `after`, if given) reached the sink, or None."""
+    return db.value("first_commit_of", deployment_id=dep_id, after=after)
 
 
 def finish(dep_id: int, status: str, reason: str, exit_code: int | None = None, conn: Connection | None = None) -> None:
@@ -129,8 +129,26 @@ def request_stop(stage_id: str, role: str, is_alive: Callable[[Row], bool], requ
         if _reap(conn, dep, is_alive):
             return dep, False
         conn.execute(db.query("deployment_stopping"), {"id": dep.id})
-        conn.execute(db.query("stop_command_insert"), {
-            "stage_id": stage_id, "deployment_id": dep.id, "args": json.dumps({"deadline_s": deadline_s}),
-            "requested_by": requested_by,
+        conn.execute(db.query("command_insert"), {
+            "stage_id": stage_id, "deployment_id": dep.id, "command": "stop",
+            "args": json.dumps({"deadline_s": deadline_s}), "requested_by": requested_by,
         })
     return dep, True
+
+
+# -- commands to a live run and live scaling ---------------------------------------------------------
+def send_command(stage_id: str, dep_id: int, command: str, args: dict, requested_by: str) -> int:
+    """A command for run `dep_id`'s driver (its poller acknowledges it within a second)."""
+    return db.write("command_insert", stage_id=stage_id, deployment_id=dep_id, command=command,
+                    args=json.dumps(args), requested_by=requested_by).id
+
+
+def command(command_id: int) -> Row:
+    return db.row("command_get", id=command_id)
+
+
+def record_scaling(dep_id: int, from_cores: int, to_cores: int, reconfiguration_id: int | None) -> bool:
+    """A live run now holds `to_cores` (admission counts them; cost keeps every change). False if
+    the run is no longer live."""
+    return db.write("deployment_scaled", deployment_id=dep_id, from_cores=from_cores, to_cores=to_cores,
+                    reconfiguration_id=reconfiguration_id) is not None

@@ -1,0 +1,186 @@
+"""An embedded Spark standalone cluster: a master and workers started from the installed
+pyspark's own jars (`bin/spark-class`), on loopback, with their logs, pids and work directories
+under `.streamops/spark/`. Pools with `master: embedded` run their stages' executors on it;
+`STREAMOPS_SPARK_MASTER=spark://host:port` points those pools at an existing cluster instead.
+
+The wheel has no `sbin/start-*.sh`; `spark-class` with `--host 127.0.0.1` is what they would run
+(without it a worker registers on the machine's non-loopback address).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+from streamops import processes
+from streamops.paths import state_dir
+from streamops.waiting import wait_until
+
+ENV_MASTER = "STREAMOPS_SPARK_MASTER"
+# The master a stage's driver connects to, set by its launcher; unset means local[cores].
+RUN_MASTER_ENV = "STREAMOPS_RUN_MASTER"
+
+
+class SparkClusterError(RuntimeError):
+    """The embedded cluster could not start, or no cluster is known for a standalone pool."""
+
+
+@dataclass(frozen=True)
+class Worker:
+    pid: int
+    cores: int
+    memory: str
+    webui_port: int
+
+
+@dataclass(frozen=True)
+class Cluster:
+    master_port: int
+    webui_port: int
+    master_pid: int
+    workers: list[Worker] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"spark://127.0.0.1:{self.master_port}"
+
+    @property
+    def ui(self) -> str:
+        return f"http://127.0.0.1:{self.webui_port}"
+
+
+def home() -> Path:
+    """`.streamops/spark/`: the record, logs and work directories."""
+    d = state_dir() / "spark"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def spark_home() -> Path:
+    """The installed pyspark package: its `bin/spark-class` and `jars/` are a Spark distribution."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def _record_path() -> Path:
+    return home() / "cluster.json"
+
+
+def load_record() -> Cluster | None:
+    try:
+        d = json.loads(_record_path().read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return Cluster(d["master_port"], d["webui_port"], d["master_pid"], [Worker(**w) for w in d["workers"]])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def master_state(c: Cluster, timeout_s: float = 3.0) -> dict | None:
+    """The master's own view (its web UI's /json/: status, workers, cores, apps), or None if it
+    does not answer."""
+    try:
+        return httpx.get(f"{c.ui}/json/", timeout=timeout_s).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def is_running(c: Cluster) -> bool:
+    return processes.is_alive(c.master_pid) and (master_state(c) or {}).get("status") == "ALIVE"
+
+
+def _env() -> dict[str, str]:
+    # The workers' executors start Python workers: this venv's interpreter, with streamops and
+    # spark_apps importable (the executors' working directory is their own work dir).
+    from streamops.paths import REPO_ROOT
+
+    path = os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": path, "SPARK_NO_DAEMONIZE": "1"}
+
+
+def _spawn(cls: str, args: list[str], name: str) -> int:
+    argv = [str(spark_home() / "bin" / "spark-class"), cls, *args]
+    proc = processes.spawn_detached(argv, log_path=home() / "logs" / f"{name}.log", pid_file=home() / f"{name}.pid",
+                                    env=_env(), cwd=str(home()))
+    return proc.pid
+
+
+def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g",
+       timeout_s: float = 90.0, progress=lambda _: None) -> tuple[Cluster, bool]:
+    """Start (or reuse) the embedded cluster: the master, then `workers` workers, each offering
+    `cores_per_worker` cores and `memory_per_worker` to executors. Returns it and whether it was
+    already running. Waits until the master is ALIVE and every worker has registered."""
+    c = load_record()
+    if c is not None and is_running(c):
+        return c, True
+    if c is not None:
+        down()
+    port, ui = _free_port(), _free_port()
+    master_pid = _spawn("org.apache.spark.deploy.master.Master",
+                        ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)], "master")
+    c = Cluster(port, ui, master_pid)
+    _save(c)
+    if not wait_until(lambda: is_running(c) or not processes.is_alive(master_pid), timeout_s, interval_s=0.5) \
+            or not processes.is_alive(master_pid):
+        raise SparkClusterError(f"the Spark master did not come up within {timeout_s:.0f}s; see {home() / 'logs' / 'master.log'}")
+    progress(f"Spark master {c.url} is ALIVE (UI {c.ui})")
+    started = []
+    for i in range(workers):
+        wui = _free_port()
+        work = home() / "work" / f"worker-{i}"
+        work.mkdir(parents=True, exist_ok=True)
+        pid = _spawn("org.apache.spark.deploy.worker.Worker",
+                     [c.url, "--host", "127.0.0.1", "--cores", str(cores_per_worker), "--memory", memory_per_worker,
+                      "--webui-port", str(wui), "--work-dir", str(work)], f"worker-{i}")
+        started.append(Worker(pid, cores_per_worker, memory_per_worker, wui))
+    c = Cluster(port, ui, master_pid, started)
+    _save(c)
+    if not wait_until(lambda: (master_state(c) or {}).get("aliveworkers", 0) >= workers, timeout_s, interval_s=0.5):
+        raise SparkClusterError(f"{workers} worker(s) did not register with {c.url} within {timeout_s:.0f}s; "
+                                f"see {home() / 'logs'}")
+    progress(f"{workers} worker(s) registered: {workers * cores_per_worker} cores")
+    return c, False
+
+
+def _save(c: Cluster) -> None:
+    _record_path().write_text(json.dumps(asdict(c), indent=2) + "\n")
+
+
+def down(grace_s: float = 15.0) -> bool:
+    """Stop the workers, then the master. Returns whether anything was running."""
+    c = load_record()
+    if c is None:
+        return False
+    pids = [w.pid for w in c.workers] + [c.master_pid]
+    was = any(processes.is_alive(p) for p in pids)
+    # Workers first: a worker that loses its master keeps retrying; the executors are its children.
+    processes.stop_all([w.pid for w in c.workers], grace_s=grace_s, group=True)
+    processes.stop(c.master_pid, grace_s=grace_s, group=True)
+    _record_path().unlink(missing_ok=True)
+    return was
+
+
+def master_url(required: bool = True) -> str | None:
+    """The master that `embedded` pools use: `$STREAMOPS_SPARK_MASTER`, else the running
+    embedded cluster's. Raises SparkClusterError (or returns None) if there is neither."""
+    url = os.environ.get(ENV_MASTER)
+    if url:
+        return url
+    c = load_record()
+    if c is not None and is_running(c):
+        return c.url
+    if required:
+        raise SparkClusterError(f"no Spark cluster: run `streamops spark up`, or set {ENV_MASTER}=spark://host:port")
+    return None

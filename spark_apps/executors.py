@@ -1,0 +1,84 @@
+"""Live scaling inside a running driver on a standalone cluster: add or remove executors while
+the streaming query keeps running (issue 13). Called by the agent for a `scale` command, and at
+start, when the master has granted up to `spark.cores.max` at once.
+
+Dynamic allocation is off (it would resize on its own, from task backlogs); the executor count
+is ours alone. The target is absolute: `requestTotalExecutors(n)` sets the application's
+executor limit at the master, which launches executors up to it (and up to spark.cores.max).
+A scale-in then kills the newest surplus executors that are idle (`killExecutors(…, force=false)`
+refuses busy ones, so no running task is lost); one still busy at half the deadline is killed
+anyway and its tasks re-run. State stores reload from the checkpoint either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyspark import SparkContext
+
+log = logging.getLogger("streamops.executors")
+
+
+def executor_ids(sc: SparkContext) -> list[str]:
+    """The application's live executors (the driver is not one)."""
+    ids = sc._jsc.sc().getExecutorIds().mkString(",")
+    return sorted((i for i in ids.split(",") if i), key=lambda i: int(i) if i.isdigit() else 0)
+
+
+def _seq(sc: SparkContext, items: list[str]):
+    """A Scala Seq of strings, for the JVM methods that take one."""
+    java_list = sc._jvm.java.util.ArrayList()
+    for i in items:
+        java_list.add(i)
+    return sc._jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_list)
+
+
+def _count_settled(sc: SparkContext, at_least: int, timeout_s: float, quiet_s: float = 2.0) -> int:
+    """Wait until at least `at_least` executors are registered and none has arrived for `quiet_s`
+    (the ones the master launched at once register over a few seconds); the count then."""
+    deadline = time.monotonic() + timeout_s
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        n = len(executor_ids(sc))
+        if n != last:
+            last, since = n, time.monotonic()
+        elif n >= at_least and time.monotonic() - since >= quiet_s:
+            break
+        time.sleep(0.2)
+    return last
+
+
+def _wait(sc: SparkContext, want: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len(executor_ids(sc)) == want:
+            return True
+        time.sleep(0.2)
+    return len(executor_ids(sc)) == want
+
+
+def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: bool = False) -> str:
+    """Bring the application to `executors` executors; returns what happened, for the command's
+    outcome. With `settle` (at start), first wait for the executors the master granted at
+    registration. Raises TimeoutError if the cluster does not get there in `timeout_s`."""
+    started = time.monotonic()
+    jsc = sc._jsc.sc()
+    jsc.requestTotalExecutors(executors, 0, sc._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
+        sc._jvm.java.util.HashMap()))
+    if settle:
+        _count_settled(sc, executors, timeout_s / 2)
+    have = executor_ids(sc)
+    surplus = have[executors:]  # the newest: the oldest hold warm state stores
+    deadline = time.monotonic() + timeout_s / 2
+    backend = jsc.schedulerBackend()
+    while surplus and time.monotonic() < deadline:
+        backend.killExecutors(_seq(sc, surplus), False, False, False)  # the limit is already set
+        time.sleep(0.2)
+        surplus = [e for e in surplus if e in executor_ids(sc)]
+    if surplus:
+        log.warning("action=scale executors %s stayed busy; killing them (their tasks re-run)", surplus)
+        backend.killExecutors(_seq(sc, surplus), False, False, True)
+    if not _wait(sc, executors, max(1.0, timeout_s - (time.monotonic() - started))):
+        raise TimeoutError(f"{len(executor_ids(sc))} executors after {timeout_s:.0f}s, wanted {executors}")
+    return f"{len(have)} → {executors} executors in {time.monotonic() - started:.1f}s"

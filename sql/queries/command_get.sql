@@ -1,0 +1,1 @@
+SELECT * FROM stage_commands WHERE id = :id
