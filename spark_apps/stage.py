@@ -26,6 +26,7 @@ from streamops.checkpoint_layout import QUERIES, query_checkpoint
 from streamops.registry import Stage, resolve_path
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+DRIVER_HOST_ENV = "STREAMOPS_DRIVER_HOST"
 
 
 def session_conf(cores: int, state_partitions: int, master: str | None = None, executor_cores: int = 1,
@@ -47,8 +48,11 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
 
         conf.update({
             "spark.master": master,
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
+            # Executors connect back to the driver: loopback on one machine; in containers the
+            # driver's own hostname (docker/compose.yaml sets it).
+            "spark.driver.host": os.environ.get(DRIVER_HOST_ENV, "127.0.0.1"),
+            "spark.driver.bindAddress": "127.0.0.1" if os.environ.get(DRIVER_HOST_ENV, "127.0.0.1") == "127.0.0.1"
+            else "0.0.0.0",
             # The master grants up to spark.cores.max at once; the driver trims to `cores` before
             # its queries start and scales within it later. Dynamic allocation stays off: the
             # platform's policies decide the executor count, not task backlogs.

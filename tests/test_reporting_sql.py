@@ -86,12 +86,12 @@ def add_failure(engine, stage_id: str, app: str, failed_at: datetime, recovered_
              "down": downtime_ms})
 
 
-def add_run(engine, stage_id: str, cores: int, start: datetime, stop: datetime | None, status: str = "stopped"):
+def add_run(engine, stage_id: str, cores: int, start: datetime, stop: datetime | None, status: str = "stopped") -> int:
     with engine.begin() as conn:
-        conn.execute(text(
+        return conn.execute(text(
             "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
-            "started_at, running_at, stopped_at) VALUES (:sid, 'p', :c, 2, '{}', 'local', '/x', :st, :a, :a, :b)"),
-            {"sid": stage_id, "c": cores, "st": status, "a": start, "b": stop})
+            "started_at, running_at, stopped_at) VALUES (:sid, 'p', :c, 2, '{}', 'local', '/x', :st, :a, :a, :b) "
+            "RETURNING id"), {"sid": stage_id, "c": cores, "st": status, "a": start, "b": stop}).scalar_one()
 
 
 def view(engine, name: str, day: date = D, app: str | None = None) -> list[dict]:
@@ -265,6 +265,19 @@ def test_core_hours_split_at_midnight(rdb):
     assert one(rdb, "cost_daily", "a")["core_hours"] == pytest.approx(4.0 + 2.0)
     nxt = one(rdb, "cost_daily", "a", D + timedelta(days=1))
     assert nxt["core_hours"] == pytest.approx(4.0) and nxt["runs"] == 1 and nxt["max_cores"] == 2
+
+
+def test_core_hours_follow_live_scaling_within_one_run(rdb):
+    """A run on a cluster whose cores changed live (deployment_scaling) is charged what it held
+    at each moment: 1 core 00:00-01:00, 3 cores 01:00-02:00, 2 cores 02:00-03:00."""
+    add_app(rdb, "a", in_service=False)
+    run = add_run(rdb, "a.s", 2, at(0), at(3 * 3600))
+    with rdb.begin() as conn:
+        for frm, to, t in ((1, 3, 3600), (3, 2, 2 * 3600)):
+            conn.execute(text("INSERT INTO deployment_scaling (deployment_id, from_cores, to_cores, at) "
+                              "VALUES (:d, :f, :t, :at)"), {"d": run, "f": frm, "t": to, "at": at(t)})
+    c = one(rdb, "cost_daily", "a")
+    assert c["core_hours"] == pytest.approx(1.0 + 3.0 + 2.0) and c["runs"] == 1 and c["max_cores"] == 3
 
 
 def test_reconfigurations_view_says_who_asked_and_what_was_decided(rdb):
