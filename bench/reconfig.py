@@ -299,10 +299,10 @@ def measure(rid: int, outcome: reconfigure.Outcome) -> dict:
         "restart_s": _sec(r.first_batch_done_at, r.stopped_at),
         "output_gap_s": None if r.downtime_ms is None else round(r.downtime_ms / 1000, 3),
         # The stage's own rhythm: the longest gap between its commits in the minute before the request.
-        "rhythm_gap_s": round(scalar(
+        "rhythm_gap_s": round(float(scalar(
             "SELECT COALESCE(max(EXTRACT(EPOCH FROM committed_at - prev)), 0) FROM (SELECT committed_at, "
             "lag(committed_at) OVER (ORDER BY committed_at) AS prev FROM sink_commits WHERE stage_id = :s "
-            "AND committed_at BETWEEN :t - interval '60 seconds' AND :t) c", s=r.stage_id, t=r.requested_at) or 0, 3),
+            "AND committed_at BETWEEN :t - interval '60 seconds' AND :t) c", s=r.stage_id, t=r.requested_at) or 0), 3),
         "scale_s": _sec(r.executors_ready_at, r.scale_requested_at),
         # Where restart_s goes (pause_resume order: stopped → copy → launch → state_ready → restarted → first batch).
         # For an overlapping mechanism the new run's phases happen before the stop: its start-up is
