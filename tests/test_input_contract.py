@@ -111,9 +111,11 @@ def test_text_guards_make_any_string_storable(s):
     out.encode("utf-8")  # no lone surrogates left
     key = pg_key(s)
     assert len(key.encode("utf-8")) <= KEY_MAX_BYTES
-    doc = json.dumps({"k": s, s: [s]}, ensure_ascii=True)
+    # `s` as a key too, one level down: at the top level s == "k" would overwrite the value checked.
+    doc = json.dumps({"k": s, "as_key": {s: [s]}}, ensure_ascii=True)
     assert "\\u0000" not in pg_json(doc).replace("\\\\", "")
     assert json.loads(pg_json(doc))["k"] == pg_text(s)
+    assert json.loads(pg_json(doc))["as_key"] == {pg_text(s): [pg_text(s)]}
 
 
 def test_long_keys_stay_unique():

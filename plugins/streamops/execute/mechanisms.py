@@ -115,6 +115,15 @@ def _stop_primary(ex: Execution) -> None:
     ex.stamp("stopped")
 
 
+def _running_primary(ex: Execution) -> Row:
+    """The stage's live run, which the mechanism changes (and rolls back to); it must be running."""
+    live = ledger.latest_run(ex.stage_id, live=True)
+    if live is None:
+        raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
+    ex.old_deployment = live
+    return live
+
+
 def _target_partitions(ex: Execution, old: Row) -> int:
     return ex.row.target_partitions or checkpoint.state_partitions(Path(old.checkpoint)) or old.state_partitions
 
@@ -158,10 +167,7 @@ class Prestaged:
 
     def run(self, ex: Execution) -> None:
         r = ex.row
-        old = ledger.latest_run(ex.stage_id, live=True)
-        if old is None:
-            raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
-        ex.old_deployment = old
+        old = _running_primary(ex)
         # the staged copy as it is, or a fresh one (reported) if none, the wrong layout or behind
         staged = prestage(ex.stage_id, _target_partitions(ex, old), ex.reg, ex.progress)
         rstore.link(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
@@ -187,10 +193,7 @@ class ActiveBackup:
 
     def run(self, ex: Execution) -> None:
         r = ex.row
-        old = ledger.latest_run(ex.stage_id, live=True)
-        if old is None:
-            raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
-        ex.old_deployment = old
+        old = _running_primary(ex)
         # No copy for a secondary that cannot start (start_stage checks again, under the pool lock).
         pool, cores = r.target_pool or old.pool, r.target_cores or old.cores
         free, total = ledger.pool_room(pool, ex.reg.pools[pool].cores if pool in ex.reg.pools else None)
@@ -259,10 +262,7 @@ class LiveScale:
 
     def run(self, ex: Execution) -> None:
         r = ex.row
-        live = ledger.latest_run(ex.stage_id, live=True)
-        if live is None:
-            raise RuntimeError(f"stage {ex.stage_id} is not running: use pause_resume")
-        ex.old_deployment = live
+        live = _running_primary(ex)
         pool = ex.reg.pools.get(live.pool)
         why = live_refusal(r.action, pool.kind if pool else "local", live.pool, r.target_pool, r.target_cores,
                            pool.executor_cores if pool else 1, checkpoint.state_partitions(Path(live.checkpoint)),
