@@ -17,6 +17,8 @@ import time
 
 from pyspark import SparkContext
 
+from streamops.waiting import wait_until
+
 log = logging.getLogger("streamops.executors")
 
 
@@ -34,28 +36,18 @@ def _seq(sc: SparkContext, items: list[str]):
     return sc._jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_list)
 
 
-def _count_settled(sc: SparkContext, at_least: int, timeout_s: float, quiet_s: float = 2.0) -> int:
+def _count_settled(sc: SparkContext, at_least: int, timeout_s: float, quiet_s: float = 2.0) -> None:
     """Wait until at least `at_least` executors are registered and none has arrived for `quiet_s`
-    (the ones the master launched at once register over a few seconds); the count then."""
-    deadline = time.monotonic() + timeout_s
-    last, since = -1, time.monotonic()
-    while time.monotonic() < deadline:
+    (the ones the master launched at once register over a few seconds)."""
+    seen = {"n": -1, "since": time.monotonic()}
+
+    def quiet() -> bool:
         n = len(executor_ids(sc))
-        if n != last:
-            last, since = n, time.monotonic()
-        elif n >= at_least and time.monotonic() - since >= quiet_s:
-            break
-        time.sleep(0.2)
-    return last
+        if n != seen["n"]:
+            seen.update(n=n, since=time.monotonic())
+        return n >= at_least and time.monotonic() - seen["since"] >= quiet_s
 
-
-def _wait(sc: SparkContext, want: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if len(executor_ids(sc)) == want:
-            return True
-        time.sleep(0.2)
-    return len(executor_ids(sc)) == want
+    wait_until(quiet, timeout_s, interval_s=0.2)
 
 
 def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: bool = False) -> str:
@@ -70,15 +62,18 @@ def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: 
         _count_settled(sc, executors, timeout_s / 2)
     have = executor_ids(sc)
     surplus = have[executors:]  # the newest: the oldest hold warm state stores
-    deadline = time.monotonic() + timeout_s / 2
     backend = jsc.schedulerBackend()
-    while surplus and time.monotonic() < deadline:
+
+    def surplus_gone() -> bool:
+        nonlocal surplus
         backend.killExecutors(_seq(sc, surplus), False, False, False)  # the limit is already set
-        time.sleep(0.2)
         surplus = [e for e in surplus if e in executor_ids(sc)]
-    if surplus:
+        return not surplus
+
+    if surplus and not wait_until(surplus_gone, timeout_s / 2, interval_s=0.2):
         log.warning("action=scale executors %s stayed busy; killing them (their tasks re-run)", surplus)
         backend.killExecutors(_seq(sc, surplus), False, False, True)
-    if not _wait(sc, executors, max(1.0, timeout_s - (time.monotonic() - started))):
+    if not wait_until(lambda: len(executor_ids(sc)) == executors,
+                      max(1.0, timeout_s - (time.monotonic() - started)), interval_s=0.2):
         raise TimeoutError(f"{len(executor_ids(sc))} executors after {timeout_s:.0f}s, wanted {executors}")
     return f"{len(have)} → {executors} executors in {time.monotonic() - started:.1f}s"

@@ -46,13 +46,13 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
     if master:
         from streamops.paths import REPO_ROOT
 
+        driver_host = os.environ.get(DRIVER_HOST_ENV, "127.0.0.1")
         conf.update({
             "spark.master": master,
             # Executors connect back to the driver: loopback on one machine; in containers the
             # driver's own hostname (docker/compose.yaml sets it).
-            "spark.driver.host": os.environ.get(DRIVER_HOST_ENV, "127.0.0.1"),
-            "spark.driver.bindAddress": "127.0.0.1" if os.environ.get(DRIVER_HOST_ENV, "127.0.0.1") == "127.0.0.1"
-            else "0.0.0.0",
+            "spark.driver.host": driver_host,
+            "spark.driver.bindAddress": "127.0.0.1" if driver_host == "127.0.0.1" else "0.0.0.0",
             # The master grants up to spark.cores.max at once; the driver trims to `cores` before
             # its queries start and scales within it later. Dynamic allocation stays off: the
             # platform's policies decide the executor count, not task backlogs.

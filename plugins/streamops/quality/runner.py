@@ -221,17 +221,17 @@ def run_suites(day: date, app: str | None = None, *, engine: Engine | None = Non
     - input_records: per stage with a file source, up to `max_files` of its input files published
       that day (evenly spread), through Spark (target: `<stage id>:<input dir>`).
     `files=False` skips the two Spark suites (a job of their own: `spark_apps/quality_files.py`)."""
+    found = targets(day, app, engine)
     with Validator(engine) as v:
-        results = _validate_day(v, engine, day, app)
+        results = _validate_day(v, found, day)
     stored = store(results, engine)
     if files:
-        stored += _file_suites(day, app, max_files, engine)
+        stored += _file_suites(found, day, app, max_files, engine)
     log.info("data quality %s: %d validations, %d failed", day, len(stored), sum(not r.success for r in stored))
     return stored
 
 
-def _validate_day(v: Validator, engine: Engine | None, day: date, app: str | None) -> list[Result]:
-    found = targets(day, app, engine)
+def _validate_day(v: Validator, found: list[dict], day: date) -> list[Result]:
     results: list[Result] = []
     for a in sorted({t["app"] for t in found if t["has_metrics"]}):
         results.append(guard(suites.STAGE_METRICS, f"stage_metrics:{a}", a, day, lambda a=a: to_result(
@@ -296,13 +296,14 @@ def file_work(found: list[dict], day: date, max_files: int) -> list[FileWork]:
     return work
 
 
-def _file_suites(day: date, app: str | None, max_files: int, engine: Engine | None) -> list[Result]:
+def _file_suites(found: list[dict], day: date, app: str | None, max_files: int,
+                 engine: Engine | None) -> list[Result]:
     """The suites that need Spark, in `spark_apps/quality_files.py` as a process of its own (the
     control plane imports no Spark); it stores its results and prints them. Started only when
     there are files to validate. A job that fails is one failed result."""
     from streamops.paths import REPO_ROOT
 
-    if not file_work(targets(day, app, engine), day, max_files):
+    if not file_work(found, day, max_files):
         return []
     argv = [sys.executable, str(REPO_ROOT / "spark_apps" / "quality_files.py"), "--day", day.isoformat(),
             "--max-files", str(max_files)] + (["--app", app] if app else [])
