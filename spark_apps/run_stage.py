@@ -168,6 +168,61 @@ def scale_executors(spark, agent: StageAgent, args: dict, executor_cores: int) -
     return f"done: {outcome}"
 
 
+class InDriverChange:
+    """A `repartition` command (the `in_driver` mechanism): stop the queries at a batch boundary,
+    repartition the state in this driver's own session, restart the queries, no new JVM. On a
+    standalone pool the executors change too: added before the pause (they start while the query
+    still runs), removed after the restart. Holds `lock`, which the main loop's supervisor takes,
+    so nothing restarts a query while it is paused on purpose."""
+
+    def __init__(self, spark, agent: StageAgent, stage: Stage, ckpt: Path, deployment_id: int, restart,
+                 supervisor: QuerySupervisor, executor_cores: int, standalone: bool):
+        self.spark, self.agent, self.stage, self.ckpt, self.deployment_id = spark, agent, stage, ckpt, deployment_id
+        self.restart, self.supervisor, self.executor_cores, self.standalone = restart, supervisor, executor_cores, standalone
+        self.lock = threading.Lock()
+
+    def __call__(self, args: dict) -> str:
+        from dataclasses import replace
+
+        partitions, cores = int(args["partitions"]), int(args.get("cores") or self.agent.ctx.cores)
+        rid, timeout_s = args.get("reconfiguration_id"), float(args.get("timeout_s", 60))
+        if cores != self.agent.ctx.cores and not self.standalone:
+            return "refused: a local driver's cores are fixed at start"
+        before, executors = self.agent.ctx.cores, []
+        if cores > before:
+            executors.append(self._executors(cores, timeout_s))
+        with self.lock:
+            paused = time.monotonic()
+            at_boundary = self.agent.stop_at_batch_boundary(float(args.get("stop_deadline_s", 30)))
+            if rid:
+                _stamp(rid, "stopped")
+            if not at_boundary:
+                finish_pending_batch(self.spark, self.stage, self.agent.ctx, resolve_path(self.stage.source.path),
+                                     self.ckpt, self.agent, self.supervisor.excluded)
+            self.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+            took = repartition_offline(self.spark, self.stage, self.ckpt, partitions)
+            ledger.record_partitions(self.deployment_id, partitions)
+            self.agent.ctx = replace(self.agent.ctx, cores=cores, state_partitions=partitions)
+            if rid:
+                _stamp(rid, "state_ready")
+                if took is not None:
+                    rstore.record_repartition(rid, took * 1000)
+            self.agent.queries = [self.restart(q, self.supervisor.excluded[q]) for q in QUERIES]
+            if rid:
+                _stamp(rid, "restarted")
+            restarted_in = time.monotonic() - paused
+        if cores < before:
+            executors.append(self._executors(cores, timeout_s))
+        log.info("action=in-driver-change partitions=%d cores=%d paused=%.1fs", partitions, cores, restarted_in)
+        return (f"done: {partitions} state partitions, queries back in {restarted_in:.1f}s "
+                f"(repartition {took or 0:.1f}s){'; ' + '; '.join(executors) if executors else ''}")
+
+    def _executors(self, cores: int, timeout_s: float) -> str:
+        from spark_apps.executors import scale_to
+
+        return scale_to(self.spark.sparkContext, cores // self.executor_cores, timeout_s)
+
+
 def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     dep = ledger.deployment(deployment_id)
     stage = Stage.model_validate(dep.config["spec"])
@@ -198,24 +253,28 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     from streamops.plan.options import OperatorOptions
 
     opts = OperatorOptions.from_params(stage.policy.params)
+    handlers = {"repartition": lambda args: in_driver(args)}
+    if master:
+        handlers["scale"] = lambda args: scale_executors(spark, agent, args, executor_cores)
     agent = StageAgent(spark, ctx, input_dir, ckpt,
                        periodic=[("Operator Manager", opts.local_period_s, lambda: operator_manager(sid))],
-                       handlers={"scale": lambda args: scale_executors(spark, agent, args, executor_cores)}
-                       if master else {})
+                       handlers=handlers)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop("SIGINT"))
     agent.attach()
     book = PoisonBook(None, sid, deployment_id, stage.input_kind, stage.max_record_bytes)
 
-    def restart(which: str, excluded: list[str]):
-        return start_query(which, spark, stage, ctx, input_dir, ckpt, on_commit=on_commit, abort=agent.stop_requested,
-                           fault=dep.config.get("fault"), exclude_files=excluded)
+    def restart(which: str, excluded: list[str]):  # agent.ctx: an in-driver change updates cores and partitions
+        return start_query(which, spark, stage, agent.ctx, input_dir, ckpt, on_commit=on_commit,
+                           abort=agent.stop_requested, fault=dep.config.get("fault"), exclude_files=excluded)
 
     def on_commit(stats: SinkStats) -> None:
         agent.on_commit(stats)
         supervisor.on_commit(stats.batch_id)
 
     supervisor = QuerySupervisor(stage, ckpt, book, restart, agent.stop_requested)
+    in_driver = InDriverChange(spark, agent, stage, ckpt, deployment_id, restart, supervisor, executor_cores,
+                               standalone=bool(master))
     status, reason, code = "stopped", None, 0
     reconfiguration_id = dep.config.get("reconfiguration_id")
     try:
@@ -232,7 +291,8 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
         ledger.mark_running(deployment_id, spark.sparkContext.applicationId, os.getpid(), socket.gethostname())
         log.info("action=running driver=%s", spark.sparkContext.applicationId)
         while not agent.stop_requested.wait(1.0):
-            why = supervisor.check(agent.queries)
+            with in_driver.lock:
+                why = supervisor.check(agent.queries)
             if why:
                 status, code, reason = "failed", 1, why
                 log.error("action=failed %s", reason)

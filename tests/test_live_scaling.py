@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import psutil
 import pytest
 from sqlalchemy import text
 
 from streamops import quality, registry, spark_cluster
-from streamops.execute import reconfigure, stages
+from streamops.execute import checkpoint, reconfigure, stages
 from tests.test_e2e_stage import eventually
 from tests.test_reconfigure import Feeder, _commits, _row, _settle_and_compare
 
@@ -40,7 +41,7 @@ def _app_cores(driver_id: str) -> int:
 
 def _runs(engine, sid: str):
     with engine.connect() as conn:
-        return conn.execute(text("SELECT id, status, cores, driver_id, state_partitions FROM deployments "
+        return conn.execute(text("SELECT id, status, cores, driver_id, state_partitions, checkpoint FROM deployments "
                                  "WHERE stage_id = :s ORDER BY id"), {"s": sid}).all()
 
 
@@ -49,10 +50,10 @@ def _executor_pids(driver_id: str) -> list[int]:
             if "CoarseGrainedExecutorBackend" in " ".join(p.info["cmdline"] or []) and driver_id in p.info["cmdline"]]
 
 
-def test_live_scaling_and_an_executor_kill_keep_the_query_running_and_lose_nothing(clean_db, spark_standalone):
+def test_live_scaling_an_executor_kill_and_an_in_driver_repartition_keep_one_run_and_lose_nothing(clean_db, spark_standalone):
     """One run throughout: live scale-out 1 -> 2 cores, an executor JVM killed (kill -9) while
-    batches run, live scale-in 2 -> 1; the sink equals the ground truth at the end. One test, so
-    that `make test` pays for one driver start."""
+    batches run, live scale-in 2 -> 1, then an in-driver repartition 4 -> 8 with a scale-out to 2;
+    the sink equals the ground truth at the end. One test, so that `make test` pays for one driver start."""
     reg = _registry("ls")
     with Feeder("rc/ls", seed=31) as feeder:
         stages.start_stage("rc.ls", reg, wait_s=180)
@@ -85,12 +86,97 @@ def test_live_scaling_and_an_executor_kill_keep_the_query_running_and_lose_nothi
         before = _commits(clean_db, "rc.ls")
         eventually(lambda: _commits(clean_db, "rc.ls") >= before + 3, 60, "commits after the scale-in")
         assert _app_cores(run.driver_id) == 1
+
+        # Beyond the key groups the state must be repartitioned: the same driver pauses its query,
+        # repartitions 4 -> 8 in its own session and restarts it with 2 executors (no new JVM).
+        rid = reconfigure.request("rc.ls", "scale_out", cores=2, partitions=8, mechanism="in_driver", reg=reg,
+                                  requested_by="test")
+        out = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)
+        assert out.status == "done", out.detail
+        row = _row(clean_db, rid)
+        assert row.stopped_at and row.state_ready_at and row.restarted_at and row.first_batch_done_at, row
+        [run3] = _runs(clean_db, "rc.ls")
+        assert (run3.id, run3.status, run3.cores, run3.state_partitions) == (run.id, "running", 2, 8)
+        assert checkpoint.state_partitions(Path(run3.checkpoint)) == 8
+        assert _app_cores(run.driver_id) == 2
+        before = _commits(clean_db, "rc.ls")
+        eventually(lambda: _commits(clean_db, "rc.ls") >= before + 3, 60, "commits after the in-driver change")
         _settle_and_compare(clean_db, feeder, "rc.ls")
     [after] = _runs(clean_db, "rc.ls")
     assert (after.id, after.status) == (run.id, "running"), "one run from start to end"
     with clean_db.connect() as conn:
         changes = conn.execute(text("SELECT from_cores, to_cores FROM deployment_scaling ORDER BY id")).all()
         failures = conn.execute(text("SELECT count(*) FROM failures WHERE stage_id = 'rc.ls'")).scalar_one()
-    assert [tuple(c) for c in changes] == [(1, 2), (2, 1)], "every change is kept for the cost view"
+    assert [tuple(c) for c in changes] == [(1, 2), (2, 1), (1, 2)], "every change is kept for the cost view"
     assert failures == 0, "a lost executor is Spark's business, not a stage failure"
     stages.stop_stage("rc.ls", reg, deadline_s=30)
+
+
+def _worker_pids() -> list[int]:
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if "org.apache.spark.deploy.worker.Worker" in " ".join(p.info["cmdline"] or [])]
+
+
+@pytest.mark.reconfig_matrix
+def test_a_killed_worker_is_restarted_by_the_watchdog_and_the_stage_loses_nothing(clean_db, spark_standalone):
+    """kill -9 of the (only) worker JVM: its executors exit with it and the stage's batches wait
+    for cores. The watchdog's pass restarts the worker (`spark_cluster.heal`), the master launches
+    the driver's executors on it, the same run goes on, and the sink equals the ground truth."""
+    from streamops.execute import watchdog
+
+    if os.environ.get(spark_cluster.ENV_MASTER):
+        pytest.skip("an external cluster's workers are not ours to kill")
+    reg = _registry("wk")
+    with Feeder("rc/wk", seed=37) as feeder:
+        stages.start_stage("rc.wk", reg, wait_s=180)
+        eventually(lambda: _commits(clean_db, "rc.wk") >= 2, 120, "two committed batches")
+        [run] = _runs(clean_db, "rc.wk")
+        [worker] = spark_cluster.load_record().workers
+        os.kill(worker.pid, signal.SIGKILL)
+        eventually(lambda: not _executor_pids(run.driver_id), 60, "the executors to exit with their worker")
+        report = watchdog.cycle(reg)
+        assert report.workers_restarted == [0] and not report.recoveries, "the driver lives: only the worker was lost"
+        eventually(lambda: len(_executor_pids(run.driver_id)) == 1, 90, "an executor on the restarted worker")
+        before = _commits(clean_db, "rc.wk")
+        eventually(lambda: _commits(clean_db, "rc.wk") >= before + 3, 120, "commits after the worker came back")
+        _settle_and_compare(clean_db, feeder, "rc.wk")
+    [after] = _runs(clean_db, "rc.wk")
+    assert (after.id, after.status) == (run.id, "running"), "one run throughout"
+    assert len(_worker_pids()) == 1
+    stages.stop_stage("rc.wk", reg, deadline_s=30)
+
+
+@pytest.mark.reconfig_matrix
+def test_ten_random_live_and_in_driver_changes_in_a_row_lose_nothing(clean_db, spark_standalone):
+    """One run, ten changes drawn at random (seeded): cores 1 or 2 and, half the time, the state
+    partitions 4 or 8. Same partitions: `live`; new partitions: `in_driver`. Every change is done,
+    the run is never replaced, and the sink equals the ground truth at the end."""
+    import random
+
+    rnd = random.Random(13)
+    reg = _registry("rnd")
+    done = []
+    with Feeder("rc/rnd", seed=41) as feeder:
+        stages.start_stage("rc.rnd", reg, wait_s=180)
+        eventually(lambda: _commits(clean_db, "rc.rnd") >= 2, 120, "two committed batches")
+        [run] = _runs(clean_db, "rc.rnd")
+        while len(done) < 10:
+            [cur] = _runs(clean_db, "rc.rnd")
+            cores, partitions = rnd.choice([1, 2]), rnd.choice([None, 4, 8])
+            if cores == cur.cores and partitions in (None, cur.state_partitions):
+                continue  # nothing to change: the request would be refused
+            action = "scale_out" if cores > cur.cores or (cores == cur.cores and cores == 2) else "scale_in"
+            mech = "live" if partitions in (None, cur.state_partitions) else "in_driver"
+            rid = reconfigure.request("rc.rnd", action, cores=cores, partitions=None if mech == "live" else partitions,
+                                      mechanism=mech, reg=reg, requested_by="test")
+            out = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)
+            assert out.status == "done", (len(done), mech, out.detail)
+            [now] = _runs(clean_db, "rc.rnd")
+            assert (now.id, now.cores) == (run.id, cores)
+            if mech == "in_driver":
+                assert now.state_partitions == partitions == checkpoint.state_partitions(Path(now.checkpoint))
+            done.append((mech, cur.cores, cores, cur.state_partitions, now.state_partitions))
+            print(f"change {len(done)}: {done[-1]}: output gap {out.downtime_ms / 1000:.1f}s")
+        _settle_and_compare(clean_db, feeder, "rc.rnd")
+    assert {m for m, *_ in done} == {"live", "in_driver"}
+    stages.stop_stage("rc.rnd", reg, deadline_s=30)

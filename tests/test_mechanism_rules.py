@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamops.plan.mechanism import choose_mechanism, key_groups, live_refusal, staged_copy_stale
+from streamops.plan.mechanism import choose_mechanism, in_driver_refusal, key_groups, live_refusal, staged_copy_stale
 
 
 def test_a_plan_without_a_mechanism_gets_the_smallest_outage_the_resources_allow():
@@ -33,6 +33,32 @@ def test_a_change_that_live_scaling_can_make_is_made_live():
         "no outage: a live scale-in need not wait for the window"
     assert choose_mechanism("scale_out", 2, 0, staged_ready=False, running=False, live_refused=None)[0] == "pause_resume"
     assert choose_mechanism("scale_out", 2, 2, staged_ready=False, live_refused="the pool is local")[0] == "active_backup"
+
+
+def test_a_repartition_in_the_same_pool_stays_in_the_running_driver():
+    pick = lambda *a, **k: choose_mechanism(*a, **k)[0]  # noqa: E731
+    # Beyond the key groups: the partitions must change, which live scaling cannot do.
+    beyond = dict(live_refused="6 cores exceed the 4 state partitions", in_driver_refused=None)
+    assert pick("scale_out", 6, 0, staged_ready=True, **beyond) == "in_driver", "no new JVM beats a staged copy"
+    assert pick("scale_out", 6, 6, staged_ready=False, **beyond) == "active_backup", "room to overlap: no outage"
+    assert pick("scale_in", 2, 0, staged_ready=False, **beyond) == "in_driver"
+    assert pick("scale_out", 6, 0, staged_ready=False, running=False, **beyond) == "pause_resume"
+    assert pick("scale_out", 2, 0, staged_ready=False, in_driver_refused="the pool is local") == "pause_resume"
+
+
+@pytest.mark.parametrize("change,why", [
+    (dict(action="migrate"), "needs a new driver"),
+    (dict(target_pool="b"), "a new driver"),
+    (dict(pool_kind="local"), "the pool is local"),
+    (dict(target_cores=3, executor_cores=2), "not a whole number of 2-core executors"),
+])
+def test_an_in_driver_change_is_refused_with_the_reason(change, why):
+    args = dict(action="scale_out", pool_kind="standalone", from_pool="a", target_pool=None, current_cores=1,
+                target_cores=2, executor_cores=1)
+    assert in_driver_refusal(**args) is None
+    assert in_driver_refusal(**{**args, "pool_kind": "local", "target_cores": 1}) is None, \
+        "a local driver keeps its cores but can still change its partitions"
+    assert why in in_driver_refusal(**{**args, **change})
 
 
 @pytest.mark.parametrize("change,why", [

@@ -241,6 +241,18 @@ def test_gate_checks_only_the_first_batches(qdb):
     assert not gate_new_run(dep, first_batches=6).passed
 
 
+def test_gate_after_a_change_in_the_running_driver_judges_the_batches_after_it(qdb):
+    """A live or in-driver change keeps the run: its first batches predate the change, which did
+    not produce them. With `since`, the gate judges the first batches after the change."""
+    dep = new_run(qdb, [{"latency_p95_ms": 999.0}] * 2 + [{}] * 5, {"w1": 3})
+    with qdb.connect() as conn:
+        third = conn.execute(text("SELECT ts FROM stage_metrics WHERE deployment_id = :d ORDER BY ts OFFSET 2 LIMIT 1"),
+                             {"d": dep}).scalar_one()
+    assert not gate_new_run(dep, first_batches=5).passed, "the run's first batches are bad"
+    assert gate_new_run(dep, first_batches=5, since=third).passed, "the batches since the change are good"
+    assert not gate_new_run(dep, first_batches=5, since=third - timedelta(seconds=1)).passed
+
+
 @pytest.mark.parametrize("metrics,counts,expected", [
     ([{}, {"input_rps": -1.0}, {}], {"w1": 1},
      {("gate_stage_metrics", "expect_column_values_to_be_between", "input_rps")}),

@@ -45,7 +45,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 # The mechanisms that restart the stage, on local pools. `live` changes executors on a standalone
 # cluster and never moves a stage: tests/test_live_scaling.py runs it there.
-MECHANISM_NAMES = sorted(m for m in mechanisms.MECHANISMS if m != "live")
+# The in-place mechanisms (live, in_driver) change a running driver's executors: a standalone
+# pool's. They have their own oracle tests on the embedded cluster (tests/test_live_scaling.py).
+MECHANISM_NAMES = sorted(m for m in mechanisms.MECHANISMS if m not in ("live", "in_driver"))
 # Mechanisms that run the old and the new configuration side by side for a while: the pool
 # must hold both (1 + 2 cores for a scale-out in place), else admission correctly cancels them.
 OVERLAPPING = {"active_backup"}

@@ -1,9 +1,12 @@
 -- Before the data-quality gate: how many metrics rows the new run has written, and how many
 -- batches it has committed. The agent writes a batch's metrics row after the sink's commit and
 -- asynchronously, so right after catch-up the newest batches may still lack theirs.
+-- :since (or NULL): a change made in the running driver counts only the batches after it.
 SELECT (SELECT count(*) FROM stage_metrics m
-        WHERE m.stage_id = d.stage_id AND m.deployment_id = d.id AND m.ts >= d.started_at) AS metrics,
+        WHERE m.stage_id = d.stage_id AND m.deployment_id = d.id
+          AND m.ts >= COALESCE(CAST(:since AS timestamptz), d.started_at)) AS metrics,
        (SELECT count(*) FROM sink_commits c
-        WHERE c.stage_id = d.stage_id AND c.deployment_id = d.id) AS commits
+        WHERE c.stage_id = d.stage_id AND c.deployment_id = d.id
+          AND c.committed_at >= COALESCE(CAST(:since AS timestamptz), d.started_at)) AS commits
 FROM deployments d
 WHERE d.id = :deployment_id

@@ -1,6 +1,8 @@
 """Reconfiguration mechanisms (POLICIES.md §5): how one granted change is carried out.
 
     live           on a standalone cluster: the running driver adds or removes executors
+    in_driver      the running driver stops its query at a batch boundary, repartitions the state
+                   in its own session and restarts the query (and changes its executors): no new JVM
     pause_resume   stop at a batch boundary, copy the checkpoint for rollback, restart with the
                    new cores/partitions/pool (the new driver repartitions the state offline)
     prestaged      stop, start from a copy staged (and repartitioned) beforehand
@@ -25,7 +27,7 @@ from streamops import registry
 from streamops.agent.metrics import FileSourceBacklog
 from streamops.execute import checkpoint, stages
 from streamops.execute.staging import prestage, release
-from streamops.plan.mechanism import live_refusal
+from streamops.plan.mechanism import in_driver_refusal, live_refusal
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
@@ -269,11 +271,7 @@ class LiveScale:
                            r.target_partitions)
         if why:
             raise stages.AdmissionRefused(f"not a live change: {why}")
-        if r.target_cores > live.cores:
-            free, total = ledger.pool_room(live.pool, pool.cores)
-            if free < r.target_cores - live.cores:
-                raise stages.AdmissionRefused(f"start of {ex.stage_id} refused: pool {live.pool!r} has {free} free of "
-                                              f"{total} cores; stage {ex.stage_id} needs {r.target_cores - live.cores} more")
+        _check_room_to_grow(ex, live, pool.cores, r.target_cores)
         self._scale(ex, live, r.target_cores)
         ex.new_deployment_id = live.id
         rstore.link(r.id, old_deployment_id=live.id, new_deployment_id=live.id)
@@ -281,13 +279,8 @@ class LiveScale:
     def _scale(self, ex: Execution, run: Row, cores: int) -> None:
         ex.stamp("scale_requested")
         ex.changed_at = datetime.now(timezone.utc)
-        cid = ledger.send_command(ex.stage_id, run.id, "scale", {"cores": cores, "timeout_s": self.COMMAND_WAIT_S - 15},
-                                  f"reconfiguration {ex.row.id}")
-        cmd = wait_until(lambda: (c := ledger.command(cid)).done_at is not None and c, self.COMMAND_WAIT_S, 0.25)
-        if not cmd:
-            raise RuntimeError(f"the driver did not carry out the scale command within {self.COMMAND_WAIT_S:.0f}s")
-        if not (cmd.outcome or "").startswith("done"):
-            raise RuntimeError(f"the driver could not scale: {cmd.outcome}")
+        cmd = _driver_command(ex, run, "scale", {"cores": cores, "timeout_s": self.COMMAND_WAIT_S - 15},
+                              self.COMMAND_WAIT_S)
         ledger.record_scaling(run.id, run.cores, cores, ex.row.id)
         ex.stamp("executors_ready")
         ex.progress(f"{ex.stage_id}: {cmd.outcome.removeprefix('done: ')}")
@@ -303,7 +296,71 @@ class LiveScale:
         restore_previous(ex, reason)
 
 
-MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (LiveScale(), PauseResume(), Prestaged(), ActiveBackup())}
+class InDriver:
+    """Pause–resume inside the running driver: a `repartition` command makes it stop its queries
+    at a batch boundary, repartition the state in its own Spark session, restart them with the new
+    partitions (and, on a standalone pool, the new executors). No new JVM, no first-batch warm-up.
+    The rollback copy is taken while the query still runs (`copy_live`, as of its last commit), so
+    it costs no output time; the sink's version guard drops the batches replayed after a rollback."""
+
+    name = "in_driver"
+
+    def run(self, ex: Execution) -> None:
+        r = ex.row
+        live = _running_primary(ex)
+        pool = ex.reg.pools.get(live.pool)
+        why = in_driver_refusal(r.action, pool.kind if pool else "local", live.pool, r.target_pool, live.cores,
+                                r.target_cores, pool.executor_cores if pool else 1)
+        if why:
+            raise stages.AdmissionRefused(f"not an in-driver change: {why}")
+        _check_room_to_grow(ex, live, pool.cores if pool else None, r.target_cores)
+        ckpt = Path(live.checkpoint)
+        copy = ckpt.with_name(f"{ckpt.name}.rollback-{r.id}")
+        partial = copy.with_name(f".{copy.name}.partial")  # renamed into place: a copy that exists is whole
+        checkpoint.copy_live(ckpt, partial)
+        partial.rename(copy)
+        ex.rollback_copy = copy
+        partitions = _target_partitions(ex, live)
+        ex.stamp("stop_requested")
+        ex.changed_at = datetime.now(timezone.utc)
+        wait_s = ex.deadlines.stop_s + ex.deadlines.first_batch_s
+        cmd = _driver_command(ex, live, "repartition", {
+            "cores": r.target_cores, "partitions": partitions, "reconfiguration_id": r.id,
+            "stop_deadline_s": ex.deadlines.stop_s, "timeout_s": ex.deadlines.first_batch_s}, wait_s)
+        if r.target_cores != live.cores:
+            ledger.record_scaling(live.id, live.cores, r.target_cores, r.id)
+        ex.new_deployment_id = live.id
+        rstore.link(r.id, old_deployment_id=live.id, new_deployment_id=live.id)
+        ex.progress(f"{ex.stage_id}: {cmd.outcome.removeprefix('done: ')}")
+
+    def rollback(self, ex: Execution, reason: str) -> None:
+        """Restart the old configuration from the copy (the driver may be half-way)."""
+        restore_previous(ex, reason)
+
+
+def _check_room_to_grow(ex: Execution, live: Row, pool_cores: int | None, target_cores: int) -> None:
+    """A run that grows in place needs the difference free in its pool (admission's rule)."""
+    if target_cores <= live.cores:
+        return
+    free, total = ledger.pool_room(live.pool, pool_cores)
+    if free < target_cores - live.cores:
+        raise stages.AdmissionRefused(f"start of {ex.stage_id} refused: pool {live.pool!r} has {free} free of "
+                                      f"{total} cores; stage {ex.stage_id} needs {target_cores - live.cores} more")
+
+
+def _driver_command(ex: Execution, run: Row, command: str, args: dict, wait_s: float) -> Row:
+    """Send a command to the run's driver and wait for its outcome, which must start with 'done'."""
+    cid = ledger.send_command(ex.stage_id, run.id, command, args, f"reconfiguration {ex.row.id}")
+    cmd = wait_until(lambda: (c := ledger.command(cid)).done_at is not None and c, wait_s, 0.25)
+    if not cmd:
+        raise RuntimeError(f"the driver did not carry out the {command} command within {wait_s:.0f}s")
+    if not (cmd.outcome or "").startswith("done"):
+        raise RuntimeError(f"the driver could not {command}: {cmd.outcome}")
+    return cmd
+
+
+MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (LiveScale(), InDriver(), PauseResume(), Prestaged(),
+                                                         ActiveBackup())}
 
 
 def restore_previous(ex: Execution, reason: str) -> None:

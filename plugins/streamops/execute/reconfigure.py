@@ -29,7 +29,7 @@ from streamops.execute import checkpoint, stages
 from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, restore_previous, \
     source_of, wait_first_batch
 from streamops.plan.change import InvalidChange, stage_of, validate_change
-from streamops.plan.mechanism import choose_mechanism, live_refusal
+from streamops.plan.mechanism import choose_mechanism, in_driver_refusal, live_refusal
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
@@ -51,8 +51,9 @@ class GateVerdict(Protocol):
     details: dict[str, Any]
 
 
-# (a new run's deployment id, how many first batches to judge) → the verdict; quality.gate_new_run
-Gate = Callable[[int, int], GateVerdict]
+# (a run's deployment id, how many first batches to judge, since=when the change took effect or
+# None for a new run's start) → the verdict; quality.gate_new_run
+Gate = Callable[..., GateVerdict]
 
 
 @dataclass(frozen=True)
@@ -89,11 +90,15 @@ def _rule_inputs(row: Row, reg: registry.Registry) -> dict:
     free, _ = ledger.pool_room(row.target_pool or row.from_pool)
     pool = reg.pools.get(row.from_pool)
     target = row.target_cores or row.from_cores or 1
-    live_refused = "the stage is not running" if live is None or pool is None else live_refusal(
-        row.action, pool.kind, row.from_pool, row.target_pool, target, pool.executor_cores,
-        checkpoint.state_partitions(Path(live.checkpoint)), row.target_partitions)
+    if live is None or pool is None:
+        live_refused = in_driver_refused = "the stage is not running"
+    else:
+        live_refused = live_refusal(row.action, pool.kind, row.from_pool, row.target_pool, target, pool.executor_cores,
+                                    checkpoint.state_partitions(Path(live.checkpoint)), row.target_partitions)
+        in_driver_refused = in_driver_refusal(row.action, pool.kind, row.from_pool, row.target_pool, live.cores,
+                                              target, pool.executor_cores)
     return dict(target_cores=target, target_pool_free=free, staged_ready=rstore.staged_ready(row.stage_id) is not None,
-                running=live is not None, live_refused=live_refused)
+                running=live is not None, live_refused=live_refused, in_driver_refused=in_driver_refused)
 
 
 def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | None = None, mechanism: str | None = None,
@@ -138,7 +143,7 @@ def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_
         if why_not:
             raise RuntimeError(why_not)
         behind = _wait_caught_up(ex, dep)
-        gate_failure = _quality_gate(ex, dep.id, gate)
+        gate_failure = _quality_gate(ex, dep.id, gate, since=ex.changed_at)
         if gate_failure:
             raise RuntimeError(gate_failure)
         downtime = rstore.output_gap_ms(ex.stage_id, started)
@@ -162,19 +167,20 @@ def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_
         return _rolled_back(ex, mech, str(e).splitlines()[0] if str(e) else type(e).__name__, started, started_mono)
 
 
-def _quality_gate(ex: Execution, dep_id: int, gate: Gate) -> str | None:
-    """The data-quality gate on the new run's first batches (issue 6): None if they pass, else
-    the rollback reason. A run that has committed nothing (an idle source) has nothing to judge."""
+def _quality_gate(ex: Execution, dep_id: int, gate: Gate, since: datetime | None = None) -> str | None:
+    """The data-quality gate on the new run's first batches (issue 6), or, for a change made in the
+    running driver (live, in_driver), on its first batches `since` the change: None if they pass,
+    else the rollback reason. A run that has committed nothing (an idle source) has nothing to judge."""
     # Judge rows that exist: wait (briefly) for the metrics of the batches the run has committed.
     def settled() -> tuple[int, int] | None:
-        metrics, commits = rstore.gate_progress(dep_id)
+        metrics, commits = rstore.gate_progress(dep_id, since)
         return (metrics, commits) if commits == 0 or metrics >= min(GATE_BATCHES, commits) else None
 
-    _, commits = wait_until(settled, GATE_METRICS_WAIT_S) or rstore.gate_progress(dep_id)
+    _, commits = wait_until(settled, GATE_METRICS_WAIT_S) or rstore.gate_progress(dep_id, since)
     if commits == 0:
         ex.progress(f"{ex.stage_id}: quality gate skipped: the new run has no output yet (idle source)")
         return None
-    verdict = gate(dep_id, GATE_BATCHES)
+    verdict = gate(dep_id, GATE_BATCHES, since=since)
     ex.progress(f"{ex.stage_id}: quality gate {'passed' if verdict.passed else 'FAILED'} "
                 f"({verdict.details.get('elapsed_s', 0):.1f}s)")
     return None if verdict.passed else verdict.reason
@@ -248,6 +254,11 @@ def _recover_running(row: Row, reg: registry.Registry, progress: Progress) -> Ou
             progress(f"{row.stage_id}: reconfiguration {row.id} was complete; marked done")
             return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
         ex = Execution(row, reg, progress, Deadlines(), None)
+        if row.mechanism == "in_driver" and live is not None and live.started_at < row.requested_at \
+                and live.cores == row.target_cores and row.target_partitions in (None, live.state_partitions):
+            # The driver carried the change out in the same run (it records the partitions itself).
+            rstore.finish(row.id, "done", "completed by --resume: the run holds the target configuration", None, None)
+            return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
         if row.mechanism == "live" and live is not None and live.started_at < row.requested_at:
             # The same run kept going: it has the target cores (done) or is scaled back.
             if live.cores == row.target_cores:

@@ -30,6 +30,23 @@ def live_refusal(action: str, pool_kind: str, from_pool: str, target_pool: str |
     return None
 
 
+def in_driver_refusal(action: str, pool_kind: str, from_pool: str, target_pool: str | None, current_cores: int,
+                      target_cores: int, executor_cores: int) -> str | None:
+    """Why a change cannot be made inside the running driver (stop its query at a batch boundary,
+    repartition the state in its own session, restart the query: no new JVM), or None when it
+    can: a scale-out or scale-in that keeps the pool and, on a local pool, the cores (local[N] is
+    fixed at start; a standalone pool's driver changes its executors)."""
+    if action not in ("scale_out", "scale_in"):
+        return f"a {action} moves the stage: it needs a new driver"
+    if target_pool not in (None, from_pool):
+        return f"the target pool {target_pool!r} is not the stage's pool {from_pool!r}: a new driver"
+    if pool_kind != "standalone" and target_cores != current_cores:
+        return "the pool is local: its driver's cores are fixed at start"
+    if pool_kind == "standalone" and target_cores % executor_cores:
+        return f"{target_cores} cores is not a whole number of {executor_cores}-core executors"
+    return None
+
+
 def key_groups(state_partitions: int, max_cores: int, stateful: bool, factor: int = 2) -> int:
     """The state partitions a stateful stage on a cluster starts with: at least `factor` × its
     max cores, like Flink's maximum parallelism, so that live scaling up to max cores never needs
@@ -38,19 +55,26 @@ def key_groups(state_partitions: int, max_cores: int, stateful: bool, factor: in
 
 
 def choose_mechanism(action: str, target_cores: int, target_pool_free: int, staged_ready: bool,
-                     running: bool = True, live_refused: str | None = "not considered") -> tuple[str, str]:
+                     running: bool = True, live_refused: str | None = "not considered",
+                     in_driver_refused: str | None = "not considered") -> tuple[str, str]:
     """The cost rule for a plan that names no mechanism (a policy grant): the smallest outage
-    the resources allow. `live_refused` is `live_refusal`'s answer (None: it can be live).
-    Returns (mechanism, why)."""
+    the resources allow. `live_refused` and `in_driver_refused` are `live_refusal`'s and
+    `in_driver_refusal`'s answers (None: that mechanism applies). Returns (mechanism, why)."""
     if running and live_refused is None:
         return "live", "executors are added or removed while the query runs: no outage, no new driver"
+    in_driver = running and in_driver_refused is None
     if action == "scale_in":
+        if in_driver:
+            return "in_driver", "the driver repartitions its own state between two batches: no new JVM"
         return "pause_resume", "a scale-in runs in the maintenance window, where a short outage is accepted"
     if not running:
         return "pause_resume", "the stage is not running: there is no old run to overlap or to stage from"
     if target_pool_free >= target_cores:
         return "active_backup", (f"the target pool has {target_pool_free} free cores for the new run beside the "
                                  f"old one: no outage")
+    if in_driver:
+        return "in_driver", (f"no room for an overlap ({target_pool_free} free cores < {target_cores}); the driver "
+                             f"repartitions its own state between two batches: no new JVM")
     if staged_ready:
         return "prestaged", "a copy was staged at the alarming level: no copy or repartition in the outage"
     return "pause_resume", f"no room for an overlap ({target_pool_free} free cores < {target_cores}) and nothing staged"

@@ -324,8 +324,8 @@ def _file_suites(found: list[dict], day: date, app: str | None, max_files: int,
 
 # -- the gate after a reconfiguration -------------------------------------------------------------
 
-def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, *, engine: Engine | None = None,
-                 record: bool = True) -> GateResult:
+def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, *, since: datetime | None = None,
+                 engine: Engine | None = None, record: bool = True) -> GateResult:
     """Validate a new run's first `first_batches` batches: its stage_metrics rows (suite
     stage_metrics, plus at least one row) and the sink outputs those batches wrote (suite
     sink_outputs, on the `sink_outputs` rows the run has written so far: a run that starts
@@ -335,6 +335,9 @@ def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, 
     It is the `gate` the CLI and the Airflow tasks pass to `execute.reconfigure.execute`, which
     calls it once the new run has caught up (and its first batches' metrics are written), before
     the reconfiguration is declared done; a failed gate rolls back with `reason`.
+
+    `since`: the change was made in the running driver (live, in_driver) at that time: judge the
+    run's first batches after it, which the change produced, not the run's first batches overall.
 
     `details` carries every failed expectation; with `record` the two validations are also
     stored in dq_results (suites gate_stage_metrics / gate_sink_outputs, target
@@ -350,7 +353,7 @@ def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, 
         return GateResult(False, {"deployment_id": deployment_id, "error": "no such deployment"})
     today = datetime.now(timezone.utc).date()
     with Validator(engine) as v:
-        results = _gate_validations(v, dep, deployment_id, first_batches, today)
+        results = _gate_validations(v, dep, deployment_id, first_batches, today, since)
     if record:
         results = store(results, engine)
     passed = all(r.success for r in results)
@@ -363,9 +366,10 @@ def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, 
     return GateResult(passed, details, results)
 
 
-def _gate_validations(v: Validator, dep, deployment_id: int, first_batches: int, today: date) -> list[Result]:
+def _gate_validations(v: Validator, dep, deployment_id: int, first_batches: int, today: date,
+                      changed_at: datetime | None) -> list[Result]:
     target = f"{dep.stage_id}#{deployment_id}"
-    since = (dep.started_at - timedelta(minutes=5)).isoformat()
+    since = (changed_at or dep.started_at - timedelta(minutes=5)).isoformat()
     results = [guard(suites.GATE_STAGE_METRICS, target, dep.app, today, lambda: to_result(
         v.validate_query(sql_text("dq_stage_metrics_deployment", deployment_id=deployment_id, stage_id=dep.stage_id,
                                   since=since, n=first_batches),
@@ -374,7 +378,8 @@ def _gate_validations(v: Validator, dep, deployment_id: int, first_batches: int,
     sink_kind = (dep.sink or {}).get("kind", "postgres")
     if sink_kind == "postgres":
         results.append(guard(suites.GATE_SINK_OUTPUTS, target, dep.app, today, lambda: to_result(
-            v.validate_query(sql_text("dq_sink_outputs_batches", deployment_id=deployment_id, stage_id=dep.stage_id),
+            v.validate_query(sql_text("dq_sink_outputs_batches", deployment_id=deployment_id, stage_id=dep.stage_id,
+                                      since=since),
                              suites.sink_outputs_suite(suites.GATE_SINK_OUTPUTS)),
             suites.GATE_SINK_OUTPUTS, target, dep.app, today)))
     return results

@@ -147,6 +147,11 @@ def command(command_id: int) -> Row:
     return db.row("command_get", id=command_id)
 
 
+def record_partitions(dep_id: int, state_partitions: int) -> bool:
+    """A live run's driver repartitioned its state in place. False if the run is no longer live."""
+    return db.write("deployment_repartitioned", deployment_id=dep_id, state_partitions=state_partitions) is not None
+
+
 def record_scaling(dep_id: int, from_cores: int, to_cores: int, reconfiguration_id: int | None) -> bool:
     """A live run now holds `to_cores` (admission counts them; cost keeps every change). False if
     the run is no longer live."""

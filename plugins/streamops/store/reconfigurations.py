@@ -94,9 +94,10 @@ def output_gap_ms(stage_id: str, since: datetime) -> float:
         }).scalar_one()
 
 
-def gate_progress(dep_id: int) -> tuple[int, int]:
-    """(metrics rows written, batches committed) by a new run: the gate judges rows that exist."""
-    r = db.row("gate_metrics_ready", deployment_id=dep_id)
+def gate_progress(dep_id: int, since: datetime | None = None) -> tuple[int, int]:
+    """(metrics rows written, batches committed) by a new run, or by a run since a change made in
+    its driver: the gate judges rows that exist."""
+    r = db.row("gate_metrics_ready", deployment_id=dep_id, since=since)
     return (r.metrics, r.commits) if r else (0, 0)
 
 
