@@ -10,6 +10,7 @@ The wheel has no `sbin/start-*.sh`; `spark-class` with `--host 127.0.0.1` is wha
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import sys
@@ -21,6 +22,8 @@ import httpx
 from streamops import processes
 from streamops.paths import state_dir
 from streamops.waiting import wait_until
+
+log = logging.getLogger("streamops.spark_cluster")
 
 ENV_MASTER = "STREAMOPS_SPARK_MASTER"
 # The master a stage's driver connects to, set by its launcher; unset means local[cores].
@@ -124,6 +127,8 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
     already running. Waits until the master is ALIVE and every worker has registered."""
     c = load_record()
     if c is not None and is_running(c):
+        for i in heal(c):
+            progress(f"worker-{i} was dead: restarted")
         return c, True
     if c is not None:
         down()
@@ -136,15 +141,7 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
             or not processes.is_alive(master_pid):
         raise SparkClusterError(f"the Spark master did not come up within {timeout_s:.0f}s; see {home() / 'logs' / 'master.log'}")
     progress(f"Spark master {c.url} is ALIVE (UI {c.ui})")
-    started = []
-    for i in range(workers):
-        wui = _free_port()
-        work = home() / "work" / f"worker-{i}"
-        work.mkdir(parents=True, exist_ok=True)
-        pid = _spawn("org.apache.spark.deploy.worker.Worker",
-                     [c.url, "--host", "127.0.0.1", "--cores", str(cores_per_worker), "--memory", memory_per_worker,
-                      "--webui-port", str(wui), "--work-dir", str(work)], f"worker-{i}")
-        started.append(Worker(pid, cores_per_worker, memory_per_worker, wui))
+    started = [_start_worker(c, i, cores_per_worker, memory_per_worker) for i in range(workers)]
     c = Cluster(port, ui, master_pid, started)
     _save(c)
     if not wait_until(lambda: (master_state(c) or {}).get("aliveworkers", 0) >= workers, timeout_s, interval_s=0.5):
@@ -152,6 +149,35 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
                                 f"see {home() / 'logs'}")
     progress(f"{workers} worker(s) registered: {workers * cores_per_worker} cores")
     return c, False
+
+
+def _start_worker(c: Cluster, i: int, cores: int, memory: str) -> Worker:
+    work = home() / "work" / f"worker-{i}"
+    work.mkdir(parents=True, exist_ok=True)
+    wui = _free_port()
+    pid = _spawn("org.apache.spark.deploy.worker.Worker",
+                 [c.url, "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
+                  "--webui-port", str(wui), "--work-dir", str(work)], f"worker-{i}")
+    return Worker(pid, cores, memory, wui)
+
+
+def heal(c: Cluster | None = None) -> list[int]:
+    """Restart the recorded workers whose process died (a kill -9, an OOM), with their cores and
+    memory; the master then launches the executors its applications are short of on them. Only
+    while the master lives (a dead master is `up`'s business). Returns the restarted workers'
+    indices; the watchdog calls it every pass."""
+    c = c or load_record()
+    if c is None or not processes.is_alive(c.master_pid):
+        return []
+    dead = [i for i, w in enumerate(c.workers) if not processes.is_alive(w.pid)]
+    if not dead:
+        return []
+    workers = list(c.workers)
+    for i in dead:
+        log.warning("action=heal worker-%d (pid %d) died; restarting it", i, workers[i].pid)
+        workers[i] = _start_worker(c, i, workers[i].cores, workers[i].memory)
+    _save(Cluster(c.master_port, c.webui_port, c.master_pid, workers))
+    return dead
 
 
 def _save(c: Cluster) -> None:

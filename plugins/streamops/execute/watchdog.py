@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from streamops import registry
+from streamops import registry, spark_cluster
 from streamops.execute import mechanisms, reconfigure, stages
 from streamops.execute.launcher import launcher_for
 from streamops.store import failures, ledger
@@ -57,6 +57,7 @@ class WatchdogReport:
     recoveries: list[Recovery] = field(default_factory=list)
     reconfigurations: list[reconfigure.Outcome] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    workers_restarted: list[int] = field(default_factory=list)  # embedded Spark workers found dead
 
     @property
     def gave_up(self) -> list[Recovery]:
@@ -125,6 +126,10 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
     """One watchdog pass: finish reconfigurations a dead executor left, then recover failed stages."""
     reg = reg or registry.load()
     report = WatchdogReport()
+    # A dead worker of the embedded cluster first: the stages on it wait for its executors.
+    report.workers_restarted = spark_cluster.heal()
+    for i in report.workers_restarted:
+        progress(f"action=heal Spark worker-{i} had died: restarted")
     # A crashed executor's `running` reconfiguration first: its rollback may be the recovery.
     report.reconfigurations = reconfigure.resume(reg, progress=progress, statuses=("running",))
     found = detect(stale_s)

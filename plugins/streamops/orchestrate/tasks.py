@@ -208,4 +208,5 @@ def watchdog(max_restarts: int = 3, stale_s: float = 60.0, wait_s: float = 180) 
                                + "; ".join(f"{s}: {why}" for s, why in failed))
     return {"checked": report.checked,
             "recoveries": [r.__dict__ for r in report.recoveries],
-            "reconfigurations": [o.reconfiguration_id for o in report.reconfigurations]}
+            "reconfigurations": [o.reconfiguration_id for o in report.reconfigurations],
+            "spark_workers_restarted": report.workers_restarted}
