@@ -7,6 +7,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 t0=$(date +%s)
 
 streamops db up
+# The demo's pools are `embedded`: two workers of 2 cores, one per pool's worth of executors.
+streamops spark up --workers 2 --cores 2
 streamops airflow up
 echo "Airflow up $(( $(date +%s) - t0 ))s after \`make demo\` started"
 
@@ -43,6 +45,7 @@ streamops gen hibench.wordcount --background --duration 86400 --seed 2 --garbage
 
 echo
 echo "database: $(streamops db status | tail -1)   (psql it, or query stage_metrics)"
+streamops spark status
 streamops airflow logins
 echo "Ctrl-C leaves the status view; the stages keep running until 'make demo-stop'."
 streamops status --watch || true
