@@ -282,9 +282,12 @@ def measure(rid: int, outcome: reconfigure.Outcome) -> dict:
     new = q1("SELECT * FROM deployments WHERE id = :i", i=r.new_deployment_id) if r.new_deployment_id else \
         q1("SELECT * FROM deployments WHERE stage_id = :s AND config->>'reconfiguration_id' = :r "
            "ORDER BY id LIMIT 1", s=r.stage_id, r=str(rid))
-    # After the request: an in-place change (live, in_driver) keeps the run, whose earlier commits predate it.
+    # An in-place change (live, in_driver) keeps the run: its first commit is the first after the
+    # queries restarted (or the executors changed), not the run's first.
+    in_place = r.mechanism in IN_PLACE
+    since = (r.restarted_at or r.executors_ready_at or r.requested_at) if in_place else r.requested_at
     first_commit = scalar("SELECT min(committed_at) FROM sink_commits WHERE deployment_id = :d AND committed_at >= :t",
-                          d=new.id, t=r.requested_at) if new else None
+                          d=new.id, t=since) if new else None
     old = q1("SELECT * FROM deployments WHERE id = :i", i=r.old_deployment_id) if r.old_deployment_id else \
         q1("SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
            "AND started_at < :t ORDER BY started_at DESC LIMIT 1", s=r.stage_id, t=r.requested_at)
@@ -292,7 +295,7 @@ def measure(rid: int, outcome: reconfigure.Outcome) -> dict:
         "SELECT batch_duration_ms FROM stage_metrics WHERE deployment_id = :d AND ts <= :t "
         "ORDER BY ts DESC LIMIT 10", d=old.id, t=r.stop_requested_at or r.requested_at)] if old else []
     rep = (r.repartition_ms or 0.0) / 1000
-    launch = _sec(r.state_ready_at, new.started_at if new else None)
+    launch = None if r.mechanism in IN_PLACE else _sec(r.state_ready_at, new.started_at if new else None)
     overlap = r.mechanism in OVERLAPPING  # the new run starts before the old one stops
     old_reason = old.stop_reason if old else None
     return {
@@ -310,14 +313,14 @@ def measure(rid: int, outcome: reconfigure.Outcome) -> dict:
         # For an overlapping mechanism the new run's phases happen before the stop: its start-up is
         # hidden, and restart_s (first_batch_done is stamped after the switch) is ~0 by construction.
         "breakdown": {
-            "rollback_copy_s": None if overlap or not new else _sec(new.started_at, r.stopped_at),
+            "rollback_copy_s": None if overlap or in_place or not new else _sec(new.started_at, r.stopped_at),
             "driver_start_s": None if launch is None else round(launch - rep, 3),  # python + JVM + SparkSession + agent
             "repartition_s": round(rep, 3),
             "query_start_s": _sec(r.restarted_at, r.state_ready_at),
             "first_batch_s": _sec(first_commit, r.restarted_at),
             "first_batch_stamp_lag_s": None if overlap else _sec(r.first_batch_done_at, first_commit),
             "catch_up_s": _sec(r.caught_up_at, r.first_batch_done_at),
-            "new_run_launch_to_first_commit_s": _sec(first_commit, new.started_at) if new else None,
+            "new_run_launch_to_first_commit_s": _sec(first_commit, new.started_at) if new and not in_place else None,
             "overlap_s": _sec(r.stopped_at, first_commit) if overlap else None,
         },
         # Did the old run stop between batches? An interrupted batch (the driver's 30 s deadline)
