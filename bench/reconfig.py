@@ -498,7 +498,8 @@ def run_size(keys: int, args, mechs: list[str], home: Path, samples: list[dict],
             waited = wait_quiet(args.wait_quiet_s)
             say(f"[cyan]executor kill[/cyan] run {i + 1}/{args.executor_kills} ({sink_keys(sid):,} keys in state)")
             s = kill_an_executor(sid, reg, i + 1)
-            s.update(state_keys=keys, waited_for_quiet_s=round(waited, 1), load_after=machine_load())
+            s.update(state_keys=keys, state_keys_now=sink_keys(sid), waited_for_quiet_s=round(waited, 1),
+                     load_after=machine_load())
             samples.append(s)
             save()
             say(f"  {s['status']}: output gap {s.get('output_gap_s')}s (rhythm {s['rhythm_gap_s']}s; {s['detail']})")
@@ -592,7 +593,7 @@ def print_tables(rows: list[dict], wall_s: float) -> None:
     for r in rows:
         tgt = "—"
         if "meets_target" in r:
-            tgt = f"{'[green]met' if r['meets_target'] else '[red]missed'} (≤ {r['target_output_gap_s']:g}s)"
+            tgt = f"{'[green]met' if r['meets_target'] else '[red]missed'} (≤ {float(r['target_output_gap_s']):g}s)"
         runs = f"{r['runs']}" + (f" (+{r['failed_runs']} failed)" if r["failed_runs"] else "")
         t.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}", f"{r['state_keys_actual'] or 0:,.0f}", runs, _f(r["prestage_s"]), _f(r["stop_s"]),
                   _f(r["repartition_s"]),
