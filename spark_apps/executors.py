@@ -50,10 +50,14 @@ def _count_settled(sc: SparkContext, at_least: int, timeout_s: float, quiet_s: f
     wait_until(quiet, timeout_s, interval_s=0.2)
 
 
-def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: bool = False) -> str:
+def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: bool = False,
+             wait: bool = True) -> str:
     """Bring the application to `executors` executors; returns what happened, for the command's
     outcome. With `settle` (at start), first wait for the executors the master granted at
-    registration. Raises TimeoutError if the cluster does not get there in `timeout_s`."""
+    registration. Without `wait` (the caller's queries are stopped, so the surplus is idle), the
+    surplus is asked to go and the call returns: the scheduler offers no task to an executor
+    pending removal, and its deregistration takes seconds that need not be waited for.
+    Raises TimeoutError if the cluster does not get there in `timeout_s`."""
     started = time.monotonic()
     jsc = sc._jsc.sc()
     jsc.requestTotalExecutors(executors, 0, sc._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
@@ -63,6 +67,10 @@ def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: 
     have = executor_ids(sc)
     surplus = have[executors:]  # the newest: the oldest hold warm state stores
     backend = jsc.schedulerBackend()
+    if not wait:
+        if surplus:
+            backend.killExecutors(_seq(sc, surplus), False, False, False)
+        return f"{len(have)} → {executors} executors in {time.monotonic() - started:.1f}s (removal of {surplus} asked)"
 
     def surplus_gone() -> bool:
         nonlocal surplus

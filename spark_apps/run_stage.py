@@ -172,7 +172,7 @@ class InDriverChange:
     """A `repartition` command (the `in_driver` mechanism): stop the queries at a batch boundary,
     repartition the state in this driver's own session, restart the queries, no new JVM. On a
     standalone pool the executors change too: added before the pause (they start while the query
-    still runs), removed after the restart. Holds `lock`, which the main loop's supervisor takes,
+    still runs), removed during the pause (idle then: no task is killed). Holds `lock`, which the main loop's supervisor takes,
     so nothing restarts a query while it is paused on purpose."""
 
     def __init__(self, spark, agent: StageAgent, stage: Stage, ckpt: Path, deployment_id: int, restart,
@@ -207,20 +207,20 @@ class InDriverChange:
                 _stamp(rid, "state_ready")
                 if took is not None:
                     rstore.record_repartition(rid, took * 1000)
+            if cores < before:  # now, while no task runs: nothing re-runs, and no wait for the removal
+                executors.append(self._executors(cores, timeout_s, wait=False))
             self.agent.queries = [self.restart(q, self.supervisor.excluded[q]) for q in QUERIES]
             if rid:
                 _stamp(rid, "restarted")
             restarted_in = time.monotonic() - paused
-        if cores < before:
-            executors.append(self._executors(cores, timeout_s))
         log.info("action=in-driver-change partitions=%d cores=%d paused=%.1fs", partitions, cores, restarted_in)
         return (f"done: {partitions} state partitions, queries back in {restarted_in:.1f}s "
                 f"(repartition {took or 0:.1f}s){'; ' + '; '.join(executors) if executors else ''}")
 
-    def _executors(self, cores: int, timeout_s: float) -> str:
+    def _executors(self, cores: int, timeout_s: float, wait: bool = True) -> str:
         from spark_apps.executors import scale_to
 
-        return scale_to(self.spark.sparkContext, cores // self.executor_cores, timeout_s)
+        return scale_to(self.spark.sparkContext, cores // self.executor_cores, timeout_s, wait=wait)
 
 
 def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:

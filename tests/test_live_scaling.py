@@ -20,10 +20,10 @@ from tests.test_reconfigure import Feeder, _commits, _row, _settle_and_compare
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
-def _registry(name: str, initial: int = 1) -> registry.Registry:
-    stage = {"workload": "wordcount", "source": {"kind": "files", "path": f"rc/{name}", "max_files_per_trigger": 3},
+def _registry(name: str, initial: int = 1, workload: str = "wordcount", params: dict | None = None) -> registry.Registry:
+    stage = {"workload": workload, "source": {"kind": "files", "path": f"rc/{name}", "max_files_per_trigger": 3},
              "cores": {"initial": initial, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000,
-             "pool": "cluster", "policy": {"kind": "edf"}}
+             "pool": "cluster", "policy": {"kind": "edf"}, "params": params or {}}
     return registry.parse({
         "pools": {"cluster": {"master": "embedded", "cores": 2, "executor_cores": 1, "executor_memory": "512m"}},
         "apps": {"rc": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
@@ -147,36 +147,44 @@ def test_a_killed_worker_is_restarted_by_the_watchdog_and_the_stage_loses_nothin
 
 
 @pytest.mark.reconfig_matrix
-def test_ten_random_live_and_in_driver_changes_in_a_row_lose_nothing(clean_db, spark_standalone):
+@pytest.mark.parametrize("workload", ["wordcount", "taxi_top10"])
+def test_ten_random_live_and_in_driver_changes_in_a_row_lose_nothing(clean_db, spark_standalone, workload):
     """One run, ten changes drawn at random (seeded): cores 1 or 2 and, half the time, the state
     partitions 4 or 8. Same partitions: `live`; new partitions: `in_driver`. Every change is done,
     the run is never replaced, and the sink equals the ground truth at the end."""
     import random
 
+    from tests.test_reconfigure_matrix import WORKLOADS
+    from tests.test_reconfigure_matrix import Feeder as WorkloadFeeder
+    from tests.test_reconfigure_matrix import _settle_and_compare as settle_and_compare
+
+    kind, params = WORKLOADS[workload]
+    name = "rnd" if workload == "wordcount" else f"rnd{kind}"
+    sid = f"rc.{name}"
     rnd = random.Random(13)
-    reg = _registry("rnd")
+    reg = _registry(name, workload=workload, params=params)
     done = []
-    with Feeder("rc/rnd", seed=41) as feeder:
-        stages.start_stage("rc.rnd", reg, wait_s=180)
-        eventually(lambda: _commits(clean_db, "rc.rnd") >= 2, 120, "two committed batches")
-        [run] = _runs(clean_db, "rc.rnd")
+    with WorkloadFeeder(f"rc/{name}", kind, seed=41) as feeder:
+        stages.start_stage(sid, reg, wait_s=180)
+        eventually(lambda: _commits(clean_db, sid) >= 2, 120, "two committed batches")
+        [run] = _runs(clean_db, sid)
         while len(done) < 10:
-            [cur] = _runs(clean_db, "rc.rnd")
+            [cur] = _runs(clean_db, sid)
             cores, partitions = rnd.choice([1, 2]), rnd.choice([None, 4, 8])
             if cores == cur.cores and partitions in (None, cur.state_partitions):
                 continue  # nothing to change: the request would be refused
             action = "scale_out" if cores > cur.cores or (cores == cur.cores and cores == 2) else "scale_in"
             mech = "live" if partitions in (None, cur.state_partitions) else "in_driver"
-            rid = reconfigure.request("rc.rnd", action, cores=cores, partitions=None if mech == "live" else partitions,
+            rid = reconfigure.request(sid, action, cores=cores, partitions=None if mech == "live" else partitions,
                                       mechanism=mech, reg=reg, requested_by="test")
             out = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)
             assert out.status == "done", (len(done), mech, out.detail)
-            [now] = _runs(clean_db, "rc.rnd")
+            [now] = _runs(clean_db, sid)
             assert (now.id, now.cores) == (run.id, cores)
             if mech == "in_driver":
                 assert now.state_partitions == partitions == checkpoint.state_partitions(Path(now.checkpoint))
             done.append((mech, cur.cores, cores, cur.state_partitions, now.state_partitions))
             print(f"change {len(done)}: {done[-1]}: output gap {out.downtime_ms / 1000:.1f}s")
-        _settle_and_compare(clean_db, feeder, "rc.rnd")
+        settle_and_compare(clean_db, feeder, sid, workload, params)
     assert {m for m, *_ in done} == {"live", "in_driver"}
-    stages.stop_stage("rc.rnd", reg, deadline_s=30)
+    stages.stop_stage(sid, reg, deadline_s=30)
