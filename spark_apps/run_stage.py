@@ -145,6 +145,21 @@ def repartition_offline(spark, stage: Stage, ckpt: Path, partitions: int) -> flo
     return took
 
 
+def prepare_state(spark, stage: Stage, ctx: StageContext, ckpt: Path, agent, excluded: dict[str, list[str]],
+                  partitions: int, reconfiguration_id: int | None) -> float | None:
+    """Bring a stopped checkpoint's state to `partitions` before the queries (re)start: finish a
+    batch an interrupted stop left pending (the repartitioner refuses it), repartition, and stamp
+    `state_ready` on the reconfiguration. Returns the repartition's seconds, or None."""
+    if stage.stateful and checkpoint.state_partitions(ckpt) not in (None, partitions):
+        finish_pending_batch(spark, stage, ctx, resolve_path(stage.source.path), ckpt, agent, excluded)
+    took = repartition_offline(spark, stage, ckpt, partitions)
+    if reconfiguration_id:
+        _stamp(reconfiguration_id, "state_ready")
+        if took is not None:
+            rstore.record_repartition(reconfiguration_id, took * 1000)
+    return took
+
+
 def operator_manager(stage_id: str) -> None:
     """The stage's Operator Manager, every local period: analyze its window and *request*
     (`control.request_for_stage`; the Application Manager decides at the next re-plan)."""
@@ -172,8 +187,8 @@ class InDriverChange:
     """A `repartition` command (the `in_driver` mechanism): stop the queries at a batch boundary,
     repartition the state in this driver's own session, restart the queries, no new JVM. On a
     standalone pool the executors change too: added before the pause (they start while the query
-    still runs), removed during the pause (idle then: no task is killed). Holds `lock`, which the main loop's supervisor takes,
-    so nothing restarts a query while it is paused on purpose."""
+    still runs), removed during the pause (idle then: no task is killed). Holds `lock`, which the
+    main loop's supervisor takes, so nothing restarts a query while it is paused on purpose."""
 
     def __init__(self, spark, agent: StageAgent, stage: Stage, ckpt: Path, deployment_id: int, restart,
                  supervisor: QuerySupervisor, executor_cores: int, standalone: bool):
@@ -193,20 +208,14 @@ class InDriverChange:
             executors.append(self._executors(cores, timeout_s))
         with self.lock:
             paused = time.monotonic()
-            at_boundary = self.agent.stop_at_batch_boundary(float(args.get("stop_deadline_s", 30)))
+            self.agent.stop_at_batch_boundary(float(args.get("stop_deadline_s", 30)))
             if rid:
                 _stamp(rid, "stopped")
-            if not at_boundary:
-                finish_pending_batch(self.spark, self.stage, self.agent.ctx, resolve_path(self.stage.source.path),
-                                     self.ckpt, self.agent, self.supervisor.excluded)
             self.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-            took = repartition_offline(self.spark, self.stage, self.ckpt, partitions)
+            took = prepare_state(self.spark, self.stage, self.agent.ctx, self.ckpt, self.agent, self.supervisor.excluded,
+                                 partitions, rid)
             ledger.record_partitions(self.deployment_id, partitions)
             self.agent.ctx = replace(self.agent.ctx, cores=cores, state_partitions=partitions)
-            if rid:
-                _stamp(rid, "state_ready")
-                if took is not None:
-                    rstore.record_repartition(rid, took * 1000)
             if cores < before:  # now, while no task runs: nothing re-runs, and no wait for the removal
                 executors.append(self._executors(cores, timeout_s, wait=False))
             self.agent.queries = [self.restart(q, self.supervisor.excluded[q]) for q in QUERIES]
@@ -278,13 +287,7 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     status, reason, code = "stopped", None, 0
     reconfiguration_id = dep.config.get("reconfiguration_id")
     try:
-        if stage.stateful and checkpoint.state_partitions(ckpt) not in (None, dep.state_partitions):
-            finish_pending_batch(spark, stage, ctx, input_dir, ckpt, agent, supervisor.excluded)
-        took = repartition_offline(spark, stage, ckpt, dep.state_partitions)
-        if reconfiguration_id:
-            _stamp(reconfiguration_id, "state_ready")
-            if took is not None:
-                rstore.record_repartition(reconfiguration_id, took * 1000)
+        prepare_state(spark, stage, ctx, ckpt, agent, supervisor.excluded, dep.state_partitions, reconfiguration_id)
         agent.queries = [restart(q, supervisor.excluded[q]) for q in QUERIES]
         if reconfiguration_id:
             _stamp(reconfiguration_id, "restarted")

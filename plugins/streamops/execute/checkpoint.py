@@ -23,18 +23,27 @@ class CopyRaced(RuntimeError):
     """A file the copy needed vanished while copying (log cleanup); the copy is retried."""
 
 
-def copy_stopped(src: Path, dst: Path) -> Path:
-    """Copy the checkpoint of a *stopped* query (rollback copies). Atomic: written beside the
-    destination and renamed into place, so a copy that exists is complete even if the copying
-    process was killed half-way (a later --resume trusts it)."""
+def _atomically(dst: Path, write) -> Path:
+    """`write(tmp)` beside `dst`, then rename it into place: a copy that exists is complete even if
+    the copying process was killed half-way (a later --resume trusts it)."""
     dst = Path(dst)
     tmp = dst.with_name(f".{dst.name}.partial")
     for leftover in (tmp, dst):
         if leftover.exists():
             shutil.rmtree(leftover)
-    shutil.copytree(src, tmp)
+    write(tmp)
     tmp.rename(dst)
     return dst
+
+
+def copy_stopped(src: Path, dst: Path) -> Path:
+    """Copy the checkpoint of a *stopped* query (rollback copies), atomically."""
+    return _atomically(dst, lambda tmp: shutil.copytree(src, tmp))
+
+
+def rollback_copy_live(src: Path, dst: Path) -> Path:
+    """A rollback copy of a *running* query's checkpoint (`copy_live`), atomically."""
+    return _atomically(dst, lambda tmp: copy_live(src, tmp))
 
 
 def restore(copy: Path, ckpt: Path) -> None:

@@ -315,11 +315,7 @@ class InDriver:
             raise stages.AdmissionRefused(f"not an in-driver change: {why}")
         _check_room_to_grow(ex, live, pool.cores if pool else None, r.target_cores)
         ckpt = Path(live.checkpoint)
-        copy = ckpt.with_name(f"{ckpt.name}.rollback-{r.id}")
-        partial = copy.with_name(f".{copy.name}.partial")  # renamed into place: a copy that exists is whole
-        checkpoint.copy_live(ckpt, partial)
-        partial.rename(copy)
-        ex.rollback_copy = copy
+        ex.rollback_copy = checkpoint.rollback_copy_live(ckpt, ckpt.with_name(f"{ckpt.name}.rollback-{r.id}"))
         partitions = _target_partitions(ex, live)
         ex.stamp("stop_requested")
         ex.changed_at = datetime.now(timezone.utc)

@@ -254,16 +254,12 @@ def _recover_running(row: Row, reg: registry.Registry, progress: Progress) -> Ou
             progress(f"{row.stage_id}: reconfiguration {row.id} was complete; marked done")
             return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
         ex = Execution(row, reg, progress, Deadlines(), None)
-        if row.mechanism == "in_driver" and live is not None and live.started_at < row.requested_at \
-                and live.cores == row.target_cores and row.target_partitions in (None, live.state_partitions):
-            # The driver carried the change out in the same run (it records the partitions itself).
+        same_run = row.mechanism in ("live", "in_driver") and live is not None and live.started_at < row.requested_at
+        if same_run and live.cores == row.target_cores and row.target_partitions in (None, live.state_partitions):
+            # The change was made in the run that kept going (an in-driver one records its partitions itself).
             rstore.finish(row.id, "done", "completed by --resume: the run holds the target configuration", None, None)
             return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
-        if row.mechanism == "live" and live is not None and live.started_at < row.requested_at:
-            # The same run kept going: it has the target cores (done) or is scaled back.
-            if live.cores == row.target_cores:
-                rstore.finish(row.id, "done", "completed by --resume: the run holds the target cores", None, None)
-                return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
+        if same_run and row.mechanism == "live":  # scale the run back
             ex.old_deployment = SimpleNamespace(**{**live._asdict(), "cores": row.from_cores})
             MECHANISMS["live"].rollback(ex, "the executor died mid-way")
             rstore.finish(row.id, "rolled_back", "rolled back by --resume", "the executor died mid-way", None)
