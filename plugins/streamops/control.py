@@ -24,9 +24,10 @@ from sqlalchemy import Connection
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
-from streamops.plan.model import RECONFIGURATIONS, AppState, Decision, OperatorState, Request
+from streamops.plan.model import RECONFIGURATIONS, REPLICA_ACTIONS, AppState, Decision, OperatorState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
+from streamops.redundancy_pass import redundancy_requests
 from streamops.store import db
 
 log = logging.getLogger("streamops.control")
@@ -124,6 +125,10 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
             changed_states.append((stats.stage_id, after.prestaged))
         requests += [(r, kind) for r in reqs]
     _bulk(conn, "operator_states_save", changed_states)
+    if stage is None:  # the redundancy manager steps from the re-plan only, once per its period
+        extra, saved = redundancy_requests(conn, now)
+        requests += [(r, "redundancy") for r in extra if app is None or r.app == app]
+        _bulk(conn, "redundancy_state_save", saved)
     ids = _bulk(conn, "requests_upsert", [
         (r.stage_id, r.app, r.action, r.target_cores, r.target_pool, r.gain, r.cost_ms, r.reason,
          json.dumps(r.snapshot, default=str), kind) for r, kind in requests
@@ -187,6 +192,11 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
     flat = [(res, i) for res in results for i in range(len(res.decisions))]
     if not dry_run:
         _bulk(conn, "requests_close", [(res.decisions[i][0].request.id, res.decisions[i][0].outcome) for res, i in flat])
+        # A granted replica count is the stage's wanted count; the supervisor starts or stops replicas.
+        _bulk(conn, "stage_replicas_set", [
+            (d.request.stage_id, int(d.request.snapshot["target_replicas"]))
+            for res in results for d, _ in res.decisions
+            if d.outcome == "granted" and d.request.action in REPLICA_ACTIONS])
         grants = [(res, i, ids[n]) for n, (res, i) in enumerate(flat)
                   if res.decisions[i][0].outcome == "granted" and res.decisions[i][0].request.action in RECONFIGURATIONS]
         planned = dict((did, rid) for rid, did in _bulk(conn, "reconfigurations_plan", [

@@ -126,6 +126,41 @@ class Policy(_Frozen):
         return v
 
 
+FAULT_KINDS = ("slow_batch", "driver_kill", "executor_kill", "heartbeat_cut", "db_outage")
+# Kinds whose magnitude is a length of time (a pause, a cut, an outage); kills have none.
+TIMED_FAULTS = ("slow_batch", "heartbeat_cut", "db_outage")
+
+
+class Fault(_Frozen):
+    """One kind of fault the injector causes in a stage's driver [002]: arrivals are a Poisson
+    process (exponential gaps of mean `mtbf_s`), each with a Gaussian magnitude in seconds."""
+
+    kind: Literal["slow_batch", "driver_kill", "executor_kill", "heartbeat_cut", "db_outage"]
+    mtbf_s: float = Field(gt=0, description="mean time between faults of this kind (exponential gaps)")
+    magnitude_s: float = Field(default=5.0, ge=0, description="mean pause, cut or outage length (Gaussian)")
+    magnitude_sd_s: float = Field(default=1.0, ge=0, description="its standard deviation; draws are cut at 0")
+    seed: int | None = Field(default=None, description="fixes the draws, so two runs see the same faults")
+
+
+class Redundancy(_Frozen):
+    """The redundancy manager for an HA stage (plan.redundancy): it moves the replica count
+    between 1 and `max_replicas` and Spark's speculation against `bound_ms` (default: R_max)."""
+
+    enabled: bool = True
+    max_replicas: int = Field(default=2, ge=1, le=4)
+    bound_ms: int | None = Field(default=None, gt=0, description="tail-latency bound; default the app's r_max_ms")
+    period_s: float = Field(default=60.0, gt=0, description="how often it steps")
+    params: dict[str, float] = Field(default_factory=dict, description="overrides of RedundancyOptions")
+
+    @field_validator("params")
+    @classmethod
+    def _known_options(cls, v: dict[str, float]) -> dict[str, float]:
+        from streamops.plan.redundancy import RedundancyOptions
+
+        RedundancyOptions.from_params(v)
+        return v
+
+
 class Stage(_Frozen):
     workload: Literal["identity", "repartition", "wordcount", "fixwindow", "taxi_top10", "patterns", "keycount"]
     source: FileSource | KafkaSource = Field(discriminator="kind")
@@ -139,6 +174,11 @@ class Stage(_Frozen):
     poison_after_failures: int = Field(
         default=3, ge=0, description="a batch that fails this many times in a row with the same error is "
                                      "quarantined whole and the stage moves on (0: never; the stage fails instead)")
+    replicas: int = Field(default=1, ge=1, le=4, description=(
+        "drivers that run the stage at once, each with its own checkpoint, in another pool when one "
+        "exists; the sink keeps one result per key whichever writes first"))
+    redundancy: Redundancy | None = Field(default=None, description="let the redundancy manager set the replicas")
+    faults: list[Fault] = Field(default_factory=list, description="the fault injector's schedule for this stage")
 
     @property
     def input_kind(self) -> str:

@@ -18,7 +18,7 @@ from typing import Callable
 
 from croniter import croniter
 
-from streamops.plan.model import DISRUPTIVE, LOCAL, SCALE_OUT, AppState, Decision, Request
+from streamops.plan.model import ADD_REPLICA, DISRUPTIVE, LOCAL, REMOVE_REPLICA, SCALE_OUT, AppState, Decision, Request
 from streamops.plan.options import AppOptions
 
 TokenGenerator = Callable[[float | None, float, float], float]
@@ -99,8 +99,11 @@ def application_cycle(
 
     for r in (r for r in requests if r.action in LOCAL):
         decisions.append(_decide(r, "granted", "local action: no restart, no token", tokens, tokens))
+    for r in (r for r in requests if r.action == REMOVE_REPLICA):
+        decisions.append(_decide(r, "granted", "a replica given back: no outage, no token", tokens, tokens))
 
-    reconfigs = sorted((r for r in requests if r.action not in LOCAL), key=lambda r: r.value, reverse=True)
+    reconfigs = sorted((r for r in requests if r.action not in LOCAL and r.action != REMOVE_REPLICA),
+                       key=lambda r: r.value, reverse=True)
     if opt.policy == "accept_all":
         for r in reconfigs:
             if r.stage_id in granted_stages:
@@ -109,7 +112,8 @@ def application_cycle(
                 grant(r, "accept_all grants every request", tokens, tokens)
         return decisions, replace(state, tokens=tokens)
 
-    for r in (r for r in reconfigs if r.action == SCALE_OUT):
+    # A new replica costs cores like a scale-out and is granted from the same bucket.
+    for r in (r for r in reconfigs if r.action in (SCALE_OUT, ADD_REPLICA)):
         if r.stage_id in granted_stages:
             decisions.append(_decide(r, "declined", "another action for this stage was granted", tokens, tokens))
         elif tokens >= 1.0:

@@ -11,6 +11,10 @@ PRESTAGE, RELEASE = "prestage", "release_prestage"
 RECONFIGURATIONS = (SCALE_OUT, SCALE_IN, MIGRATE)
 DISRUPTIVE = (SCALE_IN, MIGRATE)  # deferred to the maintenance window
 LOCAL = (PRESTAGE, RELEASE)  # no restart, no token: the Operator Manager's own business
+# The redundancy manager's actions on an HA stage (target in snapshot["target_replicas"]). Neither
+# stops the output: adding spends a token like a scale-out (it costs cores), removing is free.
+ADD_REPLICA, REMOVE_REPLICA = "add_replica", "remove_replica"
+REPLICA_ACTIONS = (ADD_REPLICA, REMOVE_REPLICA)
 
 
 @dataclass(frozen=True)

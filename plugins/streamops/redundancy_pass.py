@@ -1,0 +1,49 @@
+"""The redundancy manager in the control loop: each HA stage's Algorithm 2 step [002] once per
+its period, as requests that the Application Manager grants like any other (control.replan).
+
+Pure policy in plan.redundancy; this is only its monitor (the stage's output tail latency,
+`redundancy_inputs.sql`) and its memory (`redundancy_states`). A change of redundancy r that
+changes the replica count becomes an `add_replica` (a token, like a scale-out) or a
+`remove_replica` (free) request; r's speculation settings reach a cluster pool's driver at its
+next start (stages.start_stage).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from streamops.plan.model import ADD_REPLICA, REMOVE_REPLICA, Request
+from streamops.plan.redundancy import RedundancyOptions, RedundancyState, initial_state, replicas_for, step
+from streamops.store import db
+
+log = logging.getLogger("streamops.redundancy")
+
+
+def redundancy_requests(conn: Connection, now: datetime) -> tuple[list[Request], list[tuple]]:
+    """(requests, state rows to save) of every HA stage whose period has come."""
+    requests, saved = [], []
+    for row in conn.execute(db.query("redundancy_inputs"), {"now": now}).mappings():
+        spec = row["redundancy"] or {}
+        if row["updated_at"] is not None and (now - row["updated_at"]).total_seconds() < row["period_s"]:
+            continue
+        opts = RedundancyOptions.from_params(spec.get("params"))
+        before = initial_state(opts) if row["r"] is None else RedundancyState(
+            row["r"], row["direction"], row["last_delta_ms"])
+        bound = float(spec.get("bound_ms") or row["r_max_ms"])
+        after, decision = step(before, row["tail_ms"], bound, opts)
+        saved.append((row["stage_id"], after.r, after.direction, after.last_delta_ms, now))
+        want = replicas_for(after.r, int(spec.get("max_replicas", 2)))
+        log.info("stage %s: action=redundancy %s r=%.2f replicas %d→%d: %s", row["stage_id"], decision.action,
+                 after.r, row["replicas"], want, decision.reason)
+        if want == row["replicas"]:
+            continue
+        action = ADD_REPLICA if want > row["replicas"] else REMOVE_REPLICA
+        excess = abs(decision.delta_ms or 0.0) / bound
+        requests.append(Request(row["stage_id"], action, None, None, gain=excess, cost_ms=0.0,
+                                reason=f"redundancy r {before.r:.2f} → {after.r:.2f}: {decision.reason}",
+                                snapshot={"target_replicas": want, "r": after.r, "tail_ms": row["tail_ms"]},
+                                app=row["app"]))
+    return requests, saved
