@@ -23,11 +23,16 @@ Validates `apps.yaml`, syncs the app's pools and stages into PostgreSQL, and mak
 stage of the app runs with its configured pool and cores. Idempotent: running stages are left
 alone unless **restart** is set (then each is stopped at a batch boundary and started again from
 its checkpoint). A deploy also puts a stage the watchdog gave up on back under its care.
+
+**replicas** (optional) runs every stage of the app as that many replicas, each its own driver
+with its own checkpoint, in another pool when one has room; empty keeps `apps.yaml`'s count.
 """,
     params={
         "app": Param(CHOICES["apps"][0] if CHOICES["apps"] else "", enum=CHOICES["apps"],
                      description="the app, from apps.yaml"),
         "restart": Param(False, type="boolean", description="restart stages that are already running"),
+        "replicas": Param(None, type=["null", "integer"], minimum=1, maximum=4,
+                          description="replicas per stage (empty: apps.yaml's)"),
     },
     # Starting a stage is safe to retry: a running one is left alone.
     default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "retry_exponential_backoff": True},
@@ -37,7 +42,9 @@ def streamops_deploy():
     def deploy(params: dict | None = None) -> dict:
         from streamops.orchestrate import tasks
 
-        return tasks.deploy(params["app"], bool(params["restart"]))
+        replicas = params.get("replicas")
+        return tasks.deploy(params["app"], bool(params["restart"]),
+                            replicas_override=None if replicas in (None, "") else int(replicas))
 
     deploy()
 

@@ -11,6 +11,8 @@ streamops db up
 streamops spark up --workers 2 --cores 2
 streamops airflow up
 echo "Airflow up $(( $(date +%s) - t0 ))s after \`make demo\` started"
+# Failover in seconds (docs/ha.md); Airflow's watchdog is the second line.
+streamops supervise --background
 
 # Deploys run as Airflow DAG runs (in parallel; the JVM start is the slow part).
 for app in taxi hibench; do

@@ -85,3 +85,13 @@ def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: 
                       max(1.0, timeout_s - (time.monotonic() - started)), interval_s=0.2):
         raise TimeoutError(f"{len(executor_ids(sc))} executors after {timeout_s:.0f}s, wanted {executors}")
     return f"{len(have)} → {executors} executors in {time.monotonic() - started:.1f}s"
+
+
+def kill_one(sc: SparkContext) -> str:
+    """Kill the newest executor as a crash would (its tasks re-run; the master starts another,
+    since the target count stays): the fault injector's `executor_kill`."""
+    have = executor_ids(sc)
+    if not have:
+        return "no executor to kill"
+    sc._jsc.sc().schedulerBackend().killExecutors(_seq(sc, have[-1:]), False, True, True)
+    return f"executor {have[-1]} killed"

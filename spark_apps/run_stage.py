@@ -20,13 +20,14 @@ import time
 from pathlib import Path
 
 from streamops.agent.agent import StageAgent
+from streamops.agent.faults import BatchPause, FaultInjector
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, is_transient_error
 from streamops import checkpoint_layout as checkpoint
 from streamops.checkpoint_layout import QUERIES, query_checkpoint
 from streamops.registry import Stage, resolve_path
 from streamops.spark_cluster import RUN_MASTER_ENV
-from streamops.store import ledger
+from streamops.store import db, ledger
 from streamops.store import reconfigurations as rstore
 
 log = logging.getLogger("streamops.run_stage")
@@ -232,7 +233,68 @@ class InDriverChange:
         return scale_to(self.spark.sparkContext, cores // self.executor_cores, timeout_s, wait=wait)
 
 
-def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
+def fault_actions(spark, agent, pause: BatchPause, standalone: bool) -> dict:
+    """What each injected fault does to this driver (streamops.agent.faults)."""
+
+    def kill_driver(_):
+        log.warning("action=fault driver_kill: SIGKILL to the driver's process group")
+        logging.shutdown()
+        os.killpg(os.getpgid(0), signal.SIGKILL)  # the JVM too, as a lost machine would
+        return "killed"
+
+    def cut_heartbeat(seconds):
+        agent().heartbeat_cut_until = time.monotonic() + (seconds or 0)
+        return f"no heartbeat for {seconds or 0:.1f}s"
+
+    def db_outage(seconds):
+        db.inject_outage(seconds or 0)
+        return f"database unreachable for {seconds or 0:.1f}s"
+
+    def kill_executor(_):
+        from spark_apps.executors import kill_one
+
+        return kill_one(spark.sparkContext)
+
+    actions = {"slow_batch": pause.add, "driver_kill": kill_driver, "heartbeat_cut": cut_heartbeat,
+               "db_outage": db_outage}
+    if standalone:  # local mode has no executor to kill
+        actions["executor_kill"] = kill_executor
+    return actions
+
+
+def standby(stage_id: str, cores: int, ready_file: str) -> int:
+    """A warm spare: build the session and run the stage's query once over a sample of its input
+    into no sink (stage.warm_up), then wait on stdin for the deployment to run (the supervisor's
+    failover); end quietly if stdin closes."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format=f"%(asctime)s %(levelname)s [stage={stage_id} standby] %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    from spark_apps.stage import build_session, warm_up
+
+    started = time.monotonic()
+    spark = build_session(f"streamops:{stage_id}", cores, 2)
+    row = ledger.stage_row(stage_id)
+    sampled = 0
+    if row is not None:
+        stage = Stage.model_validate(row.spec)
+        try:
+            sampled = warm_up(spark, stage, cores, row.state_partitions)
+        except Exception as e:  # a warm-up is an optimisation: the spare still saves the JVM start
+            log.warning("action=standby warm-up failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
+    Path(ready_file).touch()
+    log.info("action=standby ready in %.1fs (local[%d], warm-up on %d input lines)", time.monotonic() - started,
+             cores, sampled)
+    line = sys.stdin.readline().strip()
+    if not line:
+        log.info("action=standby released")
+        spark.stop()
+        return 0
+    for h in logging.getLogger().handlers[:]:  # run() logs with the deployment in each line
+        logging.getLogger().removeHandler(h)
+    return run(int(line), spark=spark)
+
+
+def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
     dep = ledger.deployment(deployment_id)
     stage = Stage.model_validate(dep.config["spec"])
     sid = dep.stage_id
@@ -252,7 +314,8 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     pool = dep.config.get("pool") or {}
     master = os.environ.get(RUN_MASTER_ENV)  # set by a standalone pool's launcher
     executor_cores = int(pool.get("executor_cores", 1))
-    spark = build_session(f"streamops:{sid}", dep.cores, dep.state_partitions, **(dict(
+    spark = spark or build_session(f"streamops:{sid}", dep.cores, dep.state_partitions,
+                                   extra_conf=dep.config.get("speculation") if master else None, **(dict(
         master=master, executor_cores=executor_cores, executor_memory=pool.get("executor_memory", "1g"),
         max_cores=max(stage.cores.max, dep.cores)) if master else {}))
     if master:  # the master granted up to max cores at once: trim to this run's before any query
@@ -262,7 +325,11 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
     from streamops.plan.options import OperatorOptions
 
     opts = OperatorOptions.from_params(stage.policy.params)
-    handlers = {"repartition": lambda args: in_driver(args)}
+    pause = BatchPause()
+    injector = FaultInjector(sid, deployment_id, dep.role, fault_actions(spark, lambda: agent, pause, bool(master)),
+                             schedule=stage.faults)
+    handlers = {"repartition": lambda args: in_driver(args),
+                "fault": lambda args: injector.inject(args["kind"], args.get("magnitude_s"), args.get("source", "cli"))}
     if master:
         handlers["scale"] = lambda args: scale_executors(spark, agent, args, executor_cores)
     agent = StageAgent(spark, ctx, input_dir, ckpt,
@@ -275,7 +342,8 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
 
     def restart(which: str, excluded: list[str]):  # agent.ctx: an in-driver change updates cores and partitions
         return start_query(which, spark, stage, agent.ctx, input_dir, ckpt, on_commit=on_commit,
-                           abort=agent.stop_requested, fault=dep.config.get("fault"), exclude_files=excluded)
+                           abort=agent.stop_requested, fault=dep.config.get("fault"), exclude_files=excluded,
+                           pause=pause.take)
 
     def on_commit(stats: SinkStats) -> None:
         agent.on_commit(stats)
@@ -293,6 +361,7 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
             _stamp(reconfiguration_id, "restarted")
         ledger.mark_running(deployment_id, spark.sparkContext.applicationId, os.getpid(), socket.gethostname())
         log.info("action=running driver=%s", spark.sparkContext.applicationId)
+        injector.start()
         while not agent.stop_requested.wait(1.0):
             with in_driver.lock:
                 why = supervisor.check(agent.queries)
@@ -307,6 +376,7 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
         status, code, reason = "failed", 1, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         log.exception("action=failed")
     finally:
+        injector.close()
         for q in agent.queries:
             if q.isActive:
                 q.stop()
@@ -326,10 +396,18 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--deployment-id", type=int, required=True, help="the deployments row this run realizes")
+    p.add_argument("--deployment-id", type=int, help="the deployments row this run realizes")
+    p.add_argument("--standby", metavar="STAGE_ID", help="be a warm spare for this stage: wait on stdin for a "
+                                                         "deployment id")
+    p.add_argument("--cores", type=int, default=1, help="with --standby: local[cores]")
+    p.add_argument("--ready-file", help="with --standby: touched once the session is up")
     p.add_argument("--stop-deadline-s", type=float, default=30.0,
                    help="how long a stop waits for the running batch before interrupting it")
     args = p.parse_args(argv)
+    if args.standby:
+        return standby(args.standby, args.cores, args.ready_file)
+    if args.deployment_id is None:
+        p.error("--deployment-id is required (or --standby)")
     started = time.monotonic()
     try:
         return run(args.deployment_id, args.stop_deadline_s)

@@ -68,17 +68,56 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
     return conf
 
 
-def build_session(app_name: str, cores: int, state_partitions: int, **cluster) -> SparkSession:
-    """A session for a stage (or a job): `cluster` is session_conf's master and executor settings."""
+def build_session(app_name: str, cores: int, state_partitions: int, extra_conf: dict[str, str] | None = None,
+                  **cluster) -> SparkSession:
+    """A session for a stage (or a job): `cluster` is session_conf's master and executor settings;
+    `extra_conf` is added on top (the redundancy manager's speculation settings)."""
     # Python workers must import streamops: this venv's interpreter, not `python3` on PATH.
     # In-process PySpark reads only the environment for this (the conf is for spark-submit).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    for k, v in session_conf(cores, state_partitions, **cluster).items():
+    for k, v in {**session_conf(cores, state_partitions, **cluster), **(extra_conf or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _discard(df, batch_id: int) -> None:
+    df.count()
+
+
+def warm_up(spark: SparkSession, stage: Stage, cores: int, partitions: int, sample_lines: int = 50) -> int:
+    """Run the stage's own query once over a few lines of its input into no sink, with a
+    throwaway checkpoint: class loading, code generation (cached by code), the state store and the
+    Python workers are then warm for the real first batch. Returns the lines used (0: none yet)."""
+    import shutil
+    import tempfile
+
+    files = sorted((p for p in resolve_path(stage.source.path).glob("*") if p.is_file() and not p.name.startswith(".")),
+                   key=lambda p: p.stat().st_mtime)[-3:]
+    lines = [ln for p in files for ln in p.read_text(errors="replace").splitlines()][:sample_lines]
+    if not lines:
+        return 0
+    tmp = Path(tempfile.mkdtemp(prefix="streamops-warmup-"))
+    try:
+        (tmp / "in").mkdir()
+        (tmp / "in" / "sample.json").write_text("\n".join(lines) + "\n")
+        ctx = StageContext(stage_id="warm-up", deployment_id=None, cores=cores, state_partitions=partitions,
+                           trigger_interval_ms=stage.trigger_interval_ms)
+        q = start_query("main", spark, stage, ctx, tmp / "in", tmp / "ckpt", available_now=True, discard=True)
+        q.awaitTermination(120)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return len(lines)
+
+
+def _paused(sink, pause: Callable[[], float]):
+    def paused(df, batch_id: int) -> None:
+        pause()
+        sink(df, batch_id)
+
+    return paused
 
 
 def _failing(sink):
@@ -160,6 +199,8 @@ def start_query(
     fault: str | None = None,
     once: bool = False,
     exclude_files: list[str] | None = None,
+    pause: Callable[[], float] | None = None,
+    discard: bool = False,
 ) -> StreamingQuery:
     """Start one of the stage's queries: `main` (parse → workload → idempotent sink) or
     `quarantine` (the lines that are not records → `quarantine`). `available_now` drains the
@@ -204,7 +245,9 @@ def start_query(
     valid = burn_cpu(counted.where(F.col("reason").isNull()), int(stage.params.get("cpu_cost", 0)))
     output = workload.build(valid, stage.params)
 
-    if stage.sink.kind == "parquet":
+    if discard:  # a warm-up: the same plan, nothing written
+        sink = _discard
+    elif stage.sink.kind == "parquet":
         sink = ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit, abort)
     else:
         sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)
@@ -212,6 +255,8 @@ def start_query(
               "poison_marker": _poison_on_marker}
     if fault in faults:
         sink = faults[fault](sink)
+    if pause is not None:  # the fault injector's slow batches
+        sink = _paused(sink, pause)
     return trigger(
         output.writeStream.queryName(ctx.stage_id)
         .outputMode(workload.output_mode)

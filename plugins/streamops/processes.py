@@ -16,13 +16,16 @@ from streamops.waiting import wait_until
 
 
 def spawn_detached(argv: Sequence[str], *, log_path: Path, pid_file: Path | None = None,
-                   env: Mapping[str, str] | None = None, cwd: str | Path | None = None) -> subprocess.Popen:
+                   env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+                   stdin_pipe: bool = False) -> subprocess.Popen:
     """Start `argv` in its own session (it survives its starter, Ctrl-C there does not reach it, and
     it leads a process group that `stop(..., group=True)` takes down whole), stdout and stderr
-    appended to `log_path`, stdin closed; its pid is written to `pid_file`. `env` None: ours."""
+    appended to `log_path`, stdin closed (or a pipe from us, `stdin_pipe`); its pid is written to
+    `pid_file`. `env` None: ours."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                                 env=None if env is None else dict(env), cwd=cwd, start_new_session=True)
     if pid_file is not None:
         pid_file.parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ COLUMNS = [
     Column("backlog", "right", 3, "backlog: input files not yet read"),
     Column("beat", "right", 3, "beat: heartbeat age"),
     Column("pool", "left", 4, "pool: where the run is"),
+    Column("replicas", "left", 2, "replicas: live/wanted, and the one that leads (least input left)"),
     Column("plan", "left", 4, "plan: granted or deferred reconfiguration"),
     Column("out/s", "right", 5),
     Column("fail 24h", "right", 5, "fail 24h: failures handled in the last day"),
@@ -64,8 +65,16 @@ def cells(r) -> tuple[dict[str, str], list[str]]:
         "in/s": _fmt(r.in_rps, ",.0f"), "out/s": _fmt(r.out_rps, ",.0f"),
         "p95 ms": _fmt(r.latency_p95_ms, ",.0f", none="idle" if r.status == "running" else "–"),
         "backlog": _fmt(r.backlog_files), "batch": _fmt(r.batch_id), "beat": beat, "quar.": str(r.quarantined),
-        "fail 24h": str(r.failures_24h), "plan": r.plan or "",
+        "fail 24h": str(r.failures_24h), "plan": r.plan or "", "replicas": _replicas(r),
     }, notes
+
+
+def _replicas(r) -> str:
+    wanted, live = getattr(r, "replicas", 1) or 1, getattr(r, "live_replicas", 0) or 0
+    if wanted <= 1 and live <= 1:
+        return "1"
+    text = f"{live}/{wanted}" + (f" lead {r.leader}" if r.leader else "")
+    return f"[yellow]{text}[/]" if live < wanted else text
 
 
 def _width(columns: list[Column], rows: list[dict[str, str]]) -> int:

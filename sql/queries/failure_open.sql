@@ -1,2 +1,2 @@
--- The stage's open failure, if any (one per stage: a partial unique index).
-SELECT id, attempts FROM failures WHERE stage_id = :stage_id AND status = 'recovering'
+-- The open failure of one replica of a stage, if any (one per stage and role: a partial unique index).
+SELECT id, attempts FROM failures WHERE stage_id = :stage_id AND role = :role AND status = 'recovering'

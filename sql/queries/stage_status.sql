@@ -1,6 +1,19 @@
--- One row per registered stage: its latest run, latest batch metrics, heartbeat age and quarantine count.
-WITH latest_run AS (
-    SELECT DISTINCT ON (stage_id) * FROM deployments ORDER BY stage_id, started_at DESC, id DESC
+-- One row per registered stage: its latest run, latest batch metrics, heartbeat age and quarantine
+-- count; for an HA stage also its live replicas and which one leads (the least input left to read).
+WITH latest_run AS (  -- the primary's line (or an active backup's); replicas are counted below
+    SELECT DISTINCT ON (stage_id) * FROM deployments WHERE role NOT LIKE 'replica-%'
+    ORDER BY stage_id, started_at DESC, id DESC
+),
+replica_backlog AS (
+    SELECT DISTINCT ON (d.id) d.stage_id, d.role, m.backlog_rows, m.ts
+    FROM deployments d LEFT JOIN stage_metrics m ON m.deployment_id = d.id AND m.ts > now() - interval '5 minutes'
+    WHERE d.status = 'running' AND (d.role = 'primary' OR d.role LIKE 'replica-%')
+    ORDER BY d.id, m.ts DESC NULLS LAST
+),
+replicas AS (
+    SELECT stage_id, count(*) AS live_replicas,
+           (array_agg(role ORDER BY backlog_rows ASC NULLS LAST, ts DESC NULLS LAST))[1] AS leader
+    FROM replica_backlog GROUP BY stage_id
 ),
 latest_batch AS (
     SELECT DISTINCT ON (m.stage_id) m.*
@@ -14,9 +27,10 @@ latest_input AS (  -- latency only of batches that read input: an idle stage is 
     WHERE m.ts > now() - interval '60 seconds' AND m.input_rows > 0
     ORDER BY m.stage_id, m.ts DESC
 ),
-recent AS (  -- rates over the last minute are steadier than one batch's
-    SELECT stage_id, sum(input_rows) / 60.0 AS in_rps, sum(output_rows) / 60.0 AS out_rps
-    FROM stage_metrics WHERE ts > now() - interval '60 seconds' GROUP BY stage_id
+recent AS (  -- rates over the last minute are steadier than one batch's; replicas read the same input
+    SELECT m.stage_id, sum(m.input_rows) / 60.0 AS in_rps, sum(m.output_rows) / 60.0 AS out_rps
+    FROM stage_metrics m JOIN deployments d ON d.id = m.deployment_id
+    WHERE m.ts > now() - interval '60 seconds' AND d.role NOT LIKE 'replica-%' GROUP BY m.stage_id
 ),
 q AS (SELECT stage_id, count(*) AS quarantined FROM quarantine GROUP BY stage_id),
 plan AS (  -- what the control loop has in store for the stage: a planned change, else a deferred one
@@ -42,6 +56,7 @@ SELECT s.stage_id, s.app, s.workload, COALESCE(r.pool, s.pool) AS pool,  -- wher
        pl.label AS plan,
        r.stop_reason,
        s.health, s.health_reason,
+       s.replicas, COALESCE(rp.live_replicas, 0) AS live_replicas, rp.leader,
        (SELECT count(*) FROM failures f WHERE f.stage_id = s.stage_id AND f.detected_at > now() - interval '1 day') AS failures_24h,
        (SELECT string_agg(format('batch %s quarantined whole: %s', bf.batch_id, bf.error), '; ' ORDER BY bf.batch_id)
         FROM batch_failures bf WHERE bf.stage_id = s.stage_id AND bf.status = 'quarantined'
@@ -54,4 +69,5 @@ LEFT JOIN recent rc ON rc.stage_id = s.stage_id
 LEFT JOIN heartbeats h ON h.deployment_id = r.id
 LEFT JOIN q ON q.stage_id = s.stage_id
 LEFT JOIN plan pl ON pl.stage_id = s.stage_id
+LEFT JOIN replicas rp ON rp.stage_id = s.stage_id
 ORDER BY s.app, s.stage_id

@@ -1,11 +1,12 @@
--- The watchdog's view of every stage: its latest primary run (never a refused one), the pool's
--- master (which launcher asks whether the driver lives), the stage's health and how long the
--- run has been silent (no heartbeat since it started or ran).
-SELECT DISTINCT ON (d.stage_id) d.*, p.master, s.app, s.health, h.beat_at,
+-- The watchdog's view of every stage: the latest run of each of its replicas (the primary and
+-- 'replica-N'; never a refused one), the pool's master (which launcher asks whether the driver
+-- lives), the stage's health and how long the run has been silent (no heartbeat since it
+-- started or ran).
+SELECT DISTINCT ON (d.stage_id, d.role) d.*, p.master, s.app, s.health, h.beat_at,
        EXTRACT(EPOCH FROM now() - COALESCE(h.beat_at, d.running_at, d.started_at)) AS silent_s
 FROM deployments d
 JOIN stages s ON s.stage_id = d.stage_id
 JOIN pools p ON p.name = d.pool
 LEFT JOIN heartbeats h ON h.deployment_id = d.id
-WHERE d.role = 'primary' AND d.status <> 'refused'
-ORDER BY d.stage_id, d.started_at DESC, d.id DESC
+WHERE (d.role = 'primary' OR d.role LIKE 'replica-%') AND d.status <> 'refused'
+ORDER BY d.stage_id, d.role, d.started_at DESC, d.id DESC

@@ -125,6 +125,7 @@ class StageAgent:
         self.spark, self.ctx = spark, ctx
         self.engine = engine  # None: the process's database
         self.heartbeat_s, self.poll_s = heartbeat_s, poll_s
+        self.heartbeat_cut_until = 0.0  # monotonic: the fault injector silences the heartbeat until then
         # (name, period, callback) run on threads of their own: the driver wires in the stage's
         # Operator Manager here; the agent itself only reports and obeys.
         self.periodic = periodic or []
@@ -244,7 +245,8 @@ class StageAgent:
     def _heartbeat_loop(self) -> None:
         while True:
             try:
-                self._beat()
+                if time.monotonic() >= self.heartbeat_cut_until:  # the fault injector's heartbeat cut
+                    self._beat()
             except Exception:
                 log.exception("stage %s: heartbeat failed", self.ctx.stage_id)
             if self._closing.wait(self.heartbeat_s):

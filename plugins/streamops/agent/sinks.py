@@ -178,6 +178,7 @@ def retry_idempotent(action: Callable[[], None], what: str, budget_s: float = 30
     deadline, backoff = time.monotonic() + budget_s, 1.0
     while True:
         try:
+            db.check_outage()  # an injected outage reaches the executors' writes through here
             action()
             return
         except Exception as e:

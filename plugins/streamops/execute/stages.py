@@ -65,10 +65,22 @@ def sync_registry(reg: Registry, apps: list[str] | None = None) -> list[str]:
     stage_rows = [{"stage_id": stage_id(a, s), "app": a, "name": s, "workload": st.workload, "pool": st.pool,
                    "cores": st.cores.initial, "min_cores": st.cores.min, "max_cores": st.cores.max,
                    "state_partitions": st.state_partitions, "trigger_ms": st.trigger_interval_ms,
-                   "spec": st.model_dump_json()}
+                   "spec": st.model_dump_json(), "replicas": st.replicas,
+                   "managed": bool(st.redundancy and st.redundancy.enabled),
+                   "max_replicas": st.redundancy.max_replicas if st.redundancy else st.replicas}
                   for a in names for s, st in reg.apps[a].stages.items()]
     ledger.sync_catalog(pools, apps_rows, stage_rows)
     return [r["stage_id"] for r in stage_rows]
+
+
+def set_replicas(counts: dict[str, int]) -> None:
+    """Set stages' wanted replica counts (a deploy's override; the redundancy manager's grants
+    go through control); the supervisor or the watchdog starts or stops replicas to match."""
+    with db.transaction() as conn:
+        cur = conn.connection.cursor()
+        from psycopg2.extras import execute_values
+
+        execute_values(cur, db.query("stage_replicas_set").text, list(counts.items()))
 
 
 def is_alive(dep) -> bool:
@@ -76,10 +88,10 @@ def is_alive(dep) -> bool:
     return launcher_for(dep.master).is_alive(dep.pid, dep.driver_id)
 
 
-def current_config(sid: str) -> tuple[int | None, str | None, str | None]:
-    """Cores, pool and checkpoint of the stage's latest run: a restart keeps what
+def current_config(sid: str, role: str = "primary") -> tuple[int | None, str | None, str | None]:
+    """Cores, pool and checkpoint of the stage's latest run in `role`: a restart keeps what
     reconfigurations changed (a pre-staged or active-backup switch moves the checkpoint)."""
-    row = ledger.latest_run(sid)
+    row = ledger.latest_run(sid, role=role)
     return (row.cores, row.pool, row.checkpoint) if row else (None, None, None)
 
 
@@ -104,17 +116,20 @@ def start_stage(
     progress: Progress = lambda _: None,
     reconfiguration_id: int | None = None,
     fault: str | None = None,
+    spare=None,
 ) -> StartResult:
     """Start a run of the stage. Unset cores/pool/checkpoint keep the latest run's; unset
     partitions keep the checkpoint's (the driver repartitions the state offline when they
-    differ). A `secondary` run (active backup) runs beside the primary."""
+    differ). A `secondary` run (active backup) runs beside the primary. `spare` (a warm driver
+    of a local pool, launcher.Spare) runs it instead of a new process when its cores match."""
     from streamops.execute import checkpoint
 
     reg = reg or registry.load()
     app, name, st = reg.stage(ref)
     sid = stage_id(app, name)
     sync_registry(reg, [app])
-    last_cores, last_pool, last_ckpt = current_config(sid)
+    # A replica restarts as itself (its own checkpoint and pool); an active backup is always told.
+    last_cores, last_pool, last_ckpt = current_config(sid, role if role.startswith("replica-") else "primary")
     cores = cores or last_cores or st.cores.initial
     pool_name = pool or last_pool or st.pool
     if pool_name not in reg.pools:
@@ -130,7 +145,8 @@ def start_stage(
     adm = ledger.admit(sid, role, pool_name, pool.cores, cores, is_alive, state_partitions=partitions, checkpoint=ckpt,
                        launcher=launcher.kind, config={"app": app, "stage": name, "spec": st.model_dump(mode="json"),
                                                        "pool": pool.model_dump(mode="json"),
-                                                       "reconfiguration_id": reconfiguration_id, "fault": fault})
+                                                       "reconfiguration_id": reconfiguration_id, "fault": fault,
+                                                       "speculation": _speculation(sid, st, pool)})
     if adm.live is not None:
         return StartResult(sid, adm.live.id, adm.live.pid, True, adm.live.log_path)
     dep_id = adm.deployment_id
@@ -139,7 +155,11 @@ def start_stage(
         raise AdmissionRefused(f"start of {sid} refused: {adm.refused} (recorded as deployment {dep_id})")
 
     env = {"STREAMOPS_DATABASE_URL": db.database_url()}
-    launched = launcher.launch(dep_id, sid, env)
+    if spare is not None and spare.ready and spare.cores == cores and pool.kind == "local":
+        launched = launcher.adopt(spare, dep_id)
+        log.info("stage %s: deployment %d handed to the warm spare pid %s", sid, dep_id, launched.pid)
+    else:
+        launched = launcher.launch(dep_id, sid, env)
     ledger.mark_launched(dep_id, launched.pid, launched.driver_id, launched.log_path)
     log.info("stage %s: launched deployment %d (pid %s, %d cores, %d partitions, pool %s)",
              sid, dep_id, launched.pid, cores, partitions, pool_name)
@@ -147,6 +167,16 @@ def start_stage(
     if wait_s > 0:
         _wait_running(sid, dep_id, launched.pid, launcher, wait_s, progress)
     return StartResult(sid, dep_id, launched.pid, False, launched.log_path)
+
+
+def _speculation(sid: str, st, pool) -> dict[str, str] | None:
+    """Spark speculation at the redundancy manager's r, for an HA stage on a cluster pool (local
+    mode ignores speculation): read by the driver when it starts."""
+    if not (st.redundancy and st.redundancy.enabled and pool.kind == "standalone"):
+        return None
+    from streamops.plan.redundancy import speculation_conf
+
+    return speculation_conf(db.value("redundancy_r", stage_id=sid) or 0.0)
 
 
 def _wait_running(sid: str, dep_id: int, pid: int | None, launcher, wait_s: float, progress: Progress) -> None:

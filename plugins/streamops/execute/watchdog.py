@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from streamops import registry, spark_cluster
-from streamops.execute import mechanisms, reconfigure, stages
+from streamops.execute import mechanisms, reconfigure, replicas, stages
 from streamops.execute.launcher import launcher_for
 from streamops.store import failures, ledger
 from streamops.store import reconfigurations as rstore
@@ -37,6 +37,11 @@ class Failure:
     kind: str
     detail: str
     failed_at: datetime
+    role: str = "primary"
+
+    @property
+    def who(self) -> str:
+        return self.stage_id if self.role == "primary" else f"{self.stage_id} ({self.role})"
 
 
 @dataclass
@@ -58,49 +63,76 @@ class WatchdogReport:
     reconfigurations: list[reconfigure.Outcome] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     workers_restarted: list[int] = field(default_factory=list)  # embedded Spark workers found dead
+    replicas: replicas.Reconciled | None = None  # started or stopped to match the wanted count
 
     @property
     def gave_up(self) -> list[Recovery]:
         return [r for r in self.recoveries if r.status == "gave_up"]
 
 
-def detect(stale_s: float = 60.0) -> list[Failure]:
-    """The stages whose latest primary run has failed (and that the watchdog has not given up on)."""
+def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
+           candidates: list | None = None) -> list[Failure]:
+    """The replicas (the primary, 'replica-N') whose latest run has failed, of stages the watchdog
+    has not given up on. `seen_alive`: when a caller that polls often (the supervisor) last saw
+    each driver alive, a closer failure time than its last heartbeat."""
+    seen_alive = seen_alive or {}
     out = []
-    for d in failures.watchdog_candidates():
+    for d in failures.watchdog_candidates() if candidates is None else candidates:
         if d.health == "failed":
             continue
-        # A run still `starting` without a pid is being launched right now: not a failure.
-        if d.status in ("starting", "running", "stopping") and d.pid is not None and not stages.is_alive(d):
+        last_sign = d.beat_at or d.running_at or d.started_at
+        # A run still `starting` without a pid is being launched right now: not a failure. A
+        # `stopping` run whose driver is gone was asked to stop: its stopper records the end.
+        if d.status in ("starting", "running") and d.pid is not None and not stages.is_alive(d):
             out.append(Failure(d.stage_id, d.id, "dead_pid", f"driver pid {d.pid} is gone while the run is {d.status}",
-                               d.beat_at or d.running_at or d.started_at))
+                               max(last_sign, seen_alive.get(d.id, last_sign)), d.role))
         elif d.status == "running" and d.silent_s is not None and d.silent_s > stale_s:
             out.append(Failure(d.stage_id, d.id, "stale_heartbeat",
-                               f"no heartbeat for {d.silent_s:.0f}s (limit {stale_s:.0f}s)", d.beat_at or d.running_at))
+                               f"no heartbeat for {d.silent_s:.0f}s (limit {stale_s:.0f}s)", d.beat_at or d.running_at,
+                               d.role))
         elif d.status == "failed" and not (d.stop_reason or "").startswith("driver process gone"):
             out.append(Failure(d.stage_id, d.id, "query_failed", d.stop_reason or "the driver recorded a failure",
-                               d.stopped_at or d.started_at))
+                               d.stopped_at or d.started_at, d.role))
         elif d.status == "failed":
-            out.append(Failure(d.stage_id, d.id, "dead_pid", d.stop_reason, d.stopped_at or d.started_at))
+            out.append(Failure(d.stage_id, d.id, "dead_pid", d.stop_reason, d.stopped_at or d.started_at, d.role))
     return out
 
 
+def still_failed(f: Failure) -> bool:
+    """Under the stage lock: is `f`'s run still its replica's latest (a supervisor and the DAG
+    may both have found it; the first to take the lock recovers it, the other does nothing)."""
+    latest = ledger.latest_run(f.stage_id, role=f.role)
+    return latest is not None and latest.id == f.deployment_id
+
+
 def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int = 3, wait_s: float = 180,
-            progress=lambda _: None) -> Recovery:
-    fid, attempts, new = failures.open_failure(f.stage_id, app, f.deployment_id, f.kind, f.detail, f.failed_at)
+            progress=lambda _: None, detected_by: str = "watchdog", spare=None) -> Recovery:
+    fid, attempts, new = failures.open_failure(f.stage_id, app, f.deployment_id, f.kind, f.detail, f.failed_at,
+                                               role=f.role, detected_by=detected_by)
     if new:
-        log.warning("stage %s: action=failure-detected kind=%s failure=%d: %s", f.stage_id, f.kind, fid, f.detail)
+        log.warning("stage %s: action=failure-detected role=%s kind=%s failure=%d by=%s: %s", f.stage_id, f.role,
+                    f.kind, fid, detected_by, f.detail)
     if f.kind == "stale_heartbeat":
         dep = ledger.deployment(f.deployment_id)
         # a hung driver must not keep writing beside its successor
         launcher_for(dep.master).terminate(dep.pid, dep.driver_id, force=True)
     ledger.finish(f.deployment_id, "failed", f"watchdog: {f.detail}")
+    if f.role != replicas.PRIMARY and replicas.index(f.role) >= replicas.wanted(f.stage_id):
+        # A replica no longer wanted (the redundancy manager gave it back): not restarted; the
+        # failure ends with the stage's next output from the others.
+        row = failures.recovered(fid, None, None)
+        progress(f"{f.who}: not restarted, no longer wanted")
+        return Recovery(f.stage_id, fid, f.kind, "recovered", attempts, row.mttr_ms / 1000 if row else None,
+                        row.downtime_ms / 1000 if row else None, "replica no longer wanted")
     failures.count_attempt(fid)
     attempts += 1
-    progress(f"{f.stage_id}: {f.kind}: {f.detail}; restart {attempts} of {max_restarts} from its checkpoint")
+    progress(f"{f.who}: {f.kind}: {f.detail}; restart {attempts} of {max_restarts} from its checkpoint")
     why = None
     try:
-        res = stages.start_stage(f.stage_id, reg, wait_s=min(wait_s, 240), progress=progress)
+        if f.role == "primary":
+            res = stages.start_stage(f.stage_id, reg, wait_s=min(wait_s, 240), progress=progress, spare=spare)
+        else:
+            res = replicas.start_replica(f.stage_id, f.role, reg, wait_s=min(wait_s, 240), progress=progress)
         recovered_at, _, why = mechanisms.wait_first_output(res.deployment_id, wait_s, who="the restarted run")
     except Exception as e:  # any failed restart is one attempt; the next cycle tries again or gives up
         log.exception("stage %s: action=restart failed", f.stage_id)
@@ -108,8 +140,9 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     if recovered_at is not None:
         row = failures.recovered(fid, recovered_at, res.deployment_id)
         mttr_s, downtime_s = (row.mttr_ms / 1000, row.downtime_ms / 1000) if row else (None, None)
-        log.info("stage %s: action=recovered failure=%d mttr=%ss downtime=%ss", f.stage_id, fid, mttr_s, downtime_s)
-        progress(f"{f.stage_id}: recovered (deployment {res.deployment_id}); MTTR {mttr_s or 0:.1f}s, "
+        log.info("stage %s: action=recovered role=%s failure=%d mttr=%ss downtime=%ss", f.stage_id, f.role, fid,
+                 mttr_s, downtime_s)
+        progress(f"{f.who}: recovered (deployment {res.deployment_id}); MTTR {mttr_s or 0:.1f}s, "
                  f"output gap {downtime_s or 0:.1f}s")
         return Recovery(f.stage_id, fid, f.kind, "recovered", attempts, mttr_s, downtime_s)
     if attempts >= max_restarts:
@@ -145,10 +178,15 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
             continue
         with rstore.stage_lock(f.stage_id) as free:
             if not free or f.stage_id in running:
-                report.skipped.append(f"{f.stage_id}: a reconfiguration is working on it")
+                report.skipped.append(f"{f.who}: a reconfiguration or the supervisor is working on it")
+                continue
+            if not still_failed(f):
+                report.skipped.append(f"{f.who}: already recovered")
                 continue
             report.recoveries.append(recover(f, apps[f.stage_id], reg, max_restarts=max_restarts, wait_s=wait_s,
                                              progress=progress))
+    # Replicas that are wanted but not running (a new count, or the primary is back).
+    report.replicas = replicas.reconcile(reg, progress=progress)
     return report
 
 

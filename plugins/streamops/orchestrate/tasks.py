@@ -42,20 +42,26 @@ def choices() -> dict[str, list[str]]:
 
 
 # -- streamops_deploy -------------------------------------------------------------------------
-def deploy(app: str, restart: bool = False, wait_s: float = 240) -> dict[str, Any]:
+def deploy(app: str, restart: bool = False, wait_s: float = 240, replicas_override: int | None = None) -> dict[str, Any]:
     """Validate and sync the registry, then make sure every stage of `app` runs. A running stage
     is left alone unless `restart`; a stage that is not running starts with its configured pool
-    and cores (from apps.yaml) from its checkpoint."""
-    from streamops.execute import stages, watchdog
+    and cores (from apps.yaml) from its checkpoint. `replicas_override` sets every stage's replica
+    count instead of apps.yaml's (until the next deploy without it)."""
+    from streamops.execute import replicas, stages, watchdog
 
     reg = registry.load()
     synced = stages.sync_registry(reg, [app])
+    if replicas_override is not None:
+        if not 1 <= replicas_override <= 4:
+            raise ValueError(f"replicas must be between 1 and 4, got {replicas_override}")
+        stages.set_replicas({sid: replicas_override for sid in synced})
     watchdog.clear_health(synced)  # a deploy puts a given-up stage back under the watchdog
     _say(f"app {app}: action=sync registry synced, stages {', '.join(synced)}")
     result = {}
     for sid in synced:
         _, _, st = reg.stage(sid)
         if restart:
+            replicas.stop_replicas(sid, reg, requested_by="airflow:streamops_deploy", progress=_say)
             try:
                 stages.stop_stage(sid, reg, requested_by="airflow:streamops_deploy", progress=_say)
             except stages.StageNotRunning:
@@ -68,6 +74,11 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240) -> dict[str, An
             _say(f"stage {sid}: action=deploy running (deployment {res.deployment_id}, {st.cores.initial} cores, "
                  f"pool {st.pool})")
             result[sid] = {"deployment": res.deployment_id, "action": "restarted" if restart else "started"}
+    # An HA stage's other replicas, now that its primary runs (the supervisor keeps them up).
+    started = replicas.reconcile(reg, wait_s=wait_s, progress=_say).started
+    for item in started:
+        sid, role = item.split(" ", 1)
+        result.setdefault(sid, {}).setdefault("replicas_started", []).append(role)
     return result
 
 
@@ -209,4 +220,5 @@ def watchdog(max_restarts: int = 3, stale_s: float = 60.0, wait_s: float = 180) 
     return {"checked": report.checked,
             "recoveries": [r.__dict__ for r in report.recoveries],
             "reconfigurations": [o.reconfiguration_id for o in report.reconfigurations],
-            "spark_workers_restarted": report.workers_restarted}
+            "spark_workers_restarted": report.workers_restarted,
+            "replicas": report.replicas.__dict__ if report.replicas else {}}

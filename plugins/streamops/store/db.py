@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 from typing import Any, Iterator
 
 from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
+from sqlalchemy.exc import OperationalError
 
 from streamops.paths import sql_dir
 from streamops.store import embedded
@@ -41,6 +43,24 @@ def libpq_url(url: str) -> str:
     return f"{scheme.split('+')[0]}://{rest}"
 
 
+# The fault injector's database outage (`db_outage`): until this monotonic time, every database
+# access of this process fails as an unreachable server does, through the same error paths.
+_outage_until = 0.0
+
+
+def inject_outage(seconds: float) -> None:
+    global _outage_until
+    _outage_until = time.monotonic() + seconds
+
+
+def check_outage() -> None:
+    if time.monotonic() < _outage_until:
+        import psycopg2
+
+        raise OperationalError("connect", {}, psycopg2.OperationalError(
+            "could not connect to server: Connection refused (injected database outage)"))
+
+
 @functools.cache
 def engine(url: str | None = None) -> Engine:
     # pool_pre_ping: a stage outlives database restarts; a stale pooled connection must not kill a write.
@@ -58,6 +78,7 @@ def query(name: str) -> TextClause:
 def transaction(on: Engine | None = None) -> Iterator[Connection]:
     """A connection in a transaction, committed on success and rolled back on an exception;
     on the process's database, or on engine `on` (a test's, a report's own)."""
+    check_outage()
     with (on or engine()).begin() as conn:
         yield conn
 
@@ -65,30 +86,35 @@ def transaction(on: Engine | None = None) -> Iterator[Connection]:
 @contextlib.contextmanager
 def connection(on: Engine | None = None) -> Iterator[Connection]:
     """A connection for reads (autobegin; nothing is committed unless the caller commits)."""
+    check_outage()
     with (on or engine()).connect() as conn:
         yield conn
 
 
 def rows(name: str, **params: Any) -> list[Row]:
     """Every row of the named query."""
+    check_outage()
     with engine().connect() as conn:
         return conn.execute(query(name), params).all()
 
 
 def row(name: str, **params: Any) -> Row | None:
     """The first row of the named query, or None."""
+    check_outage()
     with engine().connect() as conn:
         return conn.execute(query(name), params).first()
 
 
 def value(name: str, **params: Any) -> Any:
     """The first column of the first row of the named query, or None."""
+    check_outage()
     with engine().connect() as conn:
         return conn.execute(query(name), params).scalar()
 
 
 def write(name: str, **params: Any) -> Row | None:
     """Run the named statement in its own transaction; its first RETURNING row, if any."""
+    check_outage()
     with engine().begin() as conn:
         res = conn.execute(query(name), params)
         return res.first() if res.returns_rows else None

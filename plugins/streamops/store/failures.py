@@ -15,16 +15,18 @@ def watchdog_candidates() -> list[Row]:
 
 
 def open_failure(stage_id: str, app: str, deployment_id: int, kind: str, detail: str,
-                 failed_at: datetime) -> tuple[int, int, bool]:
-    """The stage's open failure, created now if it has none: (id, restarts attempted, created)."""
+                 failed_at: datetime, role: str = "primary", detected_by: str = "watchdog") -> tuple[int, int, bool]:
+    """The open failure of the stage's `role`, created now if it has none: (id, restarts
+    attempted, created). A new one is `injected` when the fault injector hit that run just before."""
     with db.transaction() as conn:
-        row = conn.execute(db.query("failure_open"), {"stage_id": stage_id}).first()
+        row = conn.execute(db.query("failure_open"), {"stage_id": stage_id, "role": role}).first()
         if row:
             return row.id, row.attempts, False
         last_commit = conn.execute(db.query("last_commit_before"), {"stage_id": stage_id, "ts": failed_at}).scalar()
         fid = conn.execute(db.query("failure_insert"), {
             "stage_id": stage_id, "app": app, "deployment_id": deployment_id, "kind": kind, "detail": detail[:2000],
-            "failed_at": failed_at, "last_commit_at": last_commit}).scalar_one()
+            "failed_at": failed_at, "last_commit_at": last_commit, "role": role,
+            "detected_by": detected_by}).scalar_one()
     return fid, 0, True
 
 

@@ -38,10 +38,15 @@ def pool_room(pool: str, size: int | None = None) -> tuple[int, int]:
 
 
 # -- runs -----------------------------------------------------------------------------------------
-def latest_run(stage_id: str, *, live: bool = False, before: datetime | None = None) -> Row | None:
-    """The stage's latest primary run (a `deployments` row), or None: only a live one with
+def latest_run(stage_id: str, *, live: bool = False, before: datetime | None = None, role: str = "primary") -> Row | None:
+    """The stage's latest run in `role` (a `deployments` row), or None: only a live one with
     `live`, only one started before `before` with `before`."""
-    return db.row("latest_run", stage_id=stage_id, live=live, before=before)
+    return db.row("latest_run", stage_id=stage_id, live=live, before=before, role=role)
+
+
+def stage_row(stage_id: str) -> Row | None:
+    """The stage's catalog row (its spec as synced from apps.yaml)."""
+    return db.row("stage_get", stage_id=stage_id)
 
 
 def deployment(dep_id: int) -> Row:
