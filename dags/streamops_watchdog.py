@@ -1,21 +1,30 @@
-"""streamops_watchdog: detect failed stages and restart them from their checkpoints (every minute)."""
+"""streamops_watchdog: detect failed stages and restart them from their checkpoints (on each new
+failure, and every minute)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import AssetOrTimeSchedule, DeltaTriggerTimetable, Param, dag, task
+
+from streamops.orchestrate.failure_events import failures_asset
 
 
 @dag(
     dag_id="streamops_watchdog",
-    schedule=timedelta(minutes=1),
+    # A run on each new `failures` row (an asset event from the triggerer), and the sweep every minute.
+    schedule=AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(timedelta(minutes=1)), assets=failures_asset()),
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,
     tags=["streamops", "recovery"],
     doc_md="""
 ### Watchdog
+**Runs** on each new failure (event) and every minute (sweep). The event: a row in `failures`
+(the supervisor records a dead driver within about a second) fires the asset `streamops_failures`
+through its watcher in the triggerer, and this DAG runs within seconds, as the visible record
+and the second line. The sweep: every minute, whatever the events said.
+
 Finds failed stage runs (dead driver, stale heartbeat, failed query), records a `failures` row,
 and restarts each from its checkpoint; the replayable source and idempotent sink keep the
 output identical to a failure-free run. Records the time to recovery (MTTR) and the output gap.
