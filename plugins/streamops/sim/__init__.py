@@ -4,12 +4,14 @@ Operator Manager (`plan.operator.operator_cycle`) and Application Manager
 
     from streamops.sim import run_simulation
     summary = run_simulation("edf_b075", "diurnal", seed=1, out_dir=Path("bench/results/x"))
+    rows = ha_comparison("constant:rate=130", seed=1, mtbf_s=120, slow_mtbf_s=60)  # faults and replicas
 """
 
+from streamops.sim.faults import parse_faults
 from streamops.sim.model import DEFAULT_STAGES, SimConfig, StageSpec
 from streamops.sim.policies import POLICY_CONFIGS, PolicyConfig, resolve_policy
 from streamops.sim.report import SUMMARY_KEYS
-from streamops.sim.run import run_simulation
+from streamops.sim.run import ha_comparison, run_simulation
 from streamops.sim.traces import BUILTIN as BUILTIN_TRACES
 from streamops.sim.traces import SimTrace, load_trace
 
@@ -22,7 +24,9 @@ __all__ = [
     "SimConfig",
     "SimTrace",
     "StageSpec",
+    "ha_comparison",
     "load_trace",
+    "parse_faults",
     "resolve_policy",
     "run_simulation",
 ]

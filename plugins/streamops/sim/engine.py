@@ -12,6 +12,12 @@ One simulated second, stage by stage along the chain (stage k+1 receives what st
                 + 1000·remaining downtime (a record arriving while the stage is down waits for it)
 The app's response time is the sum of the stage latencies (a chain: every stage is on the
 critical path). Its per-second p90 uses the backlog 90 % through the second.
+
+With replicas (sim/ha.py) the lines above run for each replica on its own backlog, with the
+time its faults block it (sim/faults.py) taken out of up_fraction and remaining downtime. The
+stage writes what its furthest-ahead replica wrote (the frontier never moves back), its latency
+is its lowest replica's, and it is up while any replica processes. One replica without faults
+is exactly the model above.
 """
 
 from __future__ import annotations
@@ -27,9 +33,12 @@ import numpy as np
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
-from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, SCALE_OUT, AppState, OperatorState, Request
+from streamops.plan.model import (LOCAL, MIGRATE, PRESTAGE, RELEASE, REPLICA_ACTIONS, SCALE_OUT, AppState,
+                                  OperatorState, Request)
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
+from streamops.sim import ha as ha_mod
+from streamops.sim.ha import StageHA
 from streamops.sim.model import SimConfig, StageSpec, lognormal
 from streamops.sim.traces import SimTrace
 
@@ -67,6 +76,7 @@ class StageRun:
     processed: np.ndarray
     arrivals: np.ndarray
     up: np.ndarray
+    ha: StageHA
     pool: str = "local"
     backlog_now: float = 0.0
     restart_t: float = -math.inf  # end of the last downtime
@@ -102,6 +112,7 @@ class Simulation:
         self.noise_rng = random.Random(master.getrandbits(64))
         self.mech_rng = random.Random(master.getrandbits(64))
         self.op_rng = random.Random(master.getrandbits(64))
+        self.ha_rng = random.Random(master.getrandbits(64))  # service noise of replicas beyond the first
         self.cost = CostModel()
         self.app = AppView(cfg.app, cfg.r_max_ms, cfg.window_cron, cfg.window_minutes, cfg.window_max_actions)
         self.app_state = AppState()  # as production starts an app: one token
@@ -112,7 +123,8 @@ class Simulation:
         T = self.T
         self.stages = [StageRun(spec=s, n=s.cores, cores=np.zeros(T), backlog=np.zeros(T), latency=np.zeros(T),
                                 latency_p90=np.zeros(T), busy=np.zeros(T), processed=np.zeros(T),
-                                arrivals=np.zeros(T), up=np.ones(T)) for s in cfg.stages]
+                                arrivals=np.zeros(T), up=np.ones(T), ha=ha_mod.build(s, cfg, T, seed))
+                       for s in cfg.stages]
         self.rate = np.zeros(T)
         self.response = np.zeros(T)
         self.response_p90 = np.zeros(T)
@@ -135,40 +147,87 @@ class Simulation:
         app_down = 0.0
         for st in self.stages:
             noise = max(0.0, 1.0 + rng.gauss(0.0, cfg.capacity_noise))  # drawn every second, always
-            sp = st.spec
-            p = st.pending
-            if p is not None:  # old cores until the stop, nothing while down, new cores after
-                old_frac = _overlap(t, t + 1, -math.inf, p.down_start)
-                new_frac = _overlap(t, t + 1, p.down_end, math.inf)
+            out, up, lat, lat90 = self._stage_second(st, t, inflow, noise)
+            app_down = max(app_down, 1.0 - up)
+            total_resp += lat
+            total_p90 += lat90
+            inflow = out * st.spec.selectivity
+        self.response[t], self.response_p90[t], self.down[t] = total_resp, total_p90, app_down
+
+    def _stage_second(self, st: StageRun, t: int, inflow: float, noise0: float) -> tuple[float, float, float, float]:
+        """One second of a stage, every replica: returns the stage's output (rows written), up share,
+        latency and p90 latency."""
+        cfg, sp, p, reps = self.cfg, st.spec, st.pending, st.ha.replicas
+        nominal = (p.to_cores if p else st.n) * sp.rate_per_core
+        if p is not None:  # old cores until the stop, nothing while down, new cores after
+            old0 = _overlap(t, t + 1, -math.inf, p.down_start)
+            new0 = _overlap(t, t + 1, p.down_end, math.inf)
+            rem0 = max(0.0, p.down_end - (t + 1)) if p.down_start < t + 1 else 0.0
+            rem_t0 = max(0.0, p.down_end - t) if p.down_start <= t else 0.0
+        else:
+            old0 = new0 = rem0 = rem_t0 = 0.0
+        rows = []  # per replica: (q', written, lat, lat90, lat at t, busy, up)
+        for i, rp in enumerate(reps):
+            noise = noise0 if i == 0 else max(0.0, 1.0 + self.ha_rng.gauss(0.0, cfg.capacity_noise))
+            blocks, remaining, rem_t = rp.blocks, rem0, rem_t0
+            if p is not None:
+                old_frac, new_frac = old0, new0
+                if blocks:
+                    old_frac -= blocks.overlap(t, min(t + 1, p.down_start))
+                    new_frac -= blocks.overlap(max(t, p.down_end), t + 1)
                 eff_cores = st.n * old_frac + p.to_cores * new_frac
                 up = old_frac + new_frac
             else:
                 eff_cores, up = float(st.n), 1.0
-            app_down = max(app_down, 1.0 - up)
+                if blocks:
+                    up = 1.0 - blocks.overlap(t, t + 1)
+                    eff_cores = st.n * up
+            if blocks:
+                remaining, rem_t = max(remaining, blocks.remaining(t + 1.0)), max(rem_t, blocks.remaining(float(t)))
+            if rp.degraded:
+                eff_cores = max(0.0, eff_cores - rp.lost_cores(t))
             cap = eff_cores * sp.rate_per_core * noise
-            avail = st.backlog_now + inflow
+            avail = rp.q + inflow
             processed = min(avail, cap)
             backlog = avail - processed
             util = min(1.0, avail / cap) if cap > 0 else 0.0
-            busy = util * up
             # latency: the delay of a record arriving now
-            nominal = (p.to_cores if p else st.n) * sp.rate_per_core
             rho = min(util, cfg.rho_cap)
-            remaining = max(0.0, p.down_end - (t + 1)) if p is not None and p.down_start < t + 1 else 0.0
-            base = sp.base_latency_ms + cfg.queue_ms * rho / (1.0 - rho) + 1000.0 * remaining
+            queue = sp.base_latency_ms + cfg.queue_ms * rho / (1.0 - rho)
+            base = queue + 1000.0 * remaining
             lat = base + 1000.0 * backlog / nominal
-            b90 = st.backlog_now + 0.9 * (backlog - st.backlog_now)
+            b90 = rp.q + 0.9 * (backlog - rp.q)
             lat90 = base + 1000.0 * b90 / nominal
-            st.arrivals[t], st.processed[t], st.busy[t], st.up[t] = inflow, processed, busy, up
-            st.backlog[t], st.latency[t], st.latency_p90[t] = backlog, lat, lat90
-            st.cores[t] = st.n
-            extra = p.to_cores if (p and p.mechanism == "active_backup" and t < st.overlap_until) else 0
-            self.core_seconds += st.n + extra
-            st.backlog_now = backlog
-            total_resp += lat
-            total_p90 += lat90
-            inflow = processed * sp.selectivity
-        self.response[t], self.response_p90[t], self.down[t] = total_resp, total_p90, app_down
+            lat_t = queue + 1000.0 * rem_t + 1000.0 * rp.q / nominal
+            rows.append((backlog, processed, lat, lat90, lat_t, util * up, up))
+        pending = st.backlog_now
+        if len(rows) == 1:
+            lead = fast = rows[0]
+            q_lead, lat90, lat_t, up = reps[0].q, lead[3], lead[4], lead[6]
+        else:
+            lead = min(rows, key=lambda r: r[0])  # the furthest ahead
+            q_lead = reps[rows.index(lead)].q
+            fast = min(rows, key=lambda r: r[2])  # the lowest latency
+            lat90, lat_t, up = min(r[3] for r in rows), min(r[4] for r in rows), max(r[6] for r in rows)
+        # the frontier: what the furthest-ahead replica has written (it never moves back)
+        if lead[0] < pending + inflow:
+            out, backlog = max(0.0, lead[1] + (pending - q_lead)), lead[0]
+        else:
+            out, backlog = 0.0, pending + inflow
+        for rp, r in zip(reps, rows):
+            rp.q = r[0]
+        lat = fast[2]
+        st.arrivals[t], st.processed[t], st.busy[t], st.up[t] = inflow, out, fast[5], up
+        st.backlog[t], st.latency[t], st.latency_p90[t] = backlog, lat, lat90
+        st.cores[t] = st.n
+        extra = p.to_cores if (p and p.mechanism == "active_backup" and t < st.overlap_until) else 0
+        h, k = st.ha, len(reps)
+        self.core_seconds += (st.n + extra) * k
+        h.core_seconds += (st.n + extra) * k
+        h.n_replicas[t], h.stall[t], h.tail[t] = k, 1.0 - up, max(lat, lat_t)
+        h.stalled[t] = out <= 0.0 and pending + inflow > 1e-9
+        st.backlog_now = backlog
+        return out, up, lat, lat90
 
     def _advance_reconfig(self, st: StageRun, t: int) -> None:
         p = st.pending
@@ -226,7 +285,8 @@ class Simulation:
                 self.open[key] = replace(r, id=rid)  # refresh, never duplicate
                 proposed.add(r.action)
             if self.cfg.withdraw_stale:
-                for key in [k for k in self.open if k[0] == name and k[1] not in LOCAL and k[1] not in proposed]:
+                for key in [k for k in self.open if k[0] == name and k[1] not in LOCAL and k[1] not in proposed
+                            and k[1] not in REPLICA_ACTIONS]:  # the redundancy manager's own
                     del self.open[key]
 
     def _ctx(self, st: StageRun) -> OperatorContext:
@@ -245,6 +305,21 @@ class Simulation:
     def _new_id(self) -> int:
         self.next_id += 1
         return self.next_id - 1
+
+    def _redundancy_cycles(self, t: int) -> None:
+        """Each HA stage's redundancy manager, on its period: file, refresh or withdraw its request."""
+        for st in self.stages:
+            if not ha_mod.due(st.ha, t):
+                continue
+            req = ha_mod.redundancy_request(st.ha, t, self.cfg.app)
+            name = st.spec.name
+            for key in [(name, a) for a in REPLICA_ACTIONS if req is None or a != req.action]:
+                self.open.pop(key, None)  # no longer wanted
+            if req is not None:
+                self.requests_made += 1
+                old = self.open.get((name, req.action))
+                self.open[(name, req.action)] = replace(req, id=old.id if old is not None else self._new_id(),
+                                                        snapshot={**req.snapshot, "t_s": t})
 
     # ------------------------------------------------------------------ application manager
     def _app_cycle(self, t: int) -> None:
@@ -271,7 +346,9 @@ class Simulation:
             if d.outcome != "granted":
                 continue
             st = by_name[r.stage_id]
-            if r.action == PRESTAGE:
+            if r.action in REPLICA_ACTIONS:
+                ha_mod.resize(st.ha, t, r, d.reason, self.cfg)
+            elif r.action == PRESTAGE:
                 st.prestage_ready_at = t + self.cfg.prestage_s
             elif r.action == RELEASE:
                 st.prestage_ready_at = None
@@ -314,11 +391,19 @@ class Simulation:
         ci = int(round(self.app_opts.control_interval_s))
         if lp <= 0 or ci <= 0:
             raise ValueError("local_period_s and control_interval_s must be ≥ 1 s")
+        managed = any(st.ha.manager is not None for st in self.stages)
+        faulty = [st for st in self.stages if st.ha.events]
         for t in range(self.T):
             for st in self.stages:
                 self._advance_reconfig(st, t)  # restarts that completed by t, before anyone looks
             if t > 0 and t % lp == 0:
                 self._operator_cycles(t)
+            if managed:
+                self._redundancy_cycles(t)  # before the Application Manager: granted in the same cycle
             if t > 0 and t % ci == 0:
                 self._app_cycle(t)
+            for st in faulty:
+                ha_mod.fire_faults(st.ha, t, st.n, self.cfg)
             self._step(t)
+        for st in self.stages:
+            ha_mod.finish(st.ha, self.T)

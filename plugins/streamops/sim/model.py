@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from streamops.registry import Fault, Redundancy
+
 
 @dataclass(frozen=True)
 class StageSpec:
@@ -26,6 +28,25 @@ class StageSpec:
     base_latency_ms: float = 30.0  # processing latency of an unloaded, backlog-free stage
     selectivity: float = 1.0  # output rows per input row: what the next stage receives
     state_partitions: int = 8
+    # High availability (sim/ha.py), the shape of registry.Stage's fields of the same names:
+    replicas: int = 1  # independent copies of the stage, each with `cores`
+    redundancy: Redundancy | None = field(default=None, hash=False)  # the manager sets the replicas
+    faults: tuple[Fault, ...] = ()  # the fault injector's schedule (sim/faults.py)
+
+    def __post_init__(self) -> None:
+        # dicts (from JSON, run_simulation(stages=[{...}])) become the registry's models
+        faults = tuple(f if isinstance(f, Fault) else Fault.model_validate(f) for f in self.faults)
+        object.__setattr__(self, "faults", faults)
+        red = self.redundancy
+        if red is True:
+            red = Redundancy()
+        elif red is False:
+            red = None
+        elif isinstance(red, dict):
+            red = Redundancy.model_validate(red)
+        object.__setattr__(self, "redundancy", red)
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"stage {self.name!r}: replicas must be an int >= 1, got {self.replicas!r}")
 
     @property
     def capacity(self) -> float:
@@ -74,6 +95,11 @@ class SimConfig:
     migrate_extra_median_s: float = 5.0  # copying the checkpoint to the other pool
     overlap_median_s: float = 20.0  # active backup: secondary catching up, double cores
     prestage_s: float = 8.0  # copy + repartition of the staged checkpoint before it can be used
+    # --- faults and replicas (sim/faults.py, sim/ha.py) ---
+    restart_s: float = 10.0  # a killed driver restarts from its checkpoint in this long ([002]: Heron 10.8 s)
+    executor_restart_s: float = 5.0  # an executor kill costs one core for this long
+    heartbeat_timeout_s: float = 15.0  # the supervisor kills a driver silent for 3 heartbeats of 5 s
+    fault_periods: tuple = ()  # (start_s, end_s) windows in which faults strike; none = the whole run
     # --- measurement ---
     response_stat: str = "p95"  # p95 | mean: the response the Application Manager gets per interval
     settle_s: float = 120.0  # convergence: response ≤ R_max for this long
@@ -88,6 +114,8 @@ class SimConfig:
             raise ValueError(f"response_stat must be p95 or mean, got {self.response_stat!r}")
         if not self.stages:
             raise ValueError("an app needs at least one stage")
+        if min(self.restart_s, self.executor_restart_s, self.heartbeat_timeout_s) < 0:
+            raise ValueError("restart_s, executor_restart_s and heartbeat_timeout_s must be >= 0")
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique: {names}")
@@ -99,6 +127,8 @@ class SimConfig:
     def with_overrides(self, **kw: Any) -> "SimConfig":
         if "stages" in kw:
             kw["stages"] = tuple(s if isinstance(s, StageSpec) else StageSpec(**s) for s in kw["stages"])
+        if "fault_periods" in kw:
+            kw["fault_periods"] = tuple((float(a), float(b)) for a, b in kw["fault_periods"])
         return replace(self, **kw)
 
 

@@ -95,7 +95,56 @@ def summarize(sim: "Simulation", policy: dict[str, Any], trace_name: str) -> dic
         "rows_in": round(float(sim.rate.sum()), 1),
         "backlog_end": {st.spec.name: round(float(st.backlog_now), 1) for st in sim.stages},
         "reconfiguration_log": [rc.as_dict() for rc in sim.reconfigs],
+        "ha": ha_summary(sim),
     }
+
+
+def _mean(xs: list[float]) -> float | None:
+    return round(sum(xs) / len(xs), 3) if xs else None
+
+
+def _ha_figures(failures: list, violated: int, replica_s: float, core_s: float) -> dict[str, Any]:
+    by_kind: dict[str, int] = {}
+    for f in failures:
+        by_kind[f.kind] = by_kind.get(f.kind, 0) + 1
+    mttr = [f.mttr_s for f in failures if f.restart and f.mttr_s is not None]
+    gaps = [f.output_gap_s for f in failures]
+    return {"violated_windows": violated, "failures": by_kind, "failures_total": len(failures),
+            "restarts": sum(f.restart for f in failures), "mttr_s": _mean(mttr),
+            "output_gap_s_per_failure": _mean(gaps), "output_gap_s_total": round(sum(gaps), 3),
+            "replica_hours": round(replica_s / 3600.0, 4), "core_hours": round(core_s / 3600.0, 4)}
+
+
+def ha_summary(sim: "Simulation") -> dict[str, Any]:
+    """Faults, replicas and the redundancy manager (sim/ha.py), per stage and in total.
+
+    violated_windows: 1-second windows where the stage's tail (worst) response time exceeds its
+    bound (redundancy.bound_ms, else R_max) or its output stalled while rows were pending; the
+    total counts a second once if any stage violated it. mttr_s: mean time from a driver kill
+    (or a detected heartbeat cut) until the replica processes again. output_gap_s_per_failure:
+    mean over failures of the stage's output stall within the failure's stop (0 when masked).
+    """
+    stages: dict[str, Any] = {}
+    any_violated = np.zeros(sim.T, dtype=bool)
+    for st in sim.stages:
+        h = st.ha
+        v = h.violated()
+        any_violated |= v
+        stages[st.spec.name] = {
+            **_ha_figures(h.failures, int(v.sum()), float(h.n_replicas.sum()), h.core_seconds),
+            "bound_ms": h.bound_ms,
+            "replicas_initial": int(h.n_replicas[0]) if sim.T else len(h.replicas),
+            "replicas_final": len(h.replicas),
+            "replicas_max": int(h.n_replicas.max()) if sim.T else len(h.replicas),
+            "replicas_mean": round(float(h.n_replicas.mean()), 3) if sim.T else float(len(h.replicas)),
+            "redundancy_r_final": None if h.manager is None else round(h.manager.state.r, 3),
+            "replica_log": h.log,
+            "failure_log": [f.as_dict() for f in h.failures],
+        }
+    failures = [f for st in sim.stages for f in st.ha.failures]
+    total = _ha_figures(failures, int(any_violated.sum()), float(sum(st.ha.n_replicas.sum() for st in sim.stages)),
+                        sim.core_seconds)
+    return {"total": total, "stages": stages}
 
 
 _MARK = {"scale_out": "^", "scale_in": "v", "migrate": "x"}
@@ -123,6 +172,9 @@ def plot(sim: "Simulation", path: Path, title: str) -> Path:
     for i, st in enumerate(sim.stages):
         c = colors[i % len(colors)]
         ax2.step(t, st.cores, where="post", color=c, lw=1.2, label=f"{st.spec.name} cores")
+        if st.ha.n_replicas.max() > 1:
+            ax2.step(t, st.cores * st.ha.n_replicas, where="post", color=c, lw=0.8, ls="--",
+                     label=f"{st.spec.name} cores × replicas")
         for rc in (r for r in sim.reconfigs if r.stage == st.spec.name):
             ax2.plot(rc.t / 60.0, rc.to_cores, marker=_MARK.get(rc.action, "o"), color=c, ms=6, ls="none")
     ax2.set_ylabel("replicas (cores)")
