@@ -14,7 +14,7 @@ help:
 	@echo "make demo-stop  stop the demo's stages, generators and database"
 	@echo "make test       the whole test suite (real PostgreSQL, real Spark); what CI runs"
 	@echo "make test-pure  the tests that need no database (not marked db); starts no PostgreSQL"
-	@echo "make bench      policy comparison in the simulator and the 10 000-stage control cycle"
+	@echo "make bench      policies in the simulator, 10 000-stage cycle, reconfiguration and HA on real drivers"
 	@echo "make lock       recompile requirements.txt from requirements.in"
 
 # The venv is rebuilt when the lock or the package metadata change.
@@ -52,7 +52,8 @@ test: venv
 	if [ $$was_up = 0 ]; then $(STREAMOPS) db down >/dev/null; fi; \
 	exit $$rc
 
-# Benchmarks: simulator policy comparison + 10 000-stage control cycle (needs the database).
+# Benchmarks: simulator policy comparison, 10 000-stage control cycle, reconfigurations and
+# failover on real drivers (needs the database; the last two take about an hour together).
 bench: venv
 	@$(STREAMOPS) db up >/dev/null
 	$(STREAMOPS) bench all

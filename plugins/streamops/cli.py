@@ -292,12 +292,87 @@ def start(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or 
 @app.command()
 def stop(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or a unique stage name)"),
          deadline: float = typer.Option(60, help="seconds to wait for a graceful stop before SIGTERM")) -> None:
-    """Stop a stage at a batch boundary; SIGTERM after --deadline, then SIGKILL."""
-    from streamops.execute import stages
+    """Stop a stage (its replicas first) at a batch boundary; SIGTERM after --deadline, then SIGKILL."""
+    from streamops.execute import replicas, stages
+
+    reg = _load_registry()
+    try:
+        app_name, name, _ = reg.stage(stage)
+        replicas.stop_replicas(registry.stage_id(app_name, name), reg, progress=_say)
+        stages.stop_stage(stage, reg, deadline_s=deadline, progress=_say)
+    except (stages.StageNotRunning, registry.RegistryError) as e:
+        _fail(str(e))
+
+
+# -- high availability -------------------------------------------------------------------------
+@app.command()
+def supervise(poll: float = typer.Option(0.5, help="seconds between looks at the drivers"),
+              stale: float = typer.Option(15.0, help="heartbeat age (s) that makes a driver hung"),
+              duration: Optional[float] = typer.Option(None, help="stop after this many seconds (default: run until "
+                                                                   "Ctrl-C or SIGTERM)"),
+              background: bool = typer.Option(False, "--background", help="detach; `streamops down` stops it"),
+              no_spares: bool = typer.Option(False, "--no-spares", help="no warm spare drivers (cold restarts)")) -> None:
+    """Fail over in seconds: restart any dead or hung driver (replicas too) from its checkpoint,
+    keep a warm spare driver per single-replica stage of a local pool, keep each stage's replicas
+    at their wanted count, and restart dead Spark workers."""
+    import threading
+
+    from streamops import processes
+    from streamops.execute.supervisor import Supervisor, SupervisorOptions
+
+    pid_file = state_dir() / "run" / "supervisor.pid"
+    if background:
+        running = processes.read_pid(pid_file)
+        if running is not None and processes.is_alive(running):
+            _say(f"the supervisor already runs (pid {running})")
+            return
+        args = [a for a in sys.argv[1:] if a != "--background"]
+        proc = processes.spawn_detached([sys.executable, "-m", "streamops.cli", *args], pid_file=pid_file,
+                                        log_path=state_dir() / "logs" / "supervisor.log")
+        _say(f"supervisor running in the background (pid {proc.pid}, log {state_dir() / 'logs' / 'supervisor.log'})")
+        return
+
+    stop_event = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
+    sup = Supervisor(_load_registry(), SupervisorOptions(poll_s=poll, stale_s=stale, warm_spares=not no_spares),
+                     progress=_say)
+    _say(f"supervising every {poll:g}s (hung after {stale:g}s without a heartbeat); Ctrl-C to stop")
+    try:
+        sup.run(stop_event, duration)
+    except KeyboardInterrupt:
+        stop_event.set()
+    _say(f"supervisor stopped after {len(sup.recoveries)} recoveries")
+
+
+@app.command()
+def fault(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or a unique stage name)"),
+          kind: str = typer.Option(..., help="slow_batch | driver_kill | executor_kill | heartbeat_cut | db_outage"),
+          magnitude: float = typer.Option(5.0, help="seconds of pause, cut or outage (mean, with --mtbf)"),
+          sd: float = typer.Option(1.0, help="standard deviation of the magnitude (with --mtbf)"),
+          mtbf: Optional[float] = typer.Option(None, help="keep injecting: mean seconds between faults "
+                                                           "(exponential gaps); default: one fault now"),
+          duration: float = typer.Option(600, help="with --mtbf: for how many seconds"),
+          replica: Optional[str] = typer.Option(None, help="the replica to hit (primary, replica-1, …); "
+                                                           "default: a random running one"),
+          seed: Optional[int] = typer.Option(None, help="with --mtbf: the same seed injects the same faults")) -> None:
+    """Inject faults into a running stage; each is recorded (`injected_faults`) so reports tell
+    injected failures from real ones."""
+    from streamops.execute import faults
 
     try:
-        stages.stop_stage(stage, _load_registry(), deadline_s=deadline, progress=_say)
-    except (stages.StageNotRunning, registry.RegistryError) as e:
+        app_name, name, _ = _load_registry().stage(stage)
+    except registry.RegistryError as e:
+        _fail(str(e))
+    sid = registry.stage_id(app_name, name)
+    try:
+        if mtbf is None:
+            s = faults.send(sid, kind, magnitude if kind in registry.TIMED_FAULTS else None, role=replica)
+            _say(f"{sid}: {kind} → {s.role or 'nobody'}: {s.outcome}")
+            return
+        spec = registry.Fault(kind=kind, mtbf_s=mtbf, magnitude_s=magnitude, magnitude_sd_s=sd)
+        sent = faults.run_schedule(sid, [spec], duration, seed=seed, progress=_say)
+        _say(f"{sid}: {len(sent)} fault(s) injected in {duration:g}s")
+    except (ValueError, LookupError) as e:
         _fail(str(e))
 
 
@@ -414,9 +489,16 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
                                                    "file with columns t_s,rate (or a stage_metrics export)"),
         seed: int = typer.Option(1, help="seed of every random draw: same seed, same result"),
         duration: Optional[float] = typer.Option(None, help="seconds to simulate (default: the trace's own)"),
-        out: Path = typer.Option(Path("sim-out"), help="writes DIR/summary.json and DIR/response.png")) -> None:
+        out: Path = typer.Option(Path("sim-out"), help="writes DIR/summary.json and DIR/response.png"),
+        faults: Optional[str] = typer.Option(None, help="fault injector on every stage, e.g. "
+                                                         "'driver_kill:mtbf_s=120;slow_batch:mtbf_s=60,magnitude_s=3'"),
+        replicas: Optional[int] = typer.Option(None, min=1, max=4, help="static replicas of every stage"),
+        redundancy: bool = typer.Option(False, "--redundancy", help="the redundancy manager sets the replicas"),
+        restart_s: Optional[float] = typer.Option(None, help="seconds a killed driver takes to come back "
+                                                              "(default 10)")) -> None:
     """Run the real Operator and Application Manager code against a model of the stages, on a
-    load trace, and report availability, seconds above R_max, reconfigurations and core-hours."""
+    load trace, and report availability, seconds above R_max, reconfigurations and core-hours;
+    with faults, replicas or the redundancy manager also violated 1 s windows, MTTR and replica-hours."""
     from streamops.sim import POLICY_CONFIGS, run_simulation
 
     known = {**POLICY_CONFIGS}
@@ -425,8 +507,10 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
     with console.status(f"simulating {policy} on {trace} …"):
         try:
             summary = run_simulation(policy if policy in known else known["recommended"], trace, seed=seed,
-                                     out_dir=out, duration_s=duration,
-                                     **({} if policy in known else {"operator": policy}))
+                                     out_dir=out, duration_s=duration, faults=faults, replicas=replicas,
+                                     redundancy=redundancy or None,
+                                     **({} if policy in known else {"operator": policy}),
+                                     **({} if restart_s is None else {"restart_s": restart_s}))
         except (ValueError, FileNotFoundError) as e:
             _fail(str(e), 2)
     t = Table(title=f"{summary['policy']} on {summary['trace']} (seed {seed})", show_header=False)
@@ -434,24 +518,30 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
                 "core_hours", "convergence_decisions"):
         v = summary[key]
         t.add_row(key, f"{v:.4%}" if key == "availability" else (f"{v:,.2f}" if isinstance(v, float) else str(v)))
+    ha = (summary.get("ha") or {}).get("total") or {}
+    for key, v in ha.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            t.add_row(f"ha.{key}", f"{v:,.2f}" if isinstance(v, float) else str(v))
     console.print(t)
     _say(f"wrote {out / 'summary.json'} and {out / 'response.png'}")
 
 
 @app.command()
-def bench(what: str = typer.Argument("all", help="policies | scale | reconfig | reporting | all"),
+def bench(what: str = typer.Argument("all", help="policies | scale | reconfig | reporting | ha | all"),
           quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only")) -> None:
     """Benchmarks: the policy comparison in the simulator, one control cycle over 10 000 stages
-    in PostgreSQL, and reconfiguration downtime per mechanism and state size (long: real drivers).
-    Results go to bench/results/*.json; a table is printed."""
+    in PostgreSQL, reconfiguration downtime per mechanism and state size, and failover and
+    replicas under injected faults (the last two long: real drivers). Results go to
+    bench/results/*.json; a table is printed."""
     from streamops.paths import REPO_ROOT
 
     scripts = {"policies": ["bench/policies.py"] + (["--seeds", "1"] if quick else []),
                "scale": ["bench/scale.py"] + (["--apps", "100", "--runs", "3"] if quick else []),
                "reconfig": ["bench/reconfig.py"] + (["--quick"] if quick else []),
-               "reporting": ["bench/reporting.py"] + (["--stages", "10,50", "--runs", "1"] if quick else [])}
+               "reporting": ["bench/reporting.py"] + (["--stages", "10,50", "--runs", "1"] if quick else []),
+               "ha": ["bench/ha.py"] + (["--quick"] if quick else [])}
     if what not in (*scripts, "all"):
-        _fail(f"unknown benchmark {what!r}; choose policies, scale, reconfig, reporting or all", 2)
+        _fail(f"unknown benchmark {what!r}; choose {', '.join(scripts)} or all", 2)
     for name, cmd in scripts.items():
         if what in (name, "all"):
             rc = subprocess.call([sys.executable, *cmd], cwd=REPO_ROOT)
@@ -596,7 +686,7 @@ def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD
 def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded PostgreSQL")) -> None:
     """Stop Airflow, then every running stage and background generator, then the embedded Spark cluster."""
     from streamops import processes
-    from streamops.execute import stages
+    from streamops.execute import replicas, stages
     from streamops.orchestrate import airflow_home
     from streamops.store import db, embedded
 
@@ -605,6 +695,11 @@ def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded
     if stopped:
         _say(f"Airflow stopped: {', '.join(stopped)}")
     run_dir = state_dir() / "run"
+    # The supervisor next: it would restart the stages stopped below.
+    sup_pid = processes.read_pid(run_dir / "supervisor.pid")
+    if sup_pid is not None and processes.is_alive(sup_pid):
+        processes.stop(sup_pid, grace_s=30)
+        _say(f"supervisor {sup_pid} stopped (its spares with it)")
     for pid_file in sorted(run_dir.glob("gen-*.pid")) if run_dir.exists() else []:
         pid = processes.read_pid(pid_file)
         if pid is not None and processes.send(pid, signal.SIGTERM):  # it finishes its tick and exits
@@ -615,6 +710,7 @@ def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded
         live = [r.stage_id for r in db.rows("stage_status") if r.status in ("starting", "running", "stopping")]
         for sid in live:
             try:
+                replicas.stop_replicas(sid, reg, progress=_say)
                 stages.stop_stage(sid, reg, progress=_say)
             except stages.StageNotRunning:
                 pass
