@@ -231,7 +231,7 @@ def test_screenshot_in_headless_chromium(day_of_two_apps, tmp_path, artifacts):
     html = index.read_text()
     assert html.count('<tr class="app-row"') == 2
     uris = re.findall(r'<img[^>]+src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(uris) == 3, "one chart per app and the downtime chart"
+    assert len(uris) == 4, "one chart per app, the downtime chart and the high-availability chart"
     assert "<link" not in html and "<script" not in html and "http" not in html.split("<body>")[1], "self-contained"
 
     shot = artifacts / "report-screenshot.png"
@@ -240,7 +240,7 @@ def test_screenshot_in_headless_chromium(day_of_two_apps, tmp_path, artifacts):
         driver.get(index.as_uri())
         WebDriverWait(driver, 30).until(images_drawn)
         charts = driver.find_elements(By.CSS_SELECTOR, "img.chart")
-        assert len(charts) == 3
+        assert len(charts) == 4
         for img in charts:
             assert img.size["width"] > 600 and img.size["height"] > 100, img.size
             pixels = np.asarray(Image.open(io.BytesIO(img.screenshot_as_png)).convert("RGB"))

@@ -52,3 +52,6 @@ ALTER TABLE requests DROP CONSTRAINT requests_action_check;
 ALTER TABLE requests ADD CONSTRAINT requests_action_check
     CHECK (action IN ('scale_out', 'scale_in', 'migrate', 'prestage', 'release_prestage',
                       'add_replica', 'remove_replica'));
+
+ALTER TABLE failures ADD CONSTRAINT failures_fault_fk
+    FOREIGN KEY (fault_id) REFERENCES injected_faults (id) ON DELETE SET NULL;

@@ -121,3 +121,68 @@ def downtime_chart(apps: list[str], reconfig_s: list[float], failure_s: list[flo
     fig.legend(loc="outside lower center", ncols=2, fontsize=8, frameon=False)  # never over a bar or its label
     ax.grid(True, axis="x", alpha=0.3)
     return _png(fig)
+
+
+@dataclass(frozen=True)
+class HaStage:
+    """One stage in the high-availability chart: its failures per cause with their MTTR p50 (a text:
+    several kinds may give a range), and the share of violated windows with and without redundancy
+    (None: no such window that day)."""
+
+    stage: str
+    failures_real: int
+    failures_injected: int
+    mttr_real: str
+    mttr_injected: str
+    share_with: float | None
+    share_without: float | None
+
+
+CAUSE_COLOURS = {"real": FAILURE_COLOUR, "injected": "#9467bd"}
+REDUNDANCY_COLOURS = {"with": "#238b45", "without": "#7f7f7f"}
+
+
+def ha_chart(stages: list[HaStage], title: str) -> bytes:
+    """Per stage, left: failures by cause (real, injected) with MTTR p50 beside each bar; right: the
+    share of violated 1-second windows with redundancy (≥ 2 live runs) next to the share without."""
+    fig = Figure(figsize=(11, 1.3 + 0.6 * max(len(stages), 1)), layout="constrained")
+    left, right = fig.subplots(1, 2, sharey=True)
+    y = list(range(len(stages)))
+    h = 0.38
+    real = [s.failures_real for s in stages]
+    inj = [s.failures_injected for s in stages]
+    left.barh([i - h / 2 for i in y], real, height=h, color=CAUSE_COLOURS["real"], label="real failures")
+    left.barh([i + h / 2 for i in y], inj, height=h, color=CAUSE_COLOURS["injected"], label="injected failures")
+    for i, s in enumerate(stages):
+        for n, mttr, y0 in ((s.failures_real, s.mttr_real, i - h / 2), (s.failures_injected, s.mttr_injected, i + h / 2)):
+            if n:
+                left.annotate(f"{n} · MTTR p50 {mttr}", (n, y0), xytext=(3, 0), textcoords="offset points",
+                              va="center", fontsize=8)
+        if not (s.failures_real or s.failures_injected):
+            left.annotate("no failures", (0, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8,
+                          color="#555555")
+    left.set_xlim(0, max([1, *real, *inj]) * 1.6)  # room for the MTTR labels
+    left.xaxis.get_major_locator().set_params(integer=True)
+    left.set_xlabel("failures")
+    left.set_yticks(y, [s.stage for s in stages])
+    left.invert_yaxis()
+    nan = float("nan")
+    with_ = [nan if s.share_with is None else 100 * s.share_with for s in stages]
+    without = [nan if s.share_without is None else 100 * s.share_without for s in stages]
+    right.barh([i - h / 2 for i in y], with_, height=h, color=REDUNDANCY_COLOURS["with"],
+               label="violated windows, with redundancy")
+    right.barh([i + h / 2 for i in y], without, height=h, color=REDUNDANCY_COLOURS["without"],
+               label="violated windows, without redundancy")
+    for i, s in enumerate(stages):
+        for share, y0 in ((s.share_with, i - h / 2), (s.share_without, i + h / 2)):
+            text = "no windows" if share is None else f"{100 * share:.3g} %"
+            right.annotate(text, (0 if share is None else 100 * share, y0), xytext=(3, 0), textcoords="offset points",
+                           va="center", fontsize=8, color="#555555" if share is None else "black")
+    shares = [v for v in with_ + without if not math.isnan(v)]
+    right.set_xlim(0, max([0.1, *shares]) * 1.35)
+    right.set_xlabel("violated 1-second windows (% of the class's observed windows)")
+    for ax in (left, right):
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle(title, x=0.01, ha="left", fontsize=11)
+    fig.legend(loc="outside lower center", ncols=4, fontsize=8, frameon=False)
+    return _png(fig)

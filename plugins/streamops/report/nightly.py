@@ -30,9 +30,11 @@ from streamops.store import db
 
 log = logging.getLogger(__name__)
 
-VIEWS = ("sla_daily", "downtime_daily", "reconfigurations", "cost_daily")
+HA_VIEWS = ("ha_cost_daily", "ha_failures_daily", "ha_windows_daily")  # sql/reports/60_ha.sql
+VIEWS = ("sla_daily", "downtime_daily", "reconfigurations", "cost_daily", *HA_VIEWS)
 DEFAULT_SLO_TARGET = 0.99
 BUCKET_S = 10  # chart resolution: 8 640 points per app for a whole day
+HA_CHART_STAGES = 25  # the high-availability chart shows at most this many stages, the most eventful
 
 
 def yesterday_utc() -> date:
@@ -169,6 +171,46 @@ def _dq_view(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _seconds(values: list[float | None]) -> str:
+    """MTTR p50s of several groups (kinds, detectors) of one stage and cause: one figure, or their range."""
+    vals = sorted({round(v, 1) for v in values if v is not None})
+    if not vals:
+        return "–"
+    return f"{vals[0]:,.1f} s" if len(vals) == 1 else f"{vals[0]:,.1f}–{vals[-1]:,.1f} s"
+
+
+def ha_section(cost: list[dict], failures: list[dict], windows: list[dict], day: date) -> dict:
+    """The High availability section: the day's rows of the three ha_* views, whether any run had
+    company (a replica, a backup), and a chart of the stages that had a failure or redundancy (the
+    most eventful HA_CHART_STAGES of them; None when there is none)."""
+    causes: dict[str, dict[str, list[dict]]] = {}
+    for f in failures:
+        causes.setdefault(f["stage_id"], {"real": [], "injected": []}).setdefault(f["cause"], []).append(f)
+    win = {w["stage_id"]: w for w in windows}
+    shown = set(causes) | {w["stage_id"] for w in windows if w["windows_with_redundancy"]}
+
+    def events(sid: str) -> tuple[int, int]:
+        return (sum(f["failures"] for rows in causes.get(sid, {}).values() for f in rows),
+                win.get(sid, {}).get("windows_violated", 0))
+
+    stages = sorted(sorted(shown, key=events, reverse=True)[:HA_CHART_STAGES])
+    bars = []
+    for sid in stages:
+        real, injected = causes.get(sid, {}).get("real", []), causes.get(sid, {}).get("injected", [])
+        w = win.get(sid, {})
+        bars.append(charts.HaStage(
+            stage=sid, failures_real=sum(f["failures"] for f in real),
+            failures_injected=sum(f["failures"] for f in injected),
+            mttr_real=_seconds([f["mttr_p50_s"] for f in real]), mttr_injected=_seconds([f["mttr_p50_s"] for f in injected]),
+            share_with=w.get("share_violated_with_redundancy"), share_without=w.get("share_violated_without_redundancy")))
+    more = f" ({len(stages)} of {len(shown)} stages)" if len(shown) > len(stages) else ""
+    png = charts.ha_chart(bars, title=f"failures by cause, and violated windows with and without redundancy, "
+                                      f"on {day}{more}") if bars else None
+    return {"cost": cost, "failures": failures, "windows": windows,
+            "replicas": any(c["replica_runs"] or c["redundant_hours"] for c in cost),
+            "chart": _data_uri(png) if png else None}
+
+
 def _template() -> jinja2.Template:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -218,16 +260,20 @@ def build_report(day: date | None = None, app: str | None = None, out_dir: Path 
     downtime_png = _data_uri(charts.downtime_chart(
         [s.app for s in summary], [s.downtime_reconfig_s for s in summary], [s.downtime_failure_s for s in summary],
         title=f"downtime on {day}: reconfigurations and failures")) if summary else None
+    ha = ha_section(*(views[v][0] for v in HA_VIEWS), day=day)
     generated = datetime.now(timezone.utc)
     html = _template().render(
         day=day, app=app, generated=generated, summary=summary, sections=sections, downtime_chart=downtime_png,
-        dq=dq, csvs=[f"{v}.csv" for v in VIEWS], bucket_s=BUCKET_S, default_target=DEFAULT_SLO_TARGET)
+        ha=ha, dq=dq, csvs=[f"{v}.csv" for v in VIEWS], bucket_s=BUCKET_S, default_target=DEFAULT_SLO_TARGET)
     index = target / "index.html"
     index.write_text(html)
 
     elapsed_ms = (time.monotonic() - t0) * 1000
     record = {"apps": {s.app: asdict(s) for s in summary},
-              "dq": {"results": len(dq), "failed": sum(1 for r in dq if not r["success"])}}
+              "dq": {"results": len(dq), "failed": sum(1 for r in dq if not r["success"])},
+              "ha": {"replica_hours": sum(c["replica_hours"] for c in ha["cost"]),
+                     **{f"failures_{cause}": sum(f["failures"] for f in ha["failures"] if f["cause"] == cause)
+                        for cause in ("real", "injected")}}}
     with db.transaction(engine) as conn:
         conn.execute(db.query("report_insert"), {"day": day, "app": app, "path": str(index.resolve()),
                                                  "duration_ms": elapsed_ms, "summary": json.dumps(record)})
