@@ -247,7 +247,8 @@ def fault_actions(spark, agent, pause: BatchPause, standalone: bool) -> dict:
         return f"no heartbeat for {seconds or 0:.1f}s"
 
     def db_outage(seconds):
-        db.inject_outage(seconds or 0)
+        # Half a second later: the command that asked for it is acknowledged first.
+        threading.Timer(0.5, db.inject_outage, [seconds or 0]).start()
         return f"database unreachable for {seconds or 0:.1f}s"
 
     def kill_executor(_):

@@ -57,8 +57,9 @@ def supervised():
     """A supervisor in this process, polling every 0.5 s; stopped after the test."""
     running = []
 
-    def start(reg):
-        sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=90))
+    def start(reg, warm_spares: bool = True):
+        sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=90,
+                                                                                         warm_spares=warm_spares))
         running.append((stop, thread))
         return sup
 
@@ -107,7 +108,7 @@ def _replicated(clean_db, supervised, workload: str, kind: str, seconds: int, se
     live = replicas.live_roles("ha.s")
     assert live["replica-1"].pool == "q", "a replica goes to another pool when one has room"
     assert live["replica-1"].checkpoint != live["primary"].checkpoint
-    supervised(reg)
+    supervised(reg, warm_spares=False)  # cold restarts: the replica alone must carry the output
     eventually(lambda: all(_commits_by(clean_db, d.id) >= 2 for d in live.values()), 120, "both replicas committing")
     return reg, want
 
@@ -206,3 +207,36 @@ def test_the_redundancy_manager_asks_the_application_manager_for_replicas_and_gi
     assert replicas_wanted() == 1
     (back,) = decisions("remove_replica")
     assert back.outcome == "granted" and "no token" in back.reason, back
+
+
+@pytest.mark.reconfig_matrix
+def test_each_injected_fault_is_recorded_survived_and_told_apart_from_real_failures(clean_db, supervised):
+    from streamops.execute import faults
+
+    reg = _registry()
+    inputs = registry.resolve_path("ha/in")
+    generator.generate(inputs, "web", "constant:rate=150", seed=5, duration_s=60, realtime=False)
+    want = oracles.expected("wordcount", generator.read_valid_records(inputs))
+    first = stages.start_stage("ha.s", reg)
+    supervised(reg)
+    eventually(lambda: _commits_by(clean_db, first.deployment_id) >= 2, 120, "first commits")
+
+    assert faults.send("ha.s", "slow_batch", 2.0).outcome.startswith("the next batch pauses")
+    assert faults.send("ha.s", "db_outage", 3.0).outcome.startswith("database unreachable")
+    assert faults.send("ha.s", "executor_kill").outcome.startswith("executor_kill: not possible")
+    assert faults.send("ha.s", "heartbeat_cut", 25.0).outcome.startswith("no heartbeat")
+    hung = eventually(lambda: [x for x in _failures(clean_db, "ha.s") if x.status == "recovered"], 120,
+                      "the hung driver's recovery")[0]
+    assert (hung.kind, hung.cause, hung.deployment_id) == ("stale_heartbeat", "injected", first.deployment_id), hung
+    second = replicas.live_roles("ha.s")["primary"]
+    eventually(lambda: _commits_by(clean_db, second.id) >= 1, 120, "the new run's commits")
+    faults.send("ha.s", "driver_kill", wait_s=2)
+    killed = eventually(lambda: [x for x in _failures(clean_db, "ha.s")
+                                 if x.deployment_id == second.id and x.status == "recovered"], 120, "the recovery")[0]
+    assert (killed.kind, killed.cause) == ("dead_pid", "injected") and killed.fault_id is not None, killed
+
+    eventually(lambda: oracles.actual(clean_db, "ha.s", "wordcount") == want, 240, "the sink to equal the ground truth")
+    with clean_db.connect() as conn:
+        kinds = [r.kind for r in conn.execute(text("SELECT kind FROM injected_faults ORDER BY id"))]
+    assert kinds == ["slow_batch", "db_outage", "heartbeat_cut", "driver_kill"], kinds
+    stages.stop_stage("ha.s", reg, deadline_s=30)

@@ -66,7 +66,7 @@ def live_roles(sid: str) -> dict[str, object]:
 
 
 def start_replica(sid: str, role_name: str, reg: registry.Registry, *, wait_s: float = 120.0,
-                  progress=lambda _: None) -> stages.StartResult:
+                  progress=lambda _: None, spare=None) -> stages.StartResult:
     """Start replica `role_name` of a stage whose primary runs: its own checkpoint, the primary's
     cores, another pool when there is room. A replica that ran before restarts as itself."""
     primary = ledger.latest_run(sid, live=True)
@@ -77,7 +77,8 @@ def start_replica(sid: str, role_name: str, reg: registry.Registry, *, wait_s: f
     pool = before.pool if before else pool_for(reg, primary.pool, primary.cores, taken)
     log.info("stage %s: action=start-replica role=%s pool=%s", sid, role_name, pool)
     return stages.start_stage(sid, reg, role=role_name, cores=before.cores if before else primary.cores, pool=pool,
-                              checkpoint_path=checkpoint_for(sid, role_name), wait_s=wait_s, progress=progress)
+                              checkpoint_path=checkpoint_for(sid, role_name), wait_s=wait_s, progress=progress,
+                              spare=spare)
 
 
 def reconcile(reg: registry.Registry | None = None, *, wait_s: float = 0.0, progress=lambda _: None) -> Reconciled:

@@ -9,8 +9,7 @@ failed stages restart in parallel. The `failures` row it writes wakes the `strea
 DAG through its asset watcher, which is the visible record and the second line: if the
 supervisor is down, the DAG's own sweep recovers the stage.
 
-Warm spares (`warm_spares`, local pools): for each running single-replica stage it keeps one
-driver process with its JVM, SparkSession and Python workers already up and no query. A failed
+Warm spares (`warm_spares`, local pools): for each running stage it keeps one driver process with its JVM, SparkSession and Python workers already up and no query. A failed
 run's restart is handed to it, so the failover does not wait for a new JVM (15–40 s on this
 machine under load): it is bounded by the poll (≤ 0.5 s), the ledger's admission, the queries'
 start and the first batch, which replays what the dead run had not committed. A new spare is
@@ -88,7 +87,7 @@ class Supervisor:
             # Busy (a reconfiguration, the DAG, or this stage's other replica): the next poll retries.
             if not free or f.stage_id in rstore.active_stage_ids() or not watchdog.still_failed(f):
                 return None
-            spare = self._take_spare(f.stage_id) if f.role == "primary" else None
+            spare = self._take_spare(f.stage_id)
             rec = watchdog.recover(f, app, self.reg, max_restarts=self.opts.max_restarts, wait_s=self.opts.wait_s,
                                    progress=self.progress, detected_by="supervisor", spare=spare)
         self._quiet_until = time.monotonic() + self.opts.spare_after_s
@@ -109,8 +108,8 @@ class Supervisor:
         return launcher_for("local")  # type: ignore[return-value]
 
     def keep_spares(self) -> None:
-        """One ready spare per running single-replica stage of a local pool, with its cores; at
-        most one built per pass, none while a stage catches up after a recovery."""
+        """One ready spare per running stage of a local pool, with its primary's cores; at most
+        one built per pass, none while a stage catches up after a recovery."""
         wanted = {r.stage_id: r.cores for r in db.rows("spares_wanted")}
         with self._spares_lock:
             for sid, spare in list(self._spares.items()):

@@ -132,7 +132,8 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
         if f.role == "primary":
             res = stages.start_stage(f.stage_id, reg, wait_s=min(wait_s, 240), progress=progress, spare=spare)
         else:
-            res = replicas.start_replica(f.stage_id, f.role, reg, wait_s=min(wait_s, 240), progress=progress)
+            res = replicas.start_replica(f.stage_id, f.role, reg, wait_s=min(wait_s, 240), progress=progress,
+                                         spare=spare)
         recovered_at, _, why = mechanisms.wait_first_output(res.deployment_id, wait_s, who="the restarted run")
     except Exception as e:  # any failed restart is one attempt; the next cycle tries again or gives up
         log.exception("stage %s: action=restart failed", f.stage_id)
