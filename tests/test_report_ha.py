@@ -11,8 +11,10 @@ import pytest
 from sqlalchemy import text
 
 from streamops.report import nightly
+from streamops.store import db
 from tests.test_report import two_apps
-from tests.test_reporting_sql import D, FULL_DAY, add_app, add_batches, at, one, view
+from tests.test_reporting_sql import (D, FULL_DAY, P_A, R_A, add_app, add_batches, add_reconfiguration, at, one,
+                                      replicated_app, view)
 
 pytestmark = pytest.mark.db
 
@@ -279,6 +281,54 @@ def test_filter_on_day_calls_each_function_once(hdb):
                 f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM reporting.{v} WHERE day = :d"), {"d": D}).scalars())
             lines = [line for line in plan.splitlines() if fn in line]
             assert lines and "loops=1)" in lines[0], plan
+
+
+# -- sla_daily, downtime_daily and the response chart with replicas ---------------------------------
+def test_sla_daily_takes_an_ha_stages_fastest_run_as_ha_windows_daily_does(hdb):
+    """Two runs in 3 610–7 199 s and 7 204–10 799 s: each window counts with the faster of them, so
+    the response stays at 500 ms (not 1 000 ms), and P1's slow 5 000–5 099 s is covered by R1a. A
+    one-stage app's violated windows are then ha_windows_daily's slow ones."""
+    ha_day(hdb)
+    s, w = one(hdb, "sla_daily", "ha"), one(hdb, "ha_windows_daily", "ha")
+    assert s["measured_s"] == w["windows_measured"] == 86390
+    assert s["violated_windows"] == w["windows_slow"] == 70
+    assert s["seconds_within_rmax"] == 86390 - 70
+    assert s["response_p50_ms"] == s["response_p95_ms"] == s["response_p99_ms"] == pytest.approx(500.0)
+    # every run's batches: P1 20 000, R1a 3 590, R1b 3 596, P2 66 390; slow: P1 120, R1a 20, P2 50
+    assert (s["batches"], s["batches_within_slo"]) == (93576, 93576 - 190)
+
+
+def test_a_failure_masked_by_a_replica_is_a_gap_from_its_last_output(hdb):
+    """R1a died at 7 200 s, P1 committed 1 s later (downtime_ms 1 000), R1a recovered at 7 206 s: the
+    gap is 7 200–7 201 s, inside a reconfiguration's 7 195–7 203 s, not 7 205–7 206 s after it."""
+    ha_day(hdb)
+    add_reconfiguration(hdb, "ha.s", "ha", at(7203), 8000)
+    d = one(hdb, "downtime_daily", "ha")
+    assert d["downtime_failure_s"] == pytest.approx(1.0 + 10.0)          # R1a's 1 s, P1's 10 s
+    assert d["downtime_s"] == pytest.approx(8.0 + 10.0)
+
+
+def _series(engine, app: str, bucket_s: int) -> list[dict]:
+    with engine.begin() as conn:
+        return [dict(r._mapping) for r in conn.execute(db.query("report_response_series"),
+                                                       {"day": D, "app": app, "bucket_s": bucket_s})]
+
+
+def test_the_response_chart_takes_the_fastest_run_and_sums_the_replicas_cores(hdb):
+    """App h: stage a's primary and replica-1 (2 cores each) beside stage b (100 ms, 1 core)."""
+    replicated_app(hdb)
+    ones = _series(hdb, "h", 1)
+    assert [r["bucket"] for r in ones] == list(range(43200, 43211))
+    assert [r["response_ms"] for r in ones] == [min(p, r) + 100 for p, r in zip(P_A, R_A)] + [300 + 100]
+    assert [r["response_max_ms"] for r in ones] == [r["response_ms"] for r in ones]
+    assert [r["cores"] for r in ones] == [2 + 2 + 1] * 10 + [2 + 1]    # R alone in the last second
+    assert all(r["complete"] for r in ones)
+    # 10-second buckets: the faster run's mean, not the mean of each second's faster batch
+    tens = _series(hdb, "h", 10)
+    assert [r["bucket"] for r in tens] == [4320, 4321]
+    assert tens[0]["response_ms"] == pytest.approx(min(sum(P_A) / 10, sum(R_A[:10]) / 10) + 100)   # 1 010 + 100
+    assert tens[0]["response_max_ms"] == pytest.approx(min(max(P_A), max(R_A[:10])) + 100)         # 1 800 + 100
+    assert tens[0]["cores"] == 5 and tens[1]["cores"] == 3
 
 
 # -- the report's section ---------------------------------------------------------------------------

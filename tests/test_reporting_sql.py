@@ -52,16 +52,18 @@ def add_app(engine, name: str, r_max_ms: int = 1000, created_at: datetime = T0 -
             add_run(engine, f"{name}.{s}", 1, created_at, None, status="running")
 
 
-def add_batches(engine, stage_id: str, rows: list[tuple[datetime, float, float | None]], trigger_ms: int = 1000) -> None:
-    """Batches (start, p95, p50); p50 None means p95 − 450 (so the interpolated p90 is p95 − 50)."""
+def add_batches(engine, stage_id: str, rows: list[tuple[datetime, float, float | None]], trigger_ms: int = 1000,
+                deployment_id: int | None = None, cores: int = 1) -> None:
+    """Batches (start, p95, p50) of run `deployment_id` (None: a row without one); p50 None means
+    p95 − 450 (so the interpolated p90 is p95 − 50)."""
     with engine.begin() as conn:
         for i, (ts, p95, p50) in enumerate(rows):
             conn.execute(text(
-                "INSERT INTO stage_metrics (ts, stage_id, run_id, batch_id, input_rows, batch_duration_ms, "
+                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, batch_duration_ms, "
                 "trigger_interval_ms, latency_p50_ms, latency_p95_ms, latency_max_ms, cores) "
-                "VALUES (:ts, :sid, 'r1', :b, 10, 300, :trig, :p50, :p95, :p95, 1)"),
-                {"ts": ts, "sid": stage_id, "b": i, "trig": trigger_ms, "p95": p95,
-                 "p50": p95 - 450 if p50 is None else p50})
+                "VALUES (:ts, :sid, :dep, 'r1', :b, 10, 300, :trig, :p50, :p95, :p95, :cores)"),
+                {"ts": ts, "sid": stage_id, "dep": deployment_id, "b": i, "trig": trigger_ms, "p95": p95,
+                 "p50": p95 - 450 if p50 is None else p50, "cores": cores})
 
 
 def add_reconfiguration(engine, stage_id: str, app: str, first_output: datetime, downtime_ms: float, **kw) -> int:
@@ -86,12 +88,16 @@ def add_failure(engine, stage_id: str, app: str, failed_at: datetime, recovered_
              "down": downtime_ms})
 
 
-def add_run(engine, stage_id: str, cores: int, start: datetime, stop: datetime | None, status: str = "stopped") -> int:
+def add_run(engine, stage_id: str, cores: int, start: datetime, stop: datetime | None, status: str = "stopped",
+            role: str = "primary", run_id: int | None = None) -> int:
+    """A run (deployments row) of `role`; `run_id` forces its id."""
     with engine.begin() as conn:
         return conn.execute(text(
-            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
-            "started_at, running_at, stopped_at) VALUES (:sid, 'p', :c, 2, '{}', 'local', '/x', :st, :a, :a, :b) "
-            "RETURNING id"), {"sid": stage_id, "c": cores, "st": status, "a": start, "b": stop}).scalar_one()
+            "INSERT INTO deployments (id, stage_id, role, pool, cores, state_partitions, config, launcher, checkpoint, "
+            "status, started_at, running_at, stopped_at) VALUES (COALESCE(CAST(:id AS bigint), "
+            "nextval(pg_get_serial_sequence('deployments', 'id'))), :sid, :role, 'p', :c, 2, '{}', 'local', '/x', :st, "
+            ":a, :a, :b) RETURNING id"),
+            {"id": run_id, "sid": stage_id, "role": role, "c": cores, "st": status, "a": start, "b": stop}).scalar_one()
 
 
 def view(engine, name: str, day: date = D, app: str | None = None) -> list[dict]:
@@ -201,6 +207,59 @@ def test_response_sums_the_stages_and_a_slower_trigger_holds_its_value(rdb):
     assert r["batches"] == 7
     assert r["violated_windows"] == 1                        # p90 sums: 600 600 1100 700
     assert r["response_p50_ms"] == pytest.approx(750.0)
+
+
+# a stage `a` with two runs (the primary P, and replica-1 R, faster in some windows) beside a stage
+# `b` of one run at 100 ms, from 43 200 s; R alone in the 11th window (P had stopped writing).
+P_A = [800, 900, 1200, 1500, 700, 2000, 600, 1100, 950, 1020]
+R_A = [600, 1300, 1000, 1400, 900, 1800, 650, 400, 990, 1060, 300]
+
+
+def replicated_app(engine, run_ids: tuple[int | None, int | None] = (None, None)) -> None:
+    """App `h` (R_max 1 s) as above, its runs holding 2, 2 and 1 cores; `run_ids` forces P's and R's ids."""
+    add_app(engine, "h", r_max_ms=1000, stages={"a": 1000, "b": 1000}, in_service=False)
+    p = add_run(engine, "h.a", 2, at(-3600), None, status="running", run_id=run_ids[0])
+    r = add_run(engine, "h.a", 2, at(-3600), None, status="running", role="replica-1", run_id=run_ids[1])
+    b = add_run(engine, "h.b", 1, at(-3600), None, status="running")
+    add_batches(engine, "h.a", [(at(43200 + i + 0.25), v, None) for i, v in enumerate(P_A)], deployment_id=p, cores=2)
+    add_batches(engine, "h.a", [(at(43200 + i + 0.6), v, None) for i, v in enumerate(R_A)], deployment_id=r, cores=2)
+    add_batches(engine, "h.b", [(at(43200 + i + 0.1), 100, None) for i in range(len(R_A))], deployment_id=b)
+
+
+# deployment ids 1000 and 1064 share a bit of sla_for_day's run mask: the same figures, by its exact path
+@pytest.mark.parametrize("run_ids", [(None, None), (1000, 1064)])
+def test_a_stage_with_replicas_counts_with_its_fastest_run(rdb, run_ids):
+    """Per window, stage a's response is its faster run's, not the sum of both runs' (which would
+    be 1 400 + 100 ms in the first window): min(P, R) + 100 = 700 1000 1100 1500 800 1900 700 500
+    1050 1120 400."""
+    replicated_app(rdb, run_ids)
+    r = one(rdb, "sla_daily", "h")
+    assert r["measured_s"] == 11
+    assert r["seconds_within_rmax"] == 6                     # 700 1000 800 700 500 400
+    assert r["violated_windows"] == 3                        # p90 = min(P, R) − 50 + 50: 1400 1800 1020
+    assert (r["batches"], r["batches_within_slo"]) == (10 + 11 + 11, 5 + 7 + 11)    # every run's batches
+    assert r["response_p50_ms"] == pytest.approx(1000.0)
+    assert r["response_p95_ms"] == pytest.approx(1700.0)
+    assert r["response_p99_ms"] == pytest.approx(1860.0)
+
+
+def test_several_batches_of_each_replica_in_a_window_count_with_the_runs_means(rdb):
+    """A 500 ms trigger: each run has two batches per window. A run counts with its mean, and the
+    stage with its faster run's mean: window 100 P (3 000, 500) → 1 750 against R (1 000, 1 000) →
+    1 000; window 101 P 500 against R 1 000; window 102 R alone, 700."""
+    add_app(rdb, "m", r_max_ms=1000, stages={"s": 500}, in_service=False)
+    p = add_run(rdb, "m.s", 1, at(-3600), None, status="running")
+    r = add_run(rdb, "m.s", 1, at(-3600), None, status="running", role="replica-1")
+    add_batches(rdb, "m.s", [(at(100.1), 3000, None), (at(100.6), 500, None), (at(101.1), 500, None),
+                             (at(101.6), 500, None)], trigger_ms=500, deployment_id=p)
+    add_batches(rdb, "m.s", [(at(100.2), 1000, None), (at(100.7), 1000, None), (at(101.2), 1000, None),
+                             (at(101.7), 1000, None), (at(102.2), 700, None), (at(102.7), 700, None)],
+                trigger_ms=500, deployment_id=r)
+    s = one(rdb, "sla_daily", "m")
+    assert (s["measured_s"], s["seconds_within_rmax"], s["violated_windows"]) == (3, 3, 0)
+    assert s["response_p50_ms"] == pytest.approx(700.0)
+    assert s["response_p99_ms"] == pytest.approx(700 + 0.98 * 300)
+    assert s["batches"] == 10
 
 
 def test_empty_day(rdb):

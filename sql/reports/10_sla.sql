@@ -10,6 +10,16 @@
 -- The p90 of a batch is interpolated between its p50 and p95 (a batch reports no p90); a
 -- window is violated when the sum of its stages' p90 exceeds R_max, as in [002] and the
 -- simulator (sim/report.py).
+--
+-- Several runs of a stage (replicas 'replica-N' beside the primary, an active backup's
+-- 'secondary' overlap, an old and a new run meeting in one window) each write their own batches
+-- (stage_metrics.deployment_id) to the same version-guarded sink, whose output is that of the run
+-- ahead. So a stage's figure in a window is its fastest run's: each run's mean (by trigger
+-- weight) of its batches speaking for the window, then the lowest of them, the p95 and the p90
+-- each (as ha_windows_daily takes the lowest p90, 60_ha.sql); the stage speaks for the window
+-- as fully as its most complete run. Batches and batches_within count every run's batches.
+-- Stages with one run that day go through the one-pass aggregate of `starts`, unchanged; the
+-- others through `multi_windows`, grouped per stage and window (costlier: see docs/reporting.md).
 CREATE FUNCTION reporting.sla_for_day(p_day date)
 RETURNS TABLE (
     day date, app text, r_max_ms integer, observed_s double precision, measured_s bigint,
@@ -19,7 +29,8 @@ RETURNS TABLE (
     response_p50_ms double precision, response_p95_ms double precision, response_p99_ms double precision)
 LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, public
-SET work_mem = '256MB'  -- the per-second hash aggregate (apps × 86 400 groups) stays in memory
+SET work_mem = '256MB'  -- the per-second hash aggregate (apps × 86 400 groups) stays in memory;
+                        -- that of stages with several runs (stages × 86 400) spills beyond ~20 of them
 SET jit = off           -- compiling costs more than it saves at this size
 SET enable_sort = off   -- hash aggregates: the planner cannot estimate groups of per-second expressions
 SET enable_incremental_sort = off
@@ -36,7 +47,18 @@ DECLARE
     day_from constant timestamptz := p_day::timestamptz;
     day_to constant timestamptz := (p_day + 1)::timestamptz;
     epoch0 constant float8 := date_part('epoch', p_day::timestamptz);
+    -- The stages with more than one run (any role, not refused) overlapping the day; a stage's
+    -- place in this array is its number in `multi_windows`. A constant too, so that the day's
+    -- scan can filter on it in parallel workers (a subquery per stage there would keep the
+    -- joins and the first aggregate out of them).
+    multi_stages text[];
 BEGIN
+    multi_stages := ARRAY(
+        SELECT s.stage_id FROM stages s
+        WHERE (SELECT count(*) FROM deployments d
+               WHERE d.stage_id = s.stage_id AND d.status <> 'refused' AND d.started_at < day_to
+                 AND (d.stopped_at IS NULL OR d.stopped_at > day_from)) > 1
+        ORDER BY s.stage_id);
     RETURN QUERY
     WITH obs AS (
         SELECT o.app, o.r_max_ms, o.obs_from, o.obs_to, o.observed_s,
@@ -45,8 +67,9 @@ BEGIN
         FROM reporting.observed_for_day(p_day) o
     ),
     st AS MATERIALIZED (
-        -- from the tables themselves (not `obs`), so that the planner knows how few rows these are
-        SELECT s.stage_id, s.app, s.trigger_ms, a.r_max_ms,
+        -- from the tables themselves (not `obs`), so that the planner knows how few rows these are;
+        -- sno: the stage's number among those with several runs (NULL: one run)
+        SELECT s.stage_id, s.app, s.trigger_ms, a.r_max_ms, array_position(multi_stages, s.stage_id) AS sno,
                GREATEST(day_from, a.created_at) AS obs_from, LEAST(day_to, now()) AS obs_to
         FROM stages s JOIN apps a ON a.name = s.app
         WHERE a.created_at < day_to AND day_from < now()
@@ -64,6 +87,7 @@ BEGIN
     starts AS (
         -- One pass over the day's partition: per app, second a batch started in, and hold (how
         -- many windows a batch speaks for), the weighted sums. Few groups: a hash aggregate.
+        -- Stages with one run that day only: the others' runs are told apart in `multi_windows`.
         SELECT st.app, floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
                LEAST(3600, ceil(COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000'))::int AS hold_s,
                sum(m.latency_p95_ms * w.wt) AS p95,
@@ -75,20 +99,96 @@ BEGIN
         FROM stage_metrics m
         -- the tables again rather than `st`: a CTE scan would keep this out of parallel workers
         JOIN (SELECT s.stage_id, s.app, s.trigger_ms, a.r_max_ms, GREATEST(day_from, a.created_at) AS obs_from
-              FROM stages s JOIN apps a ON a.name = s.app) st ON st.stage_id = m.stage_id
+              FROM stages s JOIN apps a ON a.name = s.app
+              WHERE s.stage_id <> ALL (multi_stages)) st ON st.stage_id = m.stage_id
         CROSS JOIN LATERAL (SELECT LEAST(float8 '1', COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000') AS wt) w
         WHERE m.ts >= day_from AND m.ts < day_to
           AND m.ts >= st.obs_from AND m.ts < LEAST(day_to, now())
         GROUP BY 1, 2, 3
     ),
+    multi_windows AS (
+        -- Stages with several runs that day (their rows only), per stage and window. Where no run
+        -- has two batches speaking for the window, a run's mean is its batch's figure and the
+        -- stage's is the lowest batch's: `one_each` (a bit per run, deployment_id mod 64, in a mask;
+        -- two runs that share a bit only take the exact way below). The set-returning function in
+        -- the target list costs less than a lateral one per row.
+        SELECT y.sno, y.w,
+               min(y.p95) AS p95, min(y.p90) AS p90, max(y.wt) AS wt, max(y.hold_s) AS max_hold_s,
+               count(*) = bit_count(bit_or(y.run_bit)::bit(64)) AS one_each,
+               count(*) FILTER (WHERE y.w = y.sec) AS batches,
+               count(*) FILTER (WHERE y.w = y.sec AND y.p95 <= y.r_max_ms) AS batches_within
+        FROM (
+            SELECT st.sno, st.r_max_ms, x.sec, x.hold_s, x.wt, m.latency_p95_ms AS p95, x.p90,
+                   int8 '1' << (COALESCE(m.deployment_id, 0) & 63)::int AS run_bit,
+                   generate_series(x.sec, x.sec + x.hold_s - 1) AS w
+            FROM stage_metrics m
+            -- the tables, not `st`, as in `starts`
+            JOIN (SELECT s.stage_id, array_position(multi_stages, s.stage_id) AS sno, s.trigger_ms, a.r_max_ms,
+                         GREATEST(day_from, a.created_at) AS obs_from
+                  FROM stages s JOIN apps a ON a.name = s.app
+                  WHERE s.stage_id = ANY (multi_stages)) st ON st.stage_id = m.stage_id
+            CROSS JOIN LATERAL (
+                SELECT floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
+                       LEAST(3600, ceil(COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000'))::int AS hold_s,
+                       LEAST(float8 '1', COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000') AS wt,
+                       COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
+                                m.latency_p95_ms) AS p90
+            ) x
+            WHERE m.ts >= day_from AND m.ts < day_to
+              AND m.ts >= st.obs_from AND m.ts < LEAST(day_to, now())
+        ) y
+        GROUP BY y.sno, y.w
+    ),
     per_window AS (
-        -- spread each group over the windows its batches speak for (sums commute with this)
-        SELECT g.app, g.sec + k AS w,
+        -- spread each group over the windows its batches speak for (sums commute with this), and
+        -- add the stages with several runs, each as its fastest run
+        SELECT g.app, g.w,
                sum(g.p95) AS response_ms, sum(g.p90) AS p90_ms, sum(g.stages) AS stages,
-               sum(g.batches) FILTER (WHERE k = 0) AS batches,
-               sum(g.batches_within) FILTER (WHERE k = 0) AS batches_within
-        FROM starts g
-        CROSS JOIN LATERAL generate_series(0, g.hold_s - 1) k
+               sum(g.batches) AS batches, sum(g.batches_within) AS batches_within
+        FROM (
+            SELECT g.app, g.sec + k AS w, g.p95, g.p90, g.stages,
+                   CASE WHEN k = 0 THEN g.batches END AS batches,
+                   CASE WHEN k = 0 THEN g.batches_within END AS batches_within
+            FROM starts g
+            CROSS JOIN LATERAL generate_series(0, g.hold_s - 1) k
+            UNION ALL
+            SELECT z.app, z.w,
+                   CASE WHEN z.one_each THEN z.p95 ELSE z.exact[1] END,
+                   CASE WHEN z.one_each THEN z.p90 ELSE z.exact[2] END,
+                   CASE WHEN z.one_each THEN z.wt ELSE z.exact[3] END,
+                   z.batches, z.batches_within
+            FROM (
+                SELECT st.app, mw.w, mw.one_each, mw.p95, mw.p90, mw.wt, mw.batches, mw.batches_within,
+                       -- A window where a run has several batches (a sub-second trigger, a batch
+                       -- overrunning its trigger): each run's mean by trigger weight, and its weight,
+                       -- from the batches speaking for the window (an index probe: they started in
+                       -- the max_hold_s seconds up to it); the lowest mean, the largest weight. The
+                       -- subquery runs for these windows only.
+                       CASE WHEN NOT mw.one_each THEN (
+                           SELECT ARRAY[min(r.p95), min(r.p90), max(r.wt)]
+                           FROM (
+                               SELECT sum(x.p95 * x.wt) / NULLIF(sum(x.wt), 0) AS p95,
+                                      sum(x.p90 * x.wt) / NULLIF(sum(x.wt), 0) AS p90, sum(x.wt) AS wt
+                               FROM stage_metrics m
+                               CROSS JOIN LATERAL (
+                                   SELECT floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
+                                          LEAST(3600, ceil(COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000'))::int AS hold_s,
+                                          LEAST(float8 '1', COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000') AS wt,
+                                          m.latency_p95_ms AS p95,
+                                          COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
+                                                   m.latency_p95_ms) AS p90
+                               ) x
+                               WHERE m.stage_id = st.stage_id AND m.ts >= day_from AND m.ts < day_to
+                                 AND m.ts >= GREATEST(st.obs_from, day_from + make_interval(secs => mw.w - mw.max_hold_s + 1))
+                                 AND m.ts < LEAST(st.obs_to, day_from + make_interval(secs => mw.w + 1))
+                                 AND x.sec <= mw.w AND x.sec + x.hold_s > mw.w
+                               GROUP BY m.deployment_id
+                           ) r) END AS exact
+                FROM multi_windows mw
+                JOIN st ON st.sno = mw.sno
+                OFFSET 0  -- evaluate `exact` once per row, not once per use above
+            ) z
+        ) g
         GROUP BY 1, 2
     ),
     windows AS (

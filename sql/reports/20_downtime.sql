@@ -3,9 +3,11 @@
 --
 -- A reconfiguration's gap is the `downtime_ms` its mechanism measured (the longest gap between
 -- output commits), placed so that it ends at the new run's first output (first_batch_done_at,
--- else the last phase stamp). A failure's gap runs from its last output (last_commit_at, else
--- failed_at) to the recovering run's first output; a recovered failure with a measured
--- downtime_ms is placed to end at recovered_at; an unrecovered one lasts until now.
+-- else the last phase stamp). A failure's gap runs from the stage's last output before it
+-- (last_commit_at, else failed_at): a recovered failure with a measured downtime_ms lasts that
+-- long (failure_recovered.sql: to the first commit after it by any other run, so it ends at
+-- recovered_at without replicas, and at a surviving replica's next commit with them); another
+-- recovered one ends at recovered_at; an unrecovered one lasts until now.
 -- Gaps of several stages of an app that overlap count once; so does a failure during a
 -- reconfiguration. Failures (count, MTTR) belong to the day they happened (failed_at).
 CREATE FUNCTION reporting.downtime_for_day(p_day date)
@@ -28,10 +30,11 @@ gaps AS (
     UNION ALL
     SELECT f.app, 'failure',
            CASE WHEN f.recovered_at IS NOT NULL AND f.downtime_ms IS NOT NULL
-                THEN tstzrange(f.recovered_at - make_interval(secs => f.downtime_ms / 1000.0), f.recovered_at)
-                ELSE tstzrange(COALESCE(f.last_commit_at, f.failed_at), GREATEST(COALESCE(f.last_commit_at, f.failed_at), COALESCE(f.recovered_at, now())))
+                THEN tstzrange(s.lc, s.lc + make_interval(secs => GREATEST(f.downtime_ms, 0) / 1000.0))
+                ELSE tstzrange(s.lc, GREATEST(s.lc, COALESCE(f.recovered_at, now())))
            END
     FROM failures f
+    CROSS JOIN LATERAL (SELECT COALESCE(f.last_commit_at, f.failed_at) AS lc) s
 ),
 clipped AS (
     SELECT g.app, g.cause, g.gap * tstzrange(o.obs_from, o.obs_to) AS gap
