@@ -99,8 +99,8 @@ def test_the_supervisor_hands_a_killed_driver_to_a_warm_spare_and_nothing_is_los
 
 def _replicated(clean_db, supervised, workload: str, kind: str, seconds: int, seed: int):
     """A 2-replica stage on its input, both replicas committing, under a supervisor: (reg, want)."""
-    reg = _registry(workload, replicas_=2)
-    inputs = registry.resolve_path("ha/in")
+    reg = _registry(workload, replicas_=2, path=f"ha/{workload}")
+    inputs = registry.resolve_path(f"ha/{workload}")
     generator.generate(inputs, kind, "constant:rate=150", seed=seed, duration_s=seconds, realtime=False)
     want = oracles.expected(workload, generator.read_valid_records(inputs))
     stages.start_stage("ha.s", reg)

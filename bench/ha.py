@@ -1,0 +1,293 @@
+"""High availability on real drivers: failover time, and what replicas and the redundancy manager
+buy under injected faults (issue 14).
+
+Part 1, MTTR: one wordcount run under the supervisor; `--kills` times, kill -9 of the driver's
+process group, wait for the recovery, 5 s of calm. MTTR = the failure (the supervisor's last look
+at a live driver) → the first commit of the restarted run; output gap = last commit before →
+first commit after. Medians.
+
+Part 2, three setups on the same seeded fault schedule (driver kills at `--kill-mtbf`, slow
+batches of ~3 s at `--slow-mtbf`, sent by `execute.faults.run_schedule` to a random live
+replica), each for `--seconds` of a realtime 100 rows/s feed:
+  (a) one run with fast failover, (b) two static replicas, (c) the redundancy manager
+  (max 2 replicas, 20 s period, a re-plan every 10 s as the replan DAG would).
+Per setup: MTTR and output gap per failure (medians), violated 1-second windows (a second whose
+best replica's p95 response exceeds R_max = 5 s, or with no commit for longer than R_max),
+core-hours and run-hours (all replicas), and whether the sink equals the ground truth of one
+failure-free run once the feed stops.
+
+Scratch database `streamops_bench_ha` and a temporary STREAMOPS_HOME; both removed at the end.
+
+    .venv/bin/python bench/ha.py [--kills 10] [--seconds 180] [--kill-mtbf 60] [--slow-mtbf 30] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.reconfig import drop_database, machine_notes, scratch_database  # noqa: E402
+from streamops import control, generator, registry  # noqa: E402
+from streamops.execute import faults, replicas, stages, supervisor  # noqa: E402
+from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
+from streamops.paths import REPO_ROOT  # noqa: E402
+from streamops.store import db, ledger, migrate  # noqa: E402
+from tests import oracles  # noqa: E402
+
+RESULTS = REPO_ROOT / "bench" / "results"
+SCRATCH_DB = "streamops_bench_ha"
+R_MAX_MS = 5000
+SID = "bench.wc"
+console = Console(width=170)
+
+
+def say(msg: str) -> None:
+    console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {msg}")
+
+
+def reg_for(path: str, replicas_: int = 1, managed: bool = False) -> registry.Registry:
+    stage = {"workload": "wordcount", "source": {"kind": "files", "path": path, "max_files_per_trigger": 4},
+             "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p",
+             "replicas": replicas_}
+    if managed:
+        stage["redundancy"] = {"max_replicas": 2, "period_s": 20}
+    return registry.parse({
+        "pools": {"p": {"cores": 2}, "q": {"cores": 2}},
+        "apps": {"bench": {"r_max_ms": R_MAX_MS, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                           "stages": {"wc": stage}}},
+    })
+
+
+def q(sql: str, **params):
+    with db.engine().connect() as conn:
+        return conn.execute(text(sql), params).all()
+
+
+def wait(cond, timeout_s: float, what: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(interval)
+    raise TimeoutError(f"no {what} after {timeout_s:.0f}s")
+
+
+def reset() -> None:
+    """A clean slate between setups: no runs, no rows, no checkpoints."""
+    terminate_all_drivers()
+    with db.transaction() as conn:
+        for t in ("sink_outputs", "sink_commits", "stage_metrics", "failures", "injected_faults", "heartbeats",
+                  "stage_commands", "decisions", "requests", "redundancy_states", "deployment_scaling", "deployments"):
+            conn.execute(text(f"DELETE FROM {t}"))
+    for sub in ("checkpoints", "bench"):
+        shutil.rmtree(registry.resolve_path(sub), ignore_errors=True)
+
+
+def feed(path: str, seconds: float, seed: int, stop: threading.Event) -> threading.Thread:
+    t = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
+        out_dir=registry.resolve_path(path), kind="web", trace="constant:rate=100", seed=seed, duration_s=seconds,
+        stop_event=stop))
+    t.start()
+    return t
+
+
+def mttr_part(kills: int, warm_spares: bool = True) -> dict:
+    reset()
+    reg = reg_for("bench/mttr")
+    stop = threading.Event()
+    feeder = feed("bench/mttr", kills * 60 + 120, 1, stop)
+    stages.start_stage(SID, reg)
+    sup, sup_stop, sup_thread = supervisor.start_in_thread(
+        reg, supervisor.SupervisorOptions(wait_s=90, warm_spares=warm_spares))
+    rows = []
+    try:
+        for i in range(kills):
+            run = wait(lambda: ledger.latest_run(SID, live=True), 120, "live run")
+            wait(lambda: q("SELECT count(*) FROM sink_commits WHERE deployment_id = :d AND rows > 0",
+                           d=run.id)[0][0] >= 3, 120, "three commits")
+            warm = bool(wait(lambda: sup.spare_ready(SID), 120, "a warm spare")) if warm_spares else False
+            os.killpg(run.pid, 9)
+            f = wait(lambda: q("SELECT * FROM failures WHERE deployment_id = :d AND status <> 'recovering'",
+                               d=run.id), 180, "recovery")[0]
+            rows.append({"warm": warm, "mttr_s": f.mttr_ms / 1000, "gap_s": f.downtime_ms / 1000,
+                         "detect_s": (f.detected_at - f.failed_at).total_seconds()})
+            say(f"kill {i + 1}/{kills} ({'warm spare' if warm else 'cold start'}): MTTR {rows[-1]['mttr_s']:.1f}s, output gap {rows[-1]['gap_s']:.1f}s, "
+                f"detected after {rows[-1]['detect_s']:.1f}s")
+            time.sleep(5)
+    finally:
+        sup_stop.set()
+        sup_thread.join(60)
+        stop.set()
+        feeder.join(10)
+        terminate_all_drivers()
+    med = {k: statistics.median(r[k] for r in rows) for k in ("mttr_s", "gap_s", "detect_s")}
+    return {"kills": kills, "median": med, "samples": rows, "load_avg_5min": round(os.getloadavg()[1], 2)}
+
+
+def violated_windows(t0: datetime, t1: datetime) -> tuple[int, int]:
+    """(violated, observed) 1-second windows of the stage's output in [t0, t1)."""
+    best = {int(r.sec): float(r.p95) for r in q(
+        "SELECT floor(extract(epoch FROM ts)) AS sec, min(latency_p95_ms) AS p95 FROM stage_metrics "
+        "WHERE ts >= :a AND ts < :b AND latency_p95_ms IS NOT NULL GROUP BY 1", a=t0, b=t1)}
+    commits = [float(r.at_s) for r in q("SELECT extract(epoch FROM committed_at) AS at_s FROM sink_commits "
+                              "WHERE committed_at < :b AND rows > 0 ORDER BY 1", b=t1)]
+    violated, j, last = 0, 0, None
+    start, end = int(t0.timestamp()), int(t1.timestamp())
+    for s in range(start, end):
+        while j < len(commits) and commits[j] < s + 1:
+            last, j = commits[j], j + 1
+        stalled = last is None or (s + 1 - last) * 1000 > R_MAX_MS
+        if stalled or (best.get(s) is not None and best[s] > R_MAX_MS):
+            violated += 1
+    return violated, end - start
+
+
+def hours(t0: datetime, t1: datetime) -> tuple[float, float]:
+    rows = q("SELECT cores, COALESCE(running_at, started_at) AS a, COALESCE(stopped_at, :b) AS z FROM deployments "
+             "WHERE status <> 'refused'", b=t1)
+    run_s = core_s = 0.0
+    for r in rows:
+        s = max(0.0, (min(r.z, t1) - max(r.a, t0)).total_seconds())
+        run_s += s
+        core_s += s * r.cores
+    return core_s / 3600, run_s / 3600
+
+
+def setup_part(name: str, reg: registry.Registry, seconds: float, kill_mtbf: float, slow_mtbf: float,
+               seed: int) -> dict:
+    reset()
+    path = "bench/in"
+    stop = threading.Event()
+    feeder = feed(path, seconds + 30, seed, stop)
+    stages.start_stage(SID, reg)
+    replicas.reconcile(reg, wait_s=120)
+    sup, sup_stop, sup_thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=90))
+    wait(lambda: q("SELECT count(*) FROM sink_commits WHERE rows > 0")[0][0] >= 3, 120, "first commits")
+    managed = reg.stage(SID)[2].redundancy is not None
+    replan_stop = threading.Event()
+
+    def replan_loop():
+        while not replan_stop.wait(10):
+            try:
+                control.replan("bench", decided_by="bench")
+            except Exception as e:  # noqa: BLE001 - keep re-planning through a restart
+                say(f"replan failed: {e}")
+
+    planner = threading.Thread(target=replan_loop, daemon=True)
+    if managed:
+        planner.start()
+    t0 = datetime.now(timezone.utc)
+    sent = faults.run_schedule(SID, [registry.Fault(kind="driver_kill", mtbf_s=kill_mtbf),
+                                     registry.Fault(kind="slow_batch", mtbf_s=slow_mtbf, magnitude_s=3.0,
+                                                    magnitude_sd_s=1.0)],
+                               seconds, seed=seed, progress=say)
+    t1 = datetime.now(timezone.utc)
+    replan_stop.set()
+    stop.set()
+    feeder.join(30)
+    want = oracles.expected("wordcount", generator.read_valid_records(registry.resolve_path(path)))
+    try:
+        wait(lambda: oracles.actual(db.engine(), SID, "wordcount") == want, 300, "sink = ground truth", 2)
+        exact = True
+    except TimeoutError:
+        exact = False
+    got = oracles.actual(db.engine(), SID, "wordcount")
+    over = sum(1 for k, v in got.items() if k in want and v != want[k])
+    sup_stop.set()
+    sup_thread.join(120)
+    terminate_all_drivers()
+    fails = q("SELECT * FROM failures WHERE status = 'recovered' AND detected_at >= :a", a=t0)
+    violated, observed = violated_windows(t0, t1)
+    core_h, run_h = hours(t0, t1)
+    replica_moves = q("SELECT action, outcome, count(*) AS n FROM decisions WHERE action LIKE '%replica' "
+                      "GROUP BY 1, 2 ORDER BY 1, 2")
+    row = {
+        "setup": name, "seconds": round((t1 - t0).total_seconds()), "faults": len(sent),
+        "kills": sum(1 for s in sent if s.kind == "driver_kill" and s.role),
+        "failures": len(fails),
+        "mttr_s": statistics.median(f.mttr_ms / 1000 for f in fails) if fails else None,
+        "gap_per_failure_s": statistics.median(f.downtime_ms / 1000 for f in fails) if fails else None,
+        "violated_windows": violated, "observed_windows": observed,
+        "core_h": round(core_h, 4), "run_h": round(run_h, 4),
+        "sink_equals_truth": exact, "keys_wrong": over, "replica_decisions": [tuple(r) for r in replica_moves],
+        "load_avg_5min": round(os.getloadavg()[1], 2),
+    }
+    say(f"{name}: {row}")
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kills", type=int, default=10)
+    p.add_argument("--seconds", type=float, default=180)
+    p.add_argument("--kill-mtbf", type=float, default=60)
+    p.add_argument("--slow-mtbf", type=float, default=30)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--skip-mttr", action="store_true")
+    p.add_argument("--quick", action="store_true", help="3 kills, 90 s per setup")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.kills, args.seconds = 3, 90
+    url, admin = scratch_database(SCRATCH_DB)
+    home = Path(tempfile.mkdtemp(prefix="streamops-bench-ha-"))
+    os.environ["STREAMOPS_DATABASE_URL"] = url
+    os.environ["STREAMOPS_HOME"] = str(home)
+    db.engine.cache_clear()
+    migrate.apply(db.engine())
+    out: dict = {"machine": machine_notes(), "args": vars(args)}
+    try:
+        if not args.skip_mttr:
+            out["mttr"] = mttr_part(args.kills)
+            out["mttr_cold"] = mttr_part(max(3, args.kills // 2), warm_spares=False)
+        out["setups"] = [
+            setup_part("(a) one run, fast failover", reg_for("bench/in"), args.seconds, args.kill_mtbf,
+                       args.slow_mtbf, args.seed),
+            setup_part("(b) two static replicas", reg_for("bench/in", replicas_=2), args.seconds, args.kill_mtbf,
+                       args.slow_mtbf, args.seed),
+            setup_part("(c) redundancy manager", reg_for("bench/in", managed=True), args.seconds, args.kill_mtbf,
+                       args.slow_mtbf, args.seed),
+        ]
+    finally:
+        terminate_all_drivers()
+        db.engine().dispose()
+        drop_database(admin, SCRATCH_DB)
+        shutil.rmtree(home, ignore_errors=True)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / ("ha_quick.json" if args.quick else "ha.json")).write_text(json.dumps(out, indent=2, default=str))
+    table = Table(title="HA under injected faults (wordcount, 100 rows/s, R_max 5 s)")
+    for c in ("setup", "failures", "MTTR s", "gap/failure s", "violated 1 s windows", "core-h", "run-h", "sink = truth"):
+        table.add_column(c)
+    base = out["setups"][0]
+    for r in out["setups"]:
+        extra = (r["core_h"] / base["core_h"] - 1) * 100 if base["core_h"] else 0
+        change = (r["violated_windows"] / base["violated_windows"] - 1) * 100 if base["violated_windows"] else 0
+        table.add_row(r["setup"], str(r["failures"]), f"{r['mttr_s'] or 0:.1f}", f"{r['gap_per_failure_s'] or 0:.1f}",
+                      f"{r['violated_windows']}/{r['observed_windows']} ({change:+.0f} % vs a)",
+                      f"{r['core_h']:.3f} ({extra:+.0f} %)", f"{r['run_h']:.3f}", str(r["sink_equals_truth"]))
+    console.print(table)
+    if "mttr" in out:
+        m = out["mttr"]["median"]
+        c = out["mttr_cold"]["median"]
+        console.print(f"MTTR of a driver kill -9 with a warm spare, median of {args.kills}: {m['mttr_s']:.1f}s "
+                      f"(detection {m['detect_s']:.1f}s, output gap {m['gap_s']:.1f}s); cold start, median of "
+                      f"{out['mttr_cold']['kills']}: {c['mttr_s']:.1f}s")
+    return out
+
+
+if __name__ == "__main__":
+    main()
