@@ -46,6 +46,7 @@ from streamops.execute import faults, replicas, stages, supervisor  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db, ledger, migrate  # noqa: E402
+from streamops.waiting import wait_until  # noqa: E402
 from tests import oracles  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -78,13 +79,10 @@ def q(sql: str, **params):
 
 
 def wait(cond, timeout_s: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval)
-    raise TimeoutError(f"no {what} after {timeout_s:.0f}s")
+    got = wait_until(cond, timeout_s, interval)
+    if not got:
+        raise TimeoutError(f"no {what} after {timeout_s:.0f}s")
+    return got
 
 
 def reset() -> None:
