@@ -8,7 +8,7 @@ first commit after. Medians.
 
 Part 2, three setups on the same seeded fault schedule (driver kills at `--kill-mtbf`, slow
 batches of ~3 s at `--slow-mtbf`, sent by `execute.faults.run_schedule` to a random live
-replica), each for `--seconds` of a realtime 100 rows/s feed:
+replica), each for `--seconds` of a realtime feed (`--rate`, 50 rows/s):
   (a) one run with fast failover, (b) two static replicas, (c) the redundancy manager
   (max 2 replicas, 20 s period, a re-plan every 10 s as the replan DAG would).
 Per setup: MTTR and output gap per failure (medians), violated 1-second windows (a second whose
@@ -18,7 +18,8 @@ failure-free run once the feed stops.
 
 Scratch database `streamops_bench_ha` and a temporary STREAMOPS_HOME; both removed at the end.
 
-    .venv/bin/python bench/ha.py [--kills 10] [--seconds 180] [--kill-mtbf 60] [--slow-mtbf 30] [--quick]
+    .venv/bin/python bench/ha.py [--kills 10] [--seconds 180] [--kill-mtbf 60] [--slow-mtbf 30] [--rate 50]
+        [--skip-mttr] [--quick]
 """
 
 from __future__ import annotations
@@ -96,9 +97,12 @@ def reset() -> None:
         shutil.rmtree(registry.resolve_path(sub), ignore_errors=True)
 
 
+RATE = 50  # rows/s: two replicas, a spare and a restarting JVM share 2 cores (--rate)
+
+
 def feed(path: str, seconds: float, seed: int, stop: threading.Event) -> threading.Thread:
     t = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
-        out_dir=registry.resolve_path(path), kind="web", trace="constant:rate=100", seed=seed, duration_s=seconds,
+        out_dir=registry.resolve_path(path), kind="web", trace=f"constant:rate={RATE}", seed=seed, duration_s=seconds,
         stop_event=stop))
     t.start()
     return t
@@ -230,15 +234,18 @@ def setup_part(name: str, reg: registry.Registry, seconds: float, kill_mtbf: flo
 
 
 def main(argv: list[str] | None = None) -> dict:
+    global RATE
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--seconds", type=float, default=180)
     p.add_argument("--kill-mtbf", type=float, default=60)
     p.add_argument("--slow-mtbf", type=float, default=30)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--rate", type=int, default=50, help="rows per second of the realtime feed")
     p.add_argument("--skip-mttr", action="store_true")
     p.add_argument("--quick", action="store_true", help="3 kills, 90 s per setup")
     args = p.parse_args(argv)
+    RATE = args.rate
     if args.quick:
         args.kills, args.seconds = 3, 90
     url, admin = scratch_database(SCRATCH_DB)
@@ -267,7 +274,7 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.rmtree(home, ignore_errors=True)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / ("ha_quick.json" if args.quick else "ha.json")).write_text(json.dumps(out, indent=2, default=str))
-    table = Table(title="HA under injected faults (wordcount, 100 rows/s, R_max 5 s)")
+    table = Table(title=f"HA under injected faults (wordcount, {RATE} rows/s, R_max 5 s)")
     for c in ("setup", "failures", "MTTR s", "gap/failure s", "violated 1 s windows", "core-h", "run-h", "sink = truth"):
         table.add_column(c)
     base = out["setups"][0]
