@@ -11,13 +11,23 @@ from datetime import datetime, timezone
 import pytest
 from sqlalchemy import text
 
-from streamops.orchestrate import failure_events
-from streamops.orchestrate.failure_events import FailureEventTrigger, Watermark
 from streamops.paths import REPO_ROOT
 from streamops.store import db
 from tests.conftest import UNMARKED_URL
 
 pytestmark = pytest.mark.db
+
+# Imported when the tests run, not when pytest collects them: importing Airflow configures it from
+# the environment once, and test_airflow.py's site sets AIRFLOW_HOME only in its fixture.
+failure_events = FailureEventTrigger = Watermark = None
+
+
+@pytest.fixture(autouse=True)
+def _airflow_imported_late():
+    global failure_events, FailureEventTrigger, Watermark
+    from streamops.orchestrate import failure_events as module
+
+    failure_events, FailureEventTrigger, Watermark = module, module.FailureEventTrigger, module.Watermark
 
 APP = "fe"
 WITHIN_S = 5.0
