@@ -7,6 +7,7 @@ final sink must equal it row for row, never more (a doubled batch) and never les
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 
@@ -50,6 +51,13 @@ def _failures(engine, sid: str) -> list:
 
 def _kill(pid: int) -> None:
     os.killpg(pid, signal.SIGKILL)  # the driver and its JVM, as a lost machine
+
+
+@pytest.fixture(autouse=True)
+def _fresh_checkpoints():
+    """Every test's stage is `ha.s`: its checkpoints (and its replicas') start empty."""
+    for ckpt in registry.resolve_path("checkpoints").glob("ha.s*"):
+        shutil.rmtree(ckpt)
 
 
 @pytest.fixture
