@@ -77,7 +77,9 @@ def test_graceful_stop_at_a_batch_boundary_with_a_clean_log(clean_db):
     assert cmd.done_at is not None and "batch boundary" in cmd.outcome
     log = Path(run.log_path).read_text()
     for bad in ("Connection refused", "Py4JException", "Traceback", " ERROR "):
-        assert bad not in log, f"{bad!r} in the driver log"
+        at = log.find(bad)
+        # the whole traceback in the message: pytest truncates the log, and this failure is rare
+        assert at < 0, f"{bad!r} in the driver log:\n{log[max(0, at - 2000):at + 6000]}"
     assert "action=exit status=stopped" in log
 
 
