@@ -906,3 +906,103 @@ def test_application_cycle_invariants(requests, capacity, fill, response, growin
     else:
         assert new.tokens == pytest.approx(refilled)
         assert all(d.outcome == "granted" or "another action" in d.reason for d in decisions)
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 15: the cost learned per stage and mechanism; giving cores back
+
+
+def test_cost_is_learned_per_stage_and_mechanism_with_the_catch_up():
+    m = CostModel([Observation("s1", "scale_out", 0, 4000, "pause_resume", 6000),
+                   Observation("s1", "scale_out", 0, 6000, "pause_resume", 4000),
+                   Observation("s1", "scale_out", 0, 1000, "prestaged", 500)])
+    # two pause-resumes: their own mean of output gap + catch-up
+    assert m("s1", "scale_out", 0, "pause_resume") == pytest.approx(10_000)
+    assert m.source("s1", "scale_out", "pause_resume") == "stage+mechanism"
+    # one prestaged row is too few: the stage's rows of any mechanism
+    assert m.source("s1", "scale_out", "prestaged") == "stage"
+    assert m("s1", "scale_out", 0, "prestaged") == pytest.approx((10_000 + 10_000 + 1500) / 3)
+    m.add(Observation("s1", "scale_out", 0, 900, "prestaged", 300))
+    assert m("s1", "scale_out", 0, "prestaged") == pytest.approx(1350)
+    # without a mechanism, what the stage's scale-outs cost lately
+    assert m.samples("s1", "scale_out") == 4
+
+
+def test_a_stage_s_failure_recoveries_stand_in_for_its_pause_resume_cost():
+    m = CostModel([Observation("s1", "restart", 0, 8000, "recovery"), Observation("s2", "scale_in", 0, 30_000)])
+    assert m.source("s1", "scale_in", "pause_resume") == "stage restarts"
+    assert m("s1", "scale_in", 0, "pause_resume") == pytest.approx(8000)
+    assert m("s1", "scale_in", 0) == pytest.approx(8000)
+    # another mechanism does not restart a driver from its checkpoint: all stages' scale-ins
+    assert m("s1", "scale_in", 0, "live") == pytest.approx(30_000)
+    assert CostModel().source("s9", "scale_out") == "prior"
+
+
+def test_only_the_latest_rows_of_a_stage_count():
+    from streamops.plan.cost import RECENT
+    m = CostModel([Observation("s1", "scale_out", 0, 50_000)] * 5 + [Observation("s1", "scale_out", 0, 2000)] * RECENT)
+    assert m("s1", "scale_out", 0) == pytest.approx(2000)
+
+
+def test_a_prestaged_scale_out_asks_for_the_prestaged_cost():
+    m = CostModel([Observation("s1", "scale_out", 0, 9000, "pause_resume")] * 2
+                  + [Observation("s1", "scale_out", 0, 2000, "prestaged")] * 2)
+    hot = demand_stats(300, 100, 2, host_mem=0.9, latency_p95_ms=400)
+    c = OperatorContext(r_max_ms=200, cost=m)
+    [r], _ = run("threshold3", hot, OperatorState(prestaged=True), c)
+    assert r.action == SCALE_OUT and r.cost_ms == 2000
+    [r], _ = run("threshold3", hot, OperatorState(prestaged=False), c)
+    assert r.action == SCALE_OUT and r.cost_ms == pytest.approx(5500)
+
+
+@pytest.mark.parametrize("policy", ["edf", "threshold3"])
+def test_scale_in_to_ds2_gives_a_burst_s_cores_back_in_one_step(policy):
+    after_burst = demand_stats(60, 100, 8)  # 8 cores for 60 rows/s: DS2 at 60 % needs 1
+    one = OperatorOptions(scale_in_to="one")
+    ds2 = OperatorOptions(scale_in_to="ds2")
+    [r1], _ = run(policy, after_burst, opt=one)
+    [r2], _ = run(policy, after_burst, opt=ds2)
+    assert (r1.action, r1.target_cores) == (SCALE_IN, 7)
+    assert (r2.action, r2.target_cores) == (SCALE_IN, 1)
+    assert r2.gain > r1.gain
+
+
+def test_threshold3_gives_back_a_surplus_its_score_alone_would_keep():
+    # 4 cores at 180 rows/s: 45 % load, a score of about 35, between δ1 and the alarming level
+    s = demand_stats(180, 100, 4, host_mem=0.3)
+    assert run("threshold3", s)[0] == []
+    [r], _ = run("threshold3", s, opt=OperatorOptions(scale_in_to="ds2"))
+    assert r.action == SCALE_IN and r.target_cores == 3  # n* at the 60 % margin
+    busy = demand_stats(210, 100, 4, host_mem=0.3)  # n* at 60 % is 4: nothing to give back
+    assert run("threshold3", busy, opt=OperatorOptions(scale_in_to="ds2"))[0] == []
+
+
+def test_scale_in_to_is_validated():
+    with pytest.raises(ValueError, match="scale_in_to"):
+        OperatorOptions.from_params({"scale_in_to": "all"})
+
+
+def _sized(action: str, cores: int, target: int, gain: float, stage: str = "s1") -> Request:
+    return Request(stage, action, target, None, gain, 10_000.0, "test", {"cores": cores}, app="app")
+
+
+def test_holding_cores_declines_a_scale_out_that_gains_less_than_its_cores_cost():
+    big = _sized(SCALE_OUT, 2, 8, 0.3)  # 6 cores held 15 h until tomorrow's 03:00 window
+    free, _ = app_cycle([big])
+    assert [d.outcome for d in free] == ["granted"]
+    costly, _ = app_cycle([big], core_hour_cost=0.01)
+    assert [d.outcome for d in costly] == ["declined"] and "next window" in costly[0].reason
+    # urgent: the SLO first
+    urgent, _ = app_cycle([big], core_hour_cost=0.01, response=500.0, growing=True)
+    assert [d.outcome for d in urgent] == ["granted"]
+
+
+def test_holding_cores_ranks_scale_ins_by_the_cores_they_give_back():
+    small, large = _sized(SCALE_IN, 4, 3, 0.05, "a"), _sized(SCALE_IN, 8, 2, 0.05, "b")
+    budget_one = AppView("app", 200.0, "0 3 * * *", 30, 1)
+    [d1, d2], _ = app_cycle([small, large], now=IN_WINDOW, app=budget_one, core_hour_cost=0.01)
+    granted = [d.request.stage_id for d in (d1, d2) if d.outcome == "granted"]
+    assert granted == ["b"]
+    # without a holding cost, equal gains keep the request order
+    [e1, e2], _ = app_cycle([small, large], now=IN_WINDOW, app=budget_one)
+    assert [d.request.stage_id for d in (e1, e2) if d.outcome == "granted"] == ["a"]

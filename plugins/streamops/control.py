@@ -107,7 +107,9 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
     if not windows:
         return 0, []
     cpu, mem = host or host_utilization()
-    cost = CostModel(Observation(**r) for r in conn.execute(db.query("cost_history")).mappings())
+    history = conn.execute(db.query("cost_history")).mappings().all()
+    cost = CostModel(Observation(r["stage_id"], r["action"], float(r["state_bytes"]), float(r["downtime_ms"]),
+                                 r["mechanism"], float(r["catch_up_ms"])) for r in reversed(history))  # oldest first
     rooms = _pool_rooms(conn)
     states = {r.stage_id: OperatorState(r.prestaged) for r in conn.execute(db.query("operator_state_get"))}
     r_max = dict(conn.execute(db.query("apps_r_max")).all())

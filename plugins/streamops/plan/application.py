@@ -18,7 +18,8 @@ from typing import Callable
 
 from croniter import croniter
 
-from streamops.plan.model import ADD_REPLICA, DISRUPTIVE, LOCAL, REMOVE_REPLICA, SCALE_OUT, AppState, Decision, Request
+from streamops.plan.model import (ADD_REPLICA, DISRUPTIVE, LOCAL, REMOVE_REPLICA, SCALE_IN, SCALE_OUT, AppState, Decision,
+                                  Request)
 from streamops.plan.options import AppOptions
 
 TokenGenerator = Callable[[float | None, float, float], float]
@@ -71,6 +72,19 @@ def _window(cron: str, minutes: float, now: datetime) -> WindowState:
     return WindowState(is_open, prev if is_open else None, nxt)
 
 
+def net_gain(r: Request, opt: AppOptions, hold_h: float) -> float:
+    """The request's gain with the cost of holding cores (`core_hour_cost`): a scale-out's new
+    cores are held for `hold_h` hours at least, a scale-in saves holding its cores that long."""
+    cores, target = r.snapshot.get("cores"), r.target_cores
+    if not opt.core_hour_cost or cores is None or target is None:
+        return r.gain
+    if r.action == SCALE_OUT:
+        return r.gain - opt.core_hour_cost * max(0, target - cores) * hold_h
+    if r.action == SCALE_IN:
+        return r.gain + opt.core_hour_cost * max(0, cores - target) * hold_h
+    return r.gain
+
+
 def _decide(r: Request, outcome: str, reason: str, before: float, after: float, **kw) -> Decision:
     return Decision(r, outcome, reason, round(before, 3), round(after, 3), **kw)
 
@@ -102,8 +116,11 @@ def application_cycle(
     for r in (r for r in requests if r.action == REMOVE_REPLICA):
         decisions.append(_decide(r, "granted", "a replica given back: no outage, no token", tokens, tokens))
 
+    # Cores added now can be given back at the next window's opening at the earliest.
+    hold_h = max(0.0, (window.next_open - now).total_seconds() / 3600.0)
+    net = {id(r): net_gain(r, opt, hold_h) for r in requests}
     reconfigs = sorted((r for r in requests if r.action not in LOCAL and r.action != REMOVE_REPLICA),
-                       key=lambda r: r.value, reverse=True)
+                       key=lambda r: net[id(r)] / max(r.cost_ms / 1000.0, 0.001), reverse=True)
     if opt.policy == "accept_all":
         for r in reconfigs:
             if r.stage_id in granted_stages:
@@ -116,9 +133,13 @@ def application_cycle(
     for r in (r for r in reconfigs if r.action in (SCALE_OUT, ADD_REPLICA)):
         if r.stage_id in granted_stages:
             decisions.append(_decide(r, "declined", "another action for this stage was granted", tokens, tokens))
+        elif opt.core_hour_cost and net[id(r)] <= 0 and not urgent:
+            decisions.append(_decide(r, "declined", f"holding its cores {hold_h:.1f} h until the next window costs "
+                                                    f"more than the risk it removes (net gain {net[id(r)]:.3g})",
+                                     tokens, tokens))
         elif tokens >= 1.0:
             grant(r, f"{'urgent: response > R_max and backlog growing; ' if urgent else ''}"
-                     f"best gain/cost {r.value:.3g}, token spent", tokens, tokens - 1.0, urgent=urgent)
+                     f"best gain/cost {net[id(r)] / max(r.cost_ms / 1000.0, 0.001):.3g}, token spent", tokens, tokens - 1.0, urgent=urgent)
             tokens -= 1.0
         else:
             decisions.append(_decide(r, "declined", f"no token ({tokens:.2f} < 1); re-proposed while the condition lasts",

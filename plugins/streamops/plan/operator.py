@@ -50,21 +50,34 @@ def _snapshot(s: StageStats, **extra) -> dict:
 
 
 def _request(s: StageStats, action: str, target: int | None, gain: float, ctx: OperatorContext, reason: str,
-             pool: str | None = None, **snap) -> Request:
-    cost = 0.0 if action in (PRESTAGE, RELEASE) else ctx.cost(s.stage_id, action, s.state_bytes)
+             pool: str | None = None, mechanism: str | None = None, **snap) -> Request:
+    if action in (PRESTAGE, RELEASE):
+        cost = 0.0
+    elif mechanism is None:
+        cost = ctx.cost(s.stage_id, action, s.state_bytes)
+    else:  # what this stage's changes by that mechanism have cost
+        cost = ctx.cost(s.stage_id, action, s.state_bytes, mechanism)
     return Request(s.stage_id, action, target, pool, round(gain, 4), round(cost, 1), reason, _snapshot(s, **snap), app=s.app)
 
 
-def _scale_out(s: StageStats, target: int, opt: OperatorOptions, ctx: OperatorContext, reason: str, **snap) -> Request:
+def _scale_out(s: StageStats, target: int, opt: OperatorOptions, ctx: OperatorContext, reason: str,
+               mechanism: str | None = None, **snap) -> Request:
     u = load_ratio(s, opt.catch_up_s)
     before = _risk(u, s.latency_p95_ms, ctx.r_max_ms, opt.target_utilization)
     after = _risk(u * s.cores / target, None, ctx.r_max_ms, opt.target_utilization)
     gain = max(0.01, before - after + (target - s.cores) / s.cores * 0.1)
-    return _request(s, SCALE_OUT, target, gain, ctx, reason, **snap)
+    return _request(s, SCALE_OUT, target, gain, ctx, reason, mechanism=mechanism, **snap)
 
 
 def _scale_in(s: StageStats, target: int, ctx: OperatorContext, reason: str, **snap) -> Request:
     return _request(s, SCALE_IN, target, 0.1 * (s.cores - target) / s.cores, ctx, reason, **snap)
+
+
+def _give_back(s: StageStats, opt: OperatorOptions) -> int:
+    """The cores a scale-in goes to: n − 1, or DS2's n* at the scale-in margin (`scale_in_to`)."""
+    if opt.scale_in_to == "ds2":
+        return min(s.cores - 1, max(s.min_cores, ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin)))
+    return s.cores - 1
 
 
 def pick_migration_target(pools: dict[str, PoolRoom], cores: int, rng: random.Random) -> str | None:
@@ -90,7 +103,8 @@ def edf(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: Operator
     if S > opt.s_out and n < s.max_cores:
         return [_scale_out(s, n + 1, opt, ctx, f"S {S:.2f} > S_out {opt.s_out}")], state
     if n > s.min_cores and n * S / (n - 1) < opt.c * opt.s_out:
-        return [_scale_in(s, n - 1, ctx, f"sum(S)/(n-1) {n * S / (n - 1):.2f} < c*S_out {opt.c * opt.s_out:.3f}")], state
+        return [_scale_in(s, _give_back(s, opt), ctx,
+                          f"sum(S)/(n-1) {n * S / (n - 1):.2f} < c*S_out {opt.c * opt.s_out:.3f}")], state
     return [], state
 
 
@@ -109,12 +123,16 @@ def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: O
     if score > opt.scale_out_threshold and n < s.max_cores:
         # `prestaged` stays set: the grant may be declined, and the release below (or a later
         # scale-out) still owns the staged copy.
-        out.append(_scale_out(s, min(target, s.max_cores), opt, ctx, f"O {score:.0f} > {opt.scale_out_threshold:.0f}", **snap))
+        out.append(_scale_out(s, min(target, s.max_cores), opt, ctx, f"O {score:.0f} > {opt.scale_out_threshold:.0f}",
+                              mechanism="prestaged" if state.prestaged else None, **snap))
     elif score > opt.alarming_threshold and n < s.max_cores and not state.prestaged:
         out.append(_request(s, PRESTAGE, min(target, s.max_cores), 0.0, ctx, f"O {score:.0f} > alarming {opt.alarming_threshold:.0f}", **snap))
         state = OperatorState(prestaged=True)
     elif score < opt.scale_in_threshold and n > s.min_cores:
-        out.append(_scale_in(s, n - 1, ctx, f"O {score:.0f} < {opt.scale_in_threshold:.0f}", **snap))
+        out.append(_scale_in(s, _give_back(s, opt), ctx, f"O {score:.0f} < {opt.scale_in_threshold:.0f}", **snap))
+    elif (opt.scale_in_to == "ds2" and n > s.min_cores and score < opt.alarming_threshold - opt.release_hysteresis
+          and (m := _give_back(s, opt)) < n and ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin) < n):
+        out.append(_scale_in(s, m, ctx, f"DS2 n* {m} < n {n} at {opt.ds2_scale_in_margin:.0%} (O {score:.0f})", **snap))
     return out, state
 
 

@@ -30,6 +30,10 @@ class OperatorOptions:
     catch_up_s: float = 60.0
     target_utilization: float = 0.7
     ds2_scale_in_margin: float = 0.6  # scale in to the cores that keep utilization ≤ this (absolute), a band below target
+    # Giving cores back (edf, threshold3): "one" core per scale-in, as the papers do, or "ds2": one
+    # scale-in straight to DS2's n* at ds2_scale_in_margin, asked whenever that is below n and the
+    # stage is not alarming. A window's budget then returns a burst's cores in one action per stage.
+    scale_in_to: str = "one"
 
     def __post_init__(self) -> None:
         # The bottleneck score lives in [13.3, 86.7] (analyze.fuzzy): thresholds outside never fire.
@@ -41,6 +45,8 @@ class OperatorOptions:
         # margin == target leaves no band but still cannot flap: scale-in stops at DS2's own n*.
         if not 0 < self.target_utilization <= 1 or not 0 < self.ds2_scale_in_margin <= self.target_utilization:
             raise ValueError("expected 0 < ds2_scale_in_margin <= target_utilization <= 1")
+        if self.scale_in_to not in ("one", "ds2"):
+            raise ValueError(f"scale_in_to must be 'one' or 'ds2', got {self.scale_in_to!r}")
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "OperatorOptions":
@@ -57,12 +63,19 @@ class AppOptions:
     beta: float = 0.75  # [000]
     generator: str = "edf_step"  # edf_step | proportional
     urgent_needs_growth: bool = True  # urgent = response > R_max and backlog growing
+    # What holding a core costs, in gain units per core-hour (0: cores are free, as in [000]).
+    # Cores added now can next be given back in the maintenance window after the one that is
+    # open or next: a scale-out's gain is net of holding its new cores until then, one that
+    # gains nothing net is declined unless urgent, and a scale-in's gain adds the holding it saves.
+    core_hour_cost: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 < self.beta <= 1:
             raise ValueError(f"expected 0 < beta <= 1, got {self.beta}")
         if self.capacity < 0:  # below 1 is legal: a bucket that never grants (recommend-only in effect)
             raise ValueError(f"expected capacity >= 0 tokens, got {self.capacity}")
+        if self.core_hour_cost < 0:
+            raise ValueError(f"expected core_hour_cost >= 0, got {self.core_hour_cost}")
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "AppOptions":

@@ -57,6 +57,7 @@ class Reconfig:
     reason: str = ""
     pool: str | None = None
     urgent: bool = False
+    backlog_before: float = 0.0  # at the grant: the catch-up ends when the backlog is back to it
 
     def as_dict(self) -> dict[str, Any]:
         return {"t_s": self.t, "stage": self.stage, "action": self.action, "from_cores": self.from_cores,
@@ -84,6 +85,7 @@ class StageRun:
     overlap_until: float = -math.inf  # active backup: secondary running until then
     op_state: OperatorState = field(default_factory=OperatorState)
     prestage_ready_at: float | None = None  # a granted pre-staged copy, usable from then on
+    catching_up: Reconfig | None = None  # restarted, its backlog not yet back to normal
 
     def busy_until(self) -> float:
         return self.pending.down_end if self.pending else -math.inf
@@ -241,7 +243,18 @@ class Simulation:
         st.pending = None
         st.op_state = OperatorState()  # the staged copy (if any) was consumed by the restart
         st.prestage_ready_at = None
-        self.cost.add(Observation(st.spec.name, p.action, st.spec.state_bytes, p.downtime_s * 1000.0))
+        st.catching_up = p
+
+    def _caught_up(self, st: StageRun, t: int) -> None:
+        """The cost model learns a change's output gap plus its catch-up, as production does
+        (`reconfigurations.downtime_ms` + caught_up_at − first_batch_done_at)."""
+        p = st.catching_up
+        one_second = st.n * st.spec.rate_per_core
+        if st.backlog_now > max(p.backlog_before, one_second) and t + 1 - p.down_end < 600 and st.pending is None:
+            return
+        st.catching_up = None
+        self.cost.add(Observation(st.spec.name, p.action, st.spec.state_bytes, p.downtime_s * 1000.0, p.mechanism,
+                                  max(0.0, t + 1 - p.down_end) * 1000.0))
 
     # ------------------------------------------------------------------ monitor → operator
     def _stats(self, st: StageRun, t: int) -> StageStats:
@@ -378,7 +391,8 @@ class Simulation:
                 downtime += lognormal(rng, cfg.migrate_extra_median_s, cfg.downtime_sigma)
         rc = Reconfig(t=float(t), stage=st.spec.name, action=r.action, from_cores=st.n, to_cores=target,
                       mechanism=mech, downtime_s=downtime, down_start=t + overlap, down_end=t + overlap + downtime,
-                      reason=r.reason, pool=r.target_pool if r.action == MIGRATE else None, urgent=urgent)
+                      reason=r.reason, pool=r.target_pool if r.action == MIGRATE else None, urgent=urgent,
+                      backlog_before=st.backlog_now)
         st.pending = rc
         st.overlap_until = t + overlap
         self.reconfigs.append(rc)
@@ -405,5 +419,8 @@ class Simulation:
             for st in faulty:
                 ha_mod.fire_faults(st.ha, t, st.n, self.cfg)
             self._step(t)
+            for st in self.stages:
+                if st.catching_up is not None:
+                    self._caught_up(st, t)
         for st in self.stages:
             ha_mod.finish(st.ha, self.T)
