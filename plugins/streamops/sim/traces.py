@@ -163,10 +163,15 @@ def load_csv_trace(path: str | Path) -> SimTrace:
 
 
 def load_trace(trace: str | SimTrace) -> SimTrace:
-    """A built-in name, a generator spec, or a CSV path (see the module docstring)."""
+    """A built-in name, a generator spec, or a CSV path (see the module docstring), or
+    `suite:FAMILY:SEED`, a seeded family of the trace suite (`streamops.sim.suite`)."""
     if isinstance(trace, SimTrace):
         return trace
     text = str(trace).strip()
+    if text.startswith("suite:"):  # a family of the trace suite: suite:FAMILY:SEED (sim/suite.py)
+        from streamops.sim.suite import load_suite_trace
+
+        return load_suite_trace(text)
     if text in BUILTIN:
         spec, duration, desc, *shift = BUILTIN[text]
         return _from_generator(text, spec, duration, desc, shift[0] if shift else 0.0)
@@ -176,7 +181,7 @@ def load_trace(trace: str | SimTrace) -> SimTrace:
     path = text.rpartition("#")[0] if "#" in text and not Path(text).exists() else text
     if Path(path).exists():
         return load_csv_trace(text)
-    raise ValueError(f"unknown trace {trace!r}: use one of {sorted(BUILTIN)}, a generator spec "
+    raise ValueError(f"unknown trace {trace!r}: use one of {sorted(BUILTIN)}, suite:FAMILY:SEED, a generator spec "
                      f"({', '.join(TRACE_KINDS)}) or a CSV path")
 
 

@@ -1,0 +1,252 @@
+"""The trace suite (streamops.sim.suite) and bench/suite.py's selection rule (issue 15).
+
+Pure: no database, no Spark. Building a trace takes milliseconds; one short simulation runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamops.paths import REPO_ROOT
+from streamops.sim import load_trace, run_simulation
+from streamops.sim.suite import (DAY_S, FAMILIES, HELD_OUT, REAL_EXPORT_CSV, TEST_SEEDS, TRAIN_FAMILIES, TRAIN_SEEDS,
+                                 MissingTraceFile, real_export, suite_trace)
+from streamops.sim.traces import change_points
+
+SYNTHETIC = [f for f in FAMILIES if f != "real_export"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def test_env():
+    """Overrides conftest's session fixture of the same name: the simulator needs no database."""
+    yield {}
+
+
+@pytest.fixture(scope="module")
+def small_export(tmp_path_factory) -> Path:
+    """A stage_metrics export in the real file's format: 20 min of 4-s batches, a 600-s wave."""
+    p = tmp_path_factory.mktemp("export") / "run.csv"
+    with p.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["ts", "stage_id", "deployment_id", "batch_id", "input_rows", "input_rps", "cores"])
+        for i in range(300):
+            rps = 200 + 100 * math.sin(2 * math.pi * i * 4 / 600)
+            w.writerow([f"2026-11-24T01:{i * 4 // 60:02d}:{i * 4 % 60:02d}.000Z", "app.stage", 1, i,
+                        int(rps * 4), round(rps, 1), 1])
+    return p
+
+
+def _rates(tr) -> np.ndarray:
+    return np.array([tr.rows(t) for t in range(int(tr.default_duration_s))])
+
+
+def _family(family: str, seed: int, small_export: Path):
+    return real_export(seed, small_export) if family == "real_export" else suite_trace(family, seed)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_family_builds_for_train_and_test_seeds(family, small_export):
+    for seed in TRAIN_SEEDS + TEST_SEEDS:
+        tr = _family(family, seed, small_export)
+        r = _rates(tr)
+        assert len(r) >= DAY_S and np.all(np.isfinite(r)) and np.all(r >= 0)
+        assert r.max() > 0
+        assert tr.meta["day_s"] == DAY_S and tr.meta["family"] == family and tr.meta["seed"] == seed
+        assert tr.rows(5) == pytest.approx(tr.rate_fn.r[5]) and tr.rate(5.5) == pytest.approx(tr.rate_fn.r[5])
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_train_and_test_seeds_give_different_traces_and_a_seed_the_same(family, small_export):
+    train = [_rates(_family(family, s, small_export)) for s in TRAIN_SEEDS]
+    test = [_rates(_family(family, s, small_export)) for s in TEST_SEEDS]
+    for a in train:
+        for b in test:
+            assert len(a) != len(b) or not np.allclose(a, b)
+    assert not np.allclose(train[0], train[1])
+    assert np.array_equal(_rates(_family(family, 2, small_export)), train[1])
+
+
+def test_split_constants():
+    assert TRAIN_SEEDS == (1, 2, 3) and TEST_SEEDS == (101, 102, 103)
+    assert not set(TRAIN_SEEDS) & set(TEST_SEEDS)
+    assert "issue15_day" in HELD_OUT and "issue15_day" not in TRAIN_FAMILIES
+    assert {"diurnal_noise", "flash_crowd", "outage", "step_drift", "weekly_growth", "pareto_bursts",
+            "real_export"} == set(TRAIN_FAMILIES)
+
+
+def test_smooth_noise_makes_no_false_steps():
+    for seed in (1, 101):
+        tr = suite_trace("diurnal_noise", seed)
+        assert change_points(tr, int(tr.default_duration_s)) == []
+        r = _rates(tr)
+        smooth = r / np.convolve(np.pad(r, 150, mode="edge"), np.ones(301) / 301, mode="valid")
+        assert 0.04 < np.std(smooth) < 0.15  # about 10 % noise around the 5-minute mean
+        ten_min = r[: len(r) // 600 * 600].reshape(-1, 600).mean(axis=1)
+        assert ten_min.max() > 3 * ten_min.min()  # a diurnal swing
+
+
+def test_outage_is_zero_for_a_minute_or_more_then_bursts():
+    for seed in TRAIN_SEEDS + TEST_SEEDS:
+        tr = suite_trace("outage", seed)
+        r = tr.rate_fn.r
+        assert tr.meta["events"]
+        for ev in tr.meta["events"]:
+            s, e, c = ev["start"], ev["end"], ev["catchup_end"]
+            assert 60 <= e - s <= 300 and np.all(r[s:e] == 0)
+            assert r[e:c].mean() > 1.2 * r[s - 60:s].mean()  # the backlog on top of the normal rate
+            assert ev["missed_rows"] > 0
+
+
+def test_flash_crowd_peaks_at_twice_its_base_or_more():
+    for seed in TRAIN_SEEDS + TEST_SEEDS:
+        tr = suite_trace("flash_crowd", seed)
+        r = tr.rate_fn.r
+        assert len(tr.meta["events"]) == 4
+        for ev in tr.meta["events"]:
+            s, e = ev["start"], ev["end"]
+            assert 300 <= e - s <= 900 and 2.0 <= ev["multiplier"] <= 5.0
+            assert r[s:e].max() >= 2.0 * r[s - 60:s].mean()
+        assert len(change_points(tr, len(r))) >= 8  # each crowd starts and ends as a step
+
+
+def test_step_drift_holds_levels_15_to_40_minutes():
+    for seed in TRAIN_SEEDS + TEST_SEEDS:
+        tr = suite_trace("step_drift", seed)
+        levels = tr.meta["levels"]
+        starts = [lv["start"] for lv in levels] + [len(tr.rate_fn)]
+        assert all(900 <= b - a <= 2400 for a, b in zip(starts[:-2], starts[1:-1]))
+        assert all(40 / 2 <= lv["level"] <= 320 for lv in levels)
+        ups = [b["level"] > a["level"] for a, b in zip(levels, levels[1:])]
+        assert any(ups) and not all(ups)
+        assert len(change_points(tr, len(tr.rate_fn))) >= len(levels) - 2
+
+
+def test_weekly_growth_grows_day_over_day():
+    for seed in TRAIN_SEEDS + TEST_SEEDS:
+        tr = suite_trace("weekly_growth", seed)
+        r, g = tr.rate_fn.r, tr.meta["growth_per_day"]
+        days = len(r) // DAY_S
+        assert 2 <= days <= 4 and 0.05 <= g <= 0.15
+        first, last = r[:DAY_S].mean(), r[(days - 1) * DAY_S:days * DAY_S].mean()
+        assert last / first == pytest.approx((1 + g) ** (days - 1), rel=0.06)
+
+
+def test_pareto_bursts_are_heavy_tailed():
+    heights = []
+    for seed in TRAIN_SEEDS + TEST_SEEDS:
+        tr = suite_trace("pareto_bursts", seed)
+        heights += [ev["height"] for ev in tr.meta["events"]]
+    assert len(heights) >= 30 and min(heights) >= 0.5
+    assert max(heights) >= 4 * statistics.median(heights)  # a heavy tail, not a handful of equal bursts
+    top = sorted(heights)[-len(heights) // 10:]
+    assert sum(top) > 0.3 * sum(heights)  # the top 10 % of bursts carry much of the extra load
+
+
+def test_issue15_day_has_its_flash_crowd_and_outage():
+    for seed in (1, 101):
+        tr = suite_trace("issue15_day", seed)
+        r = tr.rate_fn.r
+        assert len(r) == DAY_S
+        crowd, out = tr.meta["events"]
+        assert crowd["end"] - crowd["start"] == 600 and crowd["multiplier"] == 3.0
+        assert r[crowd["start"]:crowd["end"]].mean() > 2.2 * r[crowd["start"] - 60:crowd["start"]].mean()
+        assert out["end"] - out["start"] == 120 and np.all(r[out["start"]:out["end"]] == 0)
+        assert 30 < np.percentile(r[r > 0], 1) and np.percentile(r, 95) < 3 * 260 * 1.4
+
+
+def test_real_export_tiles_the_run_and_seeds_differ(small_export):
+    a, b = real_export(1, small_export), real_export(101, small_export)
+    assert a.meta["stretch"] != b.meta["stretch"] and 80 <= a.meta["level"] <= 160
+    ra = a.rate_fn.r
+    assert len(ra) == 2 * DAY_S and ra.max() > 1.5 * ra.min()  # the run's wave survives
+    assert np.abs(np.diff(ra)).max() < 0.05 * ra.mean()  # the mirrored tiling has no joins
+
+
+def test_real_export_without_its_file_names_it(tmp_path):
+    missing = tmp_path / "nope.csv"
+    with pytest.raises(MissingTraceFile, match="nope.csv"):
+        real_export(1, missing)
+
+
+@pytest.mark.skipif(not REAL_EXPORT_CSV.exists(), reason=f"{REAL_EXPORT_CSV} not there")
+def test_real_export_from_the_committed_run():
+    tr = suite_trace("real_export", 1)
+    assert tr.default_duration_s == 2 * DAY_S and tr.rate_fn.r.min() > 0
+
+
+def test_load_trace_accepts_suite_specs():
+    tr = load_trace("suite:flash_crowd:101")
+    assert tr.name == "suite:flash_crowd:101"
+    assert np.array_equal(tr.rate_fn.r, suite_trace("flash_crowd", 101).rate_fn.r)
+    assert load_trace("suite:outage").meta["seed"] == 1
+    with pytest.raises(ValueError, match="unknown trace family 'nope'.*flash_crowd"):
+        load_trace("suite:nope:1")
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        load_trace("suite:outage:x")
+
+
+def test_a_suite_trace_runs_in_the_simulator():
+    s = run_simulation("edf_b075", "suite:issue15_day:101", seed=101, plot=False)
+    assert s["trace"] == "suite:issue15_day:101" and s["duration_s"] == DAY_S
+    assert s["convergence_decisions"]  # the crowd and the outage are steps
+    assert s["rows_in"] == pytest.approx(suite_trace("issue15_day", 101).rate_fn.r.sum(), rel=1e-6)
+
+
+# ------------------------------------------------------------------ bench/suite.py: the choice
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_suite", REPO_ROOT / "bench" / "suite.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(policy, family, seed, above, down=50.0, ch=10.0, avail=0.999, reconf=10, conv=1):
+    return {"policy": policy, "family": family, "seed": seed, "availability": avail, "downtime_s": down,
+            "seconds_above_rmax": above, "violated_windows": above, "reconfigs_per_day": reconf / 2,
+            "reconfigurations_total": reconf, "core_hours": ch, "convergence_decisions": [conv],
+            "convergence_decisions_max": conv}
+
+
+def _fabricated(test_factor: float) -> list[dict]:
+    runs = []
+    for seed, factor in [(s, 1.0) for s in TRAIN_SEEDS] + [(s, test_factor) for s in TEST_SEEDS]:
+        for fam in ("f1", "f2"):
+            runs.append(_run("edf_b075", fam, seed, 400))
+            runs.append(_run("meets_goals", fam, seed, 150, ch=9.5))  # all goals on both families
+            runs.append(_run("low_loss", fam, seed, 10, down=10, ch=10.5 if fam == "f1" else 9, avail=0.99))
+            runs.append(_run("other", fam, seed, 300 * factor, down=40 * factor, ch=10 * factor))
+    return runs
+
+
+def test_the_choice_is_a_pure_function_of_training_runs():
+    bench = _bench()
+    train = [r for r in _fabricated(1.0) if r["seed"] in TRAIN_SEEDS]
+    base = bench.select(train)
+    assert base["choice"] == "meets_goals"  # most families meeting the goals beats a lower loss
+    assert base["scores"]["families_met"] == 2
+    assert bench.select(train, ["edf_b075", "low_loss", "other"])["choice"] == "low_loss"
+    # test runs, however good, change nothing: they are dropped before scoring
+    for factor in (0.0, 0.01, 100.0):
+        mixed = bench.select(_fabricated(factor))
+        assert mixed["choice"] == base["choice"] and mixed["scores"] == base["scores"]
+        assert mixed["ranking"] == base["ranking"]
+
+
+def test_candidates_are_plain_data_and_include_the_named_configs():
+    bench = _bench()
+    from streamops.sim import POLICY_CONFIGS
+
+    assert set(POLICY_CONFIGS) <= set(bench.CANDIDATES)
+    assert all(len(row) == 4 and isinstance(row[2], dict) and isinstance(row[3], dict) for row in bench.GRID)
+    a = {"availability": 0.996, "seconds_above_rmax": 10, "core_hours": 5, "convergence_max": None,
+         "reconfigs_per_day": 12, "downtime_s": 1}
+    b = {**a, "seconds_above_rmax": 20, "core_hours": 5}
+    assert all(bench.goals_met(a, b).values())
+    assert bench.goals_met({**a, "convergence_max": 3}, b)["V"] is False
