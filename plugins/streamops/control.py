@@ -22,6 +22,7 @@ from psycopg2.extras import execute_values
 from sqlalchemy import Connection
 
 from streamops.analyze.stats import StageStats
+from streamops.forecast_pass import with_forecasts
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
 from streamops.plan.model import RECONFIGURATIONS, REPLICA_ACTIONS, AppState, Decision, OperatorState, Request
@@ -73,7 +74,7 @@ def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: st
     rows = conn.execute(db.query("stage_windows"), {
         "now": now, "floor": floor, "window_s": opts.window_s, "stab_s": opts.stabilization_s, "app": app, "stage": stage,
     }).mappings().all()
-    return [(
+    return with_forecasts(conn, now, [(  # stages with `forecast: true` get their forecast_rate
         StageStats(
             stage_id=r["stage_id"], app=r["app"], pool=r["pool"], cores=r["cores"], min_cores=r["min_cores"],
             max_cores=r["max_cores"], state_partitions=r["state_partitions"], span_s=r["span_s"],
@@ -83,7 +84,7 @@ def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: st
             extra={"latency_avg_p95_ms": r["latency_avg_p95_ms"]},
         ),
         r["policy"] or {},
-    ) for r in rows]
+    ) for r in rows])
 
 
 def _pool_rooms(conn: Connection) -> dict[str, dict[str, PoolRoom]]:

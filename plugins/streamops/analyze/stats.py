@@ -33,6 +33,7 @@ class StageStats:
     host_mem: float | None = None  # memory utilization of the pool's hosts, 0..1
     busy_source: str = "batch_busy"  # how busy_ms was measured: batch_busy | executor_tasks
     extra: dict = field(default_factory=dict, compare=False)
+    forecast_rate: float | None = None  # forecast peak input rate (rows/s) over the horizon (analyze.forecast)
 
     @property
     def input_rate(self) -> float:
@@ -55,18 +56,23 @@ def true_rate_per_core(s: StageStats) -> float | None:
     return s.input_rows / busy_core_s
 
 
-def ds2_target(s: StageStats, catch_up_s: float = 60.0, target_utilization: float = 0.7) -> int:
-    """n* = ceil((input_rate + backlog / catch_up_s) / (rate_per_core × target_utilization)), clamped."""
+def ds2_target(s: StageStats, catch_up_s: float = 60.0, target_utilization: float = 0.7,
+               input_rate: float | None = None) -> int:
+    """n* = ceil((input_rate + backlog / catch_up_s) / (rate_per_core × target_utilization)), clamped.
+    `input_rate` replaces the measured one as the demand (a forecast); the rate per core stays measured."""
     rate = true_rate_per_core(s)
     if rate is None:
         return s.cores
-    need = (s.input_rate + max(0.0, s.backlog_rows) / catch_up_s) / (rate * target_utilization)
+    demand = s.input_rate if input_rate is None else input_rate
+    need = (demand + max(0.0, s.backlog_rows) / catch_up_s) / (rate * target_utilization)
     return max(s.min_cores, min(s.max_cores, math.ceil(need - 1e-9)))
 
 
-def load_ratio(s: StageStats, catch_up_s: float = 60.0) -> float:
-    """Demand over capacity: (input + backlog catch-up) / (rate per core × cores). > 1 = overloaded."""
+def load_ratio(s: StageStats, catch_up_s: float = 60.0, input_rate: float | None = None) -> float:
+    """Demand over capacity: (input + backlog catch-up) / (rate per core × cores). > 1 = overloaded.
+    `input_rate` replaces the measured one as the demand (a forecast)."""
     rate = true_rate_per_core(s)
     if rate is None:
         return 0.0
-    return (s.input_rate + max(0.0, s.backlog_rows) / catch_up_s) / (rate * s.cores)
+    demand = s.input_rate if input_rate is None else input_rate
+    return (demand + max(0.0, s.backlog_rows) / catch_up_s) / (rate * s.cores)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from streamops.analyze.fuzzy import bottleneck_score
-from streamops.analyze.stats import StageStats, busy_fraction, ds2_target, load_ratio
+from streamops.analyze.stats import StageStats, busy_fraction, ds2_target, load_ratio, true_rate_per_core
 from streamops.plan.model import MIGRATE, PRESTAGE, RELEASE, SCALE_IN, SCALE_OUT, OperatorState, Request
 from streamops.plan.options import OperatorOptions
 
@@ -46,7 +46,33 @@ def _snapshot(s: StageStats, **extra) -> dict:
     return {"cores": s.cores, "S": round(busy_fraction(s), 4), "busy_source": s.busy_source,
             "input_rate": round(s.input_rate, 2), "backlog_rows": s.backlog_rows,
             "backlog_growth_rps": round(s.backlog_growth_rps, 2), "latency_p95_ms": s.latency_p95_ms,
-            "host_cpu": s.host_cpu, "state_bytes": s.state_bytes, "window_s": round(s.span_s, 1), **extra}
+            "host_cpu": s.host_cpu, "state_bytes": s.state_bytes, "window_s": round(s.span_s, 1),
+            **({} if s.forecast_rate is None else {"forecast_rate": round(s.forecast_rate, 2)}), **extra}
+
+
+def _demand(s: StageStats, opt: OperatorOptions) -> float | None:
+    """The input rate to size for: with `forecast` and a forecast, max(measured, forecast peak over
+    the horizon); else None, the measured rate (today's behaviour). S stays measured."""
+    if opt.forecast and s.forecast_rate is not None:
+        return max(s.input_rate, s.forecast_rate)
+    return None
+
+
+def _forecast_holds(s: StageStats, opt: OperatorOptions, cores: int) -> bool:
+    """A scale-in to `cores` would be undone within the horizon: the forecast demand needs more
+    than `cores` at `target_utilization`."""
+    demand = _demand(s, opt)
+    if demand is None or true_rate_per_core(s) is None:
+        return False
+    return ds2_target(s, opt.catch_up_s, opt.target_utilization, demand) > cores
+
+
+def _busy_ahead(s: StageStats, opt: OperatorOptions) -> float:
+    """EDF's S at the forecast demand: the measured S × demand / measured input rate, ≤ 1."""
+    S, demand = busy_fraction(s), _demand(s, opt)
+    if demand is None or s.input_rate <= 0:
+        return S
+    return min(1.0, S * demand / s.input_rate)
 
 
 def _request(s: StageStats, action: str, target: int | None, gain: float, ctx: OperatorContext, reason: str,
@@ -62,7 +88,7 @@ def _request(s: StageStats, action: str, target: int | None, gain: float, ctx: O
 
 def _scale_out(s: StageStats, target: int, opt: OperatorOptions, ctx: OperatorContext, reason: str,
                mechanism: str | None = None, **snap) -> Request:
-    u = load_ratio(s, opt.catch_up_s)
+    u = load_ratio(s, opt.catch_up_s, _demand(s, opt))
     before = _risk(u, s.latency_p95_ms, ctx.r_max_ms, opt.target_utilization)
     after = _risk(u * s.cores / target, None, ctx.r_max_ms, opt.target_utilization)
     gain = max(0.01, before - after + (target - s.cores) / s.cores * 0.1)
@@ -76,7 +102,8 @@ def _scale_in(s: StageStats, target: int, ctx: OperatorContext, reason: str, **s
 def _give_back(s: StageStats, opt: OperatorOptions) -> int:
     """The cores a scale-in goes to: n − 1, or DS2's n* at the scale-in margin (`scale_in_to`)."""
     if opt.scale_in_to == "ds2":
-        return min(s.cores - 1, max(s.min_cores, ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin)))
+        n_star = ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin, _demand(s, opt))  # forecast-aware
+        return min(s.cores - 1, max(s.min_cores, n_star))
     return s.cores - 1
 
 
@@ -93,8 +120,8 @@ def edf(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: Operator
     """EDF thresholds [000]: migrate when U_r > U_max; scale out when S > S_out; scale in when
     sum(S)/(n−1) < c·S_out (sum over the n replicas, each busy S). A stage that is itself
     saturated scales out first: moving it would keep its n cores, and a migration waits for the
-    maintenance window."""
-    S, n = busy_fraction(s), s.cores
+    maintenance window. With `forecast`, S is taken at the forecast demand (`_busy_ahead`)."""
+    S, n = _busy_ahead(s, opt), s.cores
     if s.host_cpu is not None and s.host_cpu > opt.u_max and not (S > opt.s_out and n < s.max_cores):
         target = pick_migration_target(ctx.pools, n, ctx.rng)
         if target:
@@ -112,14 +139,15 @@ def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: O
     """Bottleneck score with three thresholds [001]: pre-stage at the alarming level, scale out
     above δ2 (sized by DS2, at least +1), scale in below δ1, release pre-staged with hysteresis."""
     S, n = busy_fraction(s), s.cores
-    u = load_ratio(s, opt.catch_up_s)
+    demand = _demand(s, opt)  # with `forecast`: u and the DS2 size at the forecast peak
+    u = load_ratio(s, opt.catch_up_s, demand)
     score = bottleneck_score(S, s.host_mem or 0.0, u)
     snap = {"score": round(score, 1), "load_ratio": round(u, 3)}
     out: list[Request] = []
     if state.prestaged and score < opt.alarming_threshold - opt.release_hysteresis:
         out.append(_request(s, RELEASE, None, 0.0, ctx, f"O {score:.0f} < {opt.alarming_threshold - opt.release_hysteresis:.0f}", **snap))
         state = OperatorState(prestaged=False)
-    target = max(n + 1, ds2_target(s, opt.catch_up_s, opt.target_utilization))
+    target = max(n + 1, ds2_target(s, opt.catch_up_s, opt.target_utilization, demand))
     if score > opt.scale_out_threshold and n < s.max_cores:
         # `prestaged` stays set: the grant may be declined, and the release below (or a later
         # scale-out) still owns the staged copy.
@@ -128,10 +156,10 @@ def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: O
     elif score > opt.alarming_threshold and n < s.max_cores and not state.prestaged:
         out.append(_request(s, PRESTAGE, min(target, s.max_cores), 0.0, ctx, f"O {score:.0f} > alarming {opt.alarming_threshold:.0f}", **snap))
         state = OperatorState(prestaged=True)
-    elif score < opt.scale_in_threshold and n > s.min_cores:
+    elif score < opt.scale_in_threshold and n > s.min_cores and not _forecast_holds(s, opt, n - 1):
         out.append(_scale_in(s, _give_back(s, opt), ctx, f"O {score:.0f} < {opt.scale_in_threshold:.0f}", **snap))
     elif (opt.scale_in_to == "ds2" and n > s.min_cores and score < opt.alarming_threshold - opt.release_hysteresis
-          and (m := _give_back(s, opt)) < n and ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin) < n):
+          and (m := _give_back(s, opt)) < n and ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin, demand) < n):
         out.append(_scale_in(s, m, ctx, f"DS2 n* {m} < n {n} at {opt.ds2_scale_in_margin:.0%} (O {score:.0f})", **snap))
     return out, state
 
@@ -140,9 +168,10 @@ def ds2(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: Operator
     """Rate-based target sized in one step. Scale-in uses a lower utilization target than
     scale-out (a hysteresis band), so a constant load cannot make it flap."""
     n = s.cores
-    u = load_ratio(s, opt.catch_up_s)
-    up = ds2_target(s, opt.catch_up_s, opt.target_utilization)
-    down = ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin)
+    demand = _demand(s, opt)  # with `forecast`: sized, both ways, for the forecast peak
+    u = load_ratio(s, opt.catch_up_s, demand)
+    up = ds2_target(s, opt.catch_up_s, opt.target_utilization, demand)
+    down = ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin, demand)
     snap = {"load_ratio": round(u, 3), "n_star": up}
     if up > n:
         return [_scale_out(s, up, opt, ctx, f"DS2 n* {up} > n {n} (load {u:.2f})", **snap)], state

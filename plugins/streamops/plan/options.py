@@ -30,6 +30,11 @@ class OperatorOptions:
     catch_up_s: float = 60.0
     target_utilization: float = 0.7
     ds2_scale_in_margin: float = 0.6  # scale in to the cores that keep utilization ≤ this (absolute), a band below target
+    # Predictive input (docs/policies.md §4.1): demand = max(measured, forecast peak over the horizon)
+    forecast: bool = False
+    forecast_horizon_s: float = 600.0  # how far ahead to ask: a scale-out's restart + stabilization + window
+    forecast_season_s: float = 86400.0  # the input's season (a day); Holt-Winters from two seasons of history
+    forecast_bucket_s: float = 60.0  # the forecaster's time step: input rate averaged per bucket
     # Giving cores back (edf, threshold3): "one" core per scale-in, as the papers do, or "ds2": one
     # scale-in straight to DS2's n* at ds2_scale_in_margin, asked whenever that is below n and the
     # stage is not alarming. A window's budget then returns a burst's cores in one action per stage.
@@ -45,6 +50,8 @@ class OperatorOptions:
         # margin == target leaves no band but still cannot flap: scale-in stops at DS2's own n*.
         if not 0 < self.target_utilization <= 1 or not 0 < self.ds2_scale_in_margin <= self.target_utilization:
             raise ValueError("expected 0 < ds2_scale_in_margin <= target_utilization <= 1")
+        if self.forecast_horizon_s < 0 or self.forecast_season_s < 0 or self.forecast_bucket_s <= 0:
+            raise ValueError("expected forecast_horizon_s >= 0, forecast_season_s >= 0 and forecast_bucket_s > 0")
         if self.scale_in_to not in ("one", "ds2"):
             raise ValueError(f"scale_in_to must be 'one' or 'ds2', got {self.scale_in_to!r}")
 

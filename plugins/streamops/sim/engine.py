@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from streamops.analyze.forecast import Forecaster, bucket_means
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
@@ -138,6 +139,7 @@ class Simulation:
         self.decisions: dict[str, dict[str, int]] = {}
         self.requests_made = 0
         self.tokens: list[tuple[int, float]] = []
+        self.forecaster = Forecaster()  # with `forecast`: each stage's input-rate forecast, refitted as it goes
 
     # ------------------------------------------------------------------ the model, one second
     def _step(self, t: int) -> None:
@@ -276,7 +278,17 @@ class Simulation:
             busy_ms=float(busy.sum() * 1000.0), backlog_rows=float(st.backlog[t - 1]),
             backlog_growth_rps=_slope(st.backlog[sl]), latency_p95_ms=float(np.percentile(st.latency[sl], 95)),
             state_bytes=sp.state_bytes, host_cpu=float(busy.mean()), host_mem=self.cfg.host_mem,
-            busy_source="batch_busy")
+            busy_source="batch_busy", forecast_rate=self._forecast(st, t))
+
+    def _forecast(self, st: StageRun, t: int) -> float | None:
+        """With `forecast`: the peak input rate forecast from the stage's own arrivals (complete buckets)."""
+        opt = self.op_opts
+        if not opt.forecast:
+            return None
+        f = self.forecaster.forecast(st.spec.name, bucket_means(st.arrivals[:t], opt.forecast_bucket_s),
+                                     bucket_s=opt.forecast_bucket_s, season_s=opt.forecast_season_s,
+                                     horizon_s=opt.forecast_horizon_s)
+        return None if f is None else f.peak
 
     def _operator_cycles(self, t: int) -> None:
         for st in self.stages:

@@ -84,6 +84,14 @@ POLICY_CONFIGS: dict[str, PolicyConfig] = {
         {**_BUCKET, "beta": 0.75, "capacity": 2.0},
         "fuzzy bottleneck score: scale out above 75 (sized by DS2 at 60 % target utilization), "
         "pre-stage above 55; token bucket B = 2, beta 0.75"),
+    # `recommended` plus the input-rate forecast (docs/policies.md §4.1); 7200 s is the sim's compressed day.
+    "predictive": PolicyConfig(
+        "predictive", "threshold3",
+        {"scale_out_threshold": 75.0, "alarming_threshold": 55.0, "target_utilization": 0.6,
+         "forecast": True, "forecast_season_s": 7200.0},
+        {**_BUCKET, "beta": 0.75, "capacity": 2.0},
+        "recommended (same options) plus predictive input: demand = max(measured, forecast peak over the "
+        "next 600 s; Holt / Holt-Winters, season 7200 s = the sim's compressed day)"),
 }
 
 

@@ -1,0 +1,119 @@
+"""Predictive input in the control loop (docs/policies.md §4.1): for the stages whose policy
+params set `forecast: true`, the per-bucket input rate from stage_metrics (one set-based query
+for all of them, `stage_rate_history.sql`) → `analyze.forecast` → `StageStats.forecast_rate`.
+Stages that do not ask pay nothing: no query, no statsmodels import.
+
+History: HISTORY_SEASONS × `forecast_season_s` (at least MIN_HISTORY_BUCKETS buckets), capped at
+MAX_HISTORY_S, in complete buckets of `forecast_bucket_s` aligned to the epoch. A process keeps
+each stage's buckets and fitted model, so its next cycle reads only the buckets since then
+(the last REREAD_BUCKETS again: a batch's metrics land after it ends) and advances the model
+instead of refitting it. A stage driver (its Operator Manager every local period) is such a
+process; a re-plan task that starts afresh reads the whole history and fits once per stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy import Connection
+
+from streamops.analyze.forecast import Forecaster
+from streamops.analyze.stats import StageStats
+from streamops.plan.options import OperatorOptions
+from streamops.store import db
+
+log = logging.getLogger("streamops.forecast")
+
+HISTORY_SEASONS = 3
+MIN_HISTORY_BUCKETS = 120  # without a season (forecast_season_s = 0): two hours of 60 s buckets
+MAX_HISTORY_S = 8 * 86400.0
+REREAD_BUCKETS = 2
+
+
+@dataclass
+class _History:
+    bucket_s: float
+    first: int  # bucket index (epoch seconds / bucket_s) of values[0]
+    values: np.ndarray  # rows/s per bucket; NaN: no batch in it
+
+    @property
+    def end(self) -> int:
+        return self.first + len(self.values)
+
+
+_HISTORY: dict[str, _History] = {}
+_FORECASTER = Forecaster()
+_LOCK = threading.Lock()
+
+
+def _span(opts: OperatorOptions) -> int:
+    b = opts.forecast_bucket_s
+    return max(MIN_HISTORY_BUCKETS, int(min(HISTORY_SEASONS * opts.forecast_season_s, MAX_HISTORY_S) // b))
+
+
+def with_forecasts(conn: Connection, now: datetime, windows: list[tuple[StageStats, dict]]) -> list[tuple[StageStats, dict]]:
+    """`windows` with `forecast_rate` set on the stages that ask for a forecast."""
+    asks = {}
+    for stats, policy in windows:
+        opts = OperatorOptions.from_params((policy or {}).get("params"))
+        if opts.forecast and stats.batches > 0:  # an empty window decides nothing
+            asks[stats.stage_id] = opts
+    if not asks:
+        return windows
+    with _LOCK:
+        rates = _forecast_rates(conn, now.timestamp(), asks)
+    return [(replace(s, forecast_rate=rates[s.stage_id]) if rates.get(s.stage_id) is not None else s, p)
+            for s, p in windows]
+
+
+def _forecast_rates(conn: Connection, epoch: float, asks: dict[str, OperatorOptions]) -> dict[str, float | None]:
+    plan: dict[str, tuple[float, int, int]] = {}  # stage → (bucket_s, first bucket to read, end bucket)
+    for sid, o in asks.items():
+        b = o.forecast_bucket_s
+        end = math.floor(epoch / b)  # the bucket in progress: not read
+        start = end - _span(o)
+        h = _HISTORY.get(sid)
+        if h is not None and h.bucket_s == b and start < h.end <= end:
+            start = max(start, h.end - REREAD_BUCKETS)
+        else:
+            _HISTORY.pop(sid, None)
+        plan[sid] = (b, start, end)
+    rows = conn.execute(db.query("stage_rate_history"), {
+        "stages": list(plan), "bucket_s": [p[0] for p in plan.values()],
+        "since": [p[0] * p[1] for p in plan.values()], "until": [p[0] * p[2] for p in plan.values()],
+    }).all()
+    fresh: dict[str, dict[int, float]] = {sid: {} for sid in plan}
+    for sid, bucket, rate in rows:
+        fresh[sid][int(bucket)] = float(rate)
+    out: dict[str, float | None] = {}
+    for sid, (b, start, end) in plan.items():
+        h = _merge(_HISTORY.get(sid), b, start, end, fresh[sid], _span(asks[sid]))
+        _HISTORY[sid] = h
+        o = asks[sid]
+        f = _FORECASTER.forecast(sid, h.values, bucket_s=b, season_s=o.forecast_season_s,
+                                 horizon_s=o.forecast_horizon_s, end_s=end * b)
+        out[sid] = None if f is None else f.peak
+        if f is not None and f.fitted:
+            log.info("stage %s: forecast model %s fitted on %d buckets: peak %.1f rows/s within %.0f s",
+                     sid, f.model, f.n, f.peak, o.forecast_horizon_s)
+    return out
+
+
+def _merge(h: _History | None, bucket_s: float, start: int, end: int, rates: dict[int, float], span: int) -> _History:
+    """The kept buckets with [start, end) replaced by what was just read, trimmed to `span`."""
+    new = np.full(end - start, np.nan)
+    for k, v in rates.items():
+        if start <= k < end:
+            new[k - start] = v
+    if h is None or start <= h.first:
+        values, first = new, start
+    else:
+        values, first = np.concatenate([h.values[:start - h.first], new]), h.first
+    if len(values) > span:
+        values, first = values[-span:], first + len(values) - span
+    return _History(bucket_s, first, values)
