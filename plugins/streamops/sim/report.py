@@ -20,9 +20,11 @@ SUMMARY_KEYS = (
 
 
 def convergence(sim: "Simulation") -> list[dict[str, Any]]:
-    """For each step change of the trace: the granted reconfigurations (any stage) from the change
-    until the response stays ≤ R_max for `settle_s` seconds. A change whose segment (up to the
-    next change) never settles counts every grant of the segment and has settled = False."""
+    """For each step change of the trace: the decisions from the change until the response stays
+    ≤ R_max for `settle_s` seconds. A decision is an Application Manager cycle that granted
+    reconfigurations, of one stage or several at once, as DS2 counts one scaling decision for the
+    whole dataflow; `grants` counts the stage reconfigurations. A change whose segment (up to the
+    next change) never settles counts every decision of the segment and has settled = False."""
     T, r_max, settle = sim.T, sim.cfg.r_max_ms, int(sim.cfg.settle_s)
     ok = sim.response <= r_max
     changes = change_points(sim.trace, T)
@@ -38,9 +40,9 @@ def convergence(sim: "Simulation") -> list[dict[str, Any]]:
                 settled_at = s - settle + 1
                 break
         until = settled_at if settled_at is not None else end
-        n = sum(1 for g in grants if t0 <= g < until)
+        granted = [g for g in grants if t0 <= g < until]
         out.append({"t_s": t0, "rate_before": round(before, 1), "rate_after": round(after, 1),
-                    "decisions": n, "settled": settled_at is not None,
+                    "decisions": len(set(granted)), "grants": len(granted), "settled": settled_at is not None,
                     "settle_after_s": None if settled_at is None else settled_at - t0})
     return out
 
@@ -78,6 +80,7 @@ def summarize(sim: "Simulation", policy: dict[str, Any], trace_name: str) -> dic
         "core_hours": round(sim.core_seconds / 3600.0, 4),
         "convergence_decisions": conv_n,
         "convergence_decisions_max": max(conv_n) if conv_n else 0,
+        "convergence_grants_max": max((c["grants"] for c in conv), default=0),
         "convergence": conv,
         "decisions": sim.decisions,
         "requests": sim.requests_made,
