@@ -151,3 +151,30 @@ def test_active_backup_trades_downtime_for_cores():
     ab = run_simulation("edf_b075", "steps", seed=1, mechanism="active_backup", plot=False)
     assert ab["mechanisms"].get("active_backup", 0) > 0
     assert ab["downtime_s"] < pr["downtime_s"]
+
+
+# Issue 15: 80 rows/s with a 3× burst from 1 800 s to 2 400 s; the next window opens at 1:45 (6 300 s).
+BURST = "step:rates=80/80/80/240/80/80/80/80/80/80/80/80/80,step_s=600"
+
+
+@pytest.mark.parametrize("scale_in_to", ["one", "ds2"])
+def test_a_burst_s_cores_go_back_in_the_next_window_within_its_budget(scale_in_to):
+    cfg = SimConfig()
+    app = AppView(cfg.app, cfg.r_max_ms, cfg.window_cron, cfg.window_minutes, cfg.window_max_actions)
+    pc = POLICY_CONFIGS["recommended"].with_overrides(scale_in_to=scale_in_to)
+    s = run_simulation(pc, BURST, seed=1, plot=False)
+    log = s["reconfiguration_log"]
+    outs = [r for r in log if r["action"] == "scale_out"]
+    assert outs and all(1800 <= r["t_s"] < 2400 + 300 for r in outs), outs
+    peak = {st: max(r["to_cores"] for r in outs if r["stage"] == st) for st in {r["stage"] for r in outs}}
+    after = [r for r in log if r["action"] == "scale_in" and r["t_s"] > 2400]
+    for r in after:  # within the windows …
+        assert maintenance_window(app, cfg.start + timedelta(seconds=r["t_s"])).open, r
+    assert len(after) <= cfg.window_max_actions  # … and their budget
+    if scale_in_to == "ds2":
+        # one scale-in per stage, each straight to what 80 rows/s needs
+        assert sorted(r["stage"] for r in after) == sorted(peak), after
+        assert all(s["final_cores"][st] <= 2 for st in peak), s["final_cores"]
+    else:  # one core per action: the budget runs out before the cores do
+        assert len(after) == cfg.window_max_actions
+        assert sum(peak[st] - s["final_cores"][st] for st in peak) == cfg.window_max_actions
