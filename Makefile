@@ -14,7 +14,7 @@ help:
 	@echo "make demo-stop  stop the demo's stages, generators and database"
 	@echo "make test       the whole test suite (real PostgreSQL, real Spark); what CI runs"
 	@echo "make test-pure  the tests that need no database (not marked db); starts no PostgreSQL"
-	@echo "make bench      policies in the simulator, 10 000-stage cycle, reconfiguration and HA on real drivers"
+	@echo "make bench      policies and the trace suite in the simulator, 10 000-stage cycle, reconfiguration and HA on real drivers"
 	@echo "make lock       recompile requirements.txt from requirements.in"
 
 # The venv is rebuilt when the lock or the package metadata change.
