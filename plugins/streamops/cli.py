@@ -485,8 +485,13 @@ def release(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage"))
 @app.command()
 def sim(policy: str = typer.Option("recommended", help="a named configuration (see --help of `streamops bench`) "
                                                          "or edf|threshold3|ds2"),
-        trace: str = typer.Option("diurnal", help="diurnal, ramp, steps, spikes, a generator spec, or a CSV "
-                                                   "file with columns t_s,rate (or a stage_metrics export)"),
+        trace: str = typer.Option("diurnal", help="diurnal, ramp, steps, spikes, a generator spec, a CSV "
+                                                   "file with columns t_s,rate (or a stage_metrics export), or "
+                                                   "suite:<family>:<seed>, a trace of the suite: <family> is diurnal_noise, "
+                                                   "flash_crowd, outage, step_drift, weekly_growth, pareto_bursts, "
+                                                   "real_export or issue15_day (held out); seeds 1-3 are the "
+                                                   "training split, 101-103 the test split (`streamops bench suite` "
+                                                   "tunes on the first and reports on the second)"),
         seed: int = typer.Option(1, help="seed of every random draw: same seed, same result"),
         duration: Optional[float] = typer.Option(None, help="seconds to simulate (default: the trace's own)"),
         out: Path = typer.Option(Path("sim-out"), help="writes DIR/summary.json and DIR/response.png"),
@@ -495,10 +500,24 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
         replicas: Optional[int] = typer.Option(None, min=1, max=4, help="static replicas of every stage"),
         redundancy: bool = typer.Option(False, "--redundancy", help="the redundancy manager sets the replicas"),
         restart_s: Optional[float] = typer.Option(None, help="seconds a killed driver takes to come back "
-                                                              "(default 10)")) -> None:
+                                                              "(default 10)"),
+        calibrate: Optional[str] = typer.Option(None, "--calibrate", metavar="STAGE_ID",
+                                                help="instead of a policy run: fit the model to this stage's real "
+                                                     "run in the database and replay it (DIR/calibration.json, .png)"),
+        since: Optional[str] = typer.Option(None, help="with --calibrate: the run from this time (ISO 8601)"),
+        until: Optional[str] = typer.Option(None, help="with --calibrate: … until this time (default: its last batch)"),
+        minutes: Optional[float] = typer.Option(None, help="with --calibrate: the last N minutes of its batches"),
+        export_trace: Optional[Path] = typer.Option(None, help="with --calibrate: also write the run's stage_metrics "
+                                                               "as a CSV trace (what --trace replays)")) -> None:
     """Run the real Operator and Application Manager code against a model of the stages, on a
     load trace, and report availability, seconds above R_max, reconfigurations and core-hours;
-    with faults, replicas or the redundancy manager also violated 1 s windows, MTTR and replica-hours."""
+    with faults, replicas or the redundancy manager also violated 1 s windows, MTTR and replica-hours.
+    The trace suite (docs/policies.md §13) has seeded families with a train/test split: seeds 1-3
+    train, 101-103 test; `streamops bench suite` tunes on the training seeds only and reports every
+    configuration on the test seeds. With --calibrate STAGE_ID: the simulator checked against a
+    real run instead (docs/policies.md §11.4)."""
+    if calibrate:
+        return _sim_calibrate(calibrate, since, until, minutes, out, export_trace, seed)
     from streamops.sim import POLICY_CONFIGS, run_simulation
 
     known = {**POLICY_CONFIGS}
@@ -526,10 +545,62 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
     _say(f"wrote {out / 'summary.json'} and {out / 'response.png'}")
 
 
+def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], minutes: Optional[float], out: Path,
+                   export_trace: Optional[Path], seed: int) -> None:
+    """`sim --calibrate`: measured vs simulated, the calibrated parameters, the files written."""
+    from streamops.sim.calibrate import calibrate_and_replay
+    from streamops.sim.rundata import export_trace as write_trace
+    from streamops.sim.rundata import load_run
+    from streamops.store.db import DatabaseUnavailable
+
+    def when(v: Optional[str], name: str) -> Optional[datetime]:
+        if v is None:
+            return None
+        try:
+            d = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        except ValueError:
+            _fail(f"--{name}: not an ISO 8601 time: {v!r}", 2)
+        return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+
+    if since and minutes:
+        _fail("give --since or --minutes, not both", 2)
+    try:
+        run = load_run(stage_id, since=when(since, "since"), until=when(until, "until"), minutes=minutes)
+        with console.status(f"calibrating on {stage_id}: {len(run.metrics)} batches, {run.duration_s} s …"):
+            res = calibrate_and_replay(run, out_dir=out, seed=seed)
+    except DatabaseUnavailable as e:
+        _fail(str(e))
+    except ValueError as e:
+        _fail(str(e), 2)
+    t = Table(title=f"{stage_id} {res['from']} … {res['to']}: measured vs simulated")
+    for col in ("", "measured", "simulated", "error"):
+        t.add_column(col, justify="left" if not col else "right")
+    for key, r in res["comparison"].items():
+        fmt = (lambda v: f"{v:.3%}") if key in ("availability", "share_within_rmax", "response_series_mape") \
+            else (lambda v: f"{v:,.1f}")
+        t.add_row(key, "" if r["measured"] is None else fmt(r["measured"]),
+                  "" if r["simulated"] is None else fmt(r["simulated"]),
+                  "" if r["error"] is None else f"{r['error']:+.1%}")
+    console.print(t)
+    cal = res["calibrated"]
+    p = Table(title="calibrated model", show_header=False)
+    for key in ("rate_per_core", "batch_overhead_ms", "base_latency_ms", "trigger_interval_s", "max_batch_rows",
+                "state_bytes", "rows_per_busy_core_s", "batches_fitted", "batches_steady"):
+        p.add_row(key, str(cal[key]))
+    for mech, costs in cal["restart_costs"].items():
+        p.add_row(f"restart {mech}", ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                                               for k, v in costs.items() if v is not None))
+    console.print(p)
+    if export_trace is not None:
+        _say(f"wrote {write_trace(run, export_trace)} ({len(run.metrics)} batches)")
+    _say(f"wrote {res['calibration_json']} and {res['calibration_png']}")
+
+
 @app.command()
-def bench(what: str = typer.Argument("all", help="policies | scale | reconfig | reporting | ha | all"),
+def bench(what: str = typer.Argument("all", help="policies | suite | scale | reconfig | reporting | ha | all"),
           quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only")) -> None:
-    """Benchmarks: the policy comparison in the simulator, one control cycle over 10 000 stages
+    """Benchmarks: the policy comparison in the simulator, the trace suite (tuned on training
+    seeds, reported on test seeds), one control cycle over 10 000 stages
     in PostgreSQL, reconfiguration downtime per mechanism and state size, and failover and
     replicas under injected faults (the last two long: real drivers). Results go to
     bench/results/*.json; a table is printed."""
@@ -539,7 +610,8 @@ def bench(what: str = typer.Argument("all", help="policies | scale | reconfig | 
                "scale": ["bench/scale.py"] + (["--apps", "100", "--runs", "3"] if quick else []),
                "reconfig": ["bench/reconfig.py"] + (["--quick"] if quick else []),
                "reporting": ["bench/reporting.py"] + (["--stages", "10,50", "--runs", "1"] if quick else []),
-               "ha": ["bench/ha.py"] + (["--quick"] if quick else [])}
+               "ha": ["bench/ha.py"] + (["--quick"] if quick else []),
+               "suite": ["bench/suite.py"] + (["--quick"] if quick else [])}
     if what not in (*scripts, "all"):
         _fail(f"unknown benchmark {what!r}; choose {', '.join(scripts)} or all", 2)
     for name, cmd in scripts.items():

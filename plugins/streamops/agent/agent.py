@@ -144,7 +144,9 @@ class StageAgent:
         self.queries: list[StreamingQuery] = []
         self._sink_stats: dict[int, SinkStats] = {}
         self._rows_per_file: float | None = None
-        self._seen_files = 0
+        # files the checkpoint's source log already holds (an earlier run's): not this run's batches, so
+        # the rows-per-file estimate of a restarted run starts from its own first batch
+        self._seen_files = self.backlog.seen()
         self._threads: list[threading.Thread] = []
         self._closing = threading.Event()
 
@@ -165,6 +167,7 @@ class StageAgent:
     def detach(self) -> None:
         """Remove the listener before the session stops: a listener left registered when Python
         exits makes the JVM log py4j 'Connection refused' for every late event."""
+        self._report_last_batch()
         self.spark.streams.removeListener(self.listener)
         self._closing.set()
         for t in self._threads:
@@ -211,6 +214,17 @@ class StageAgent:
                  "at a batch boundary" if at_boundary else "mid-batch (deadline)", self.last_batch_id)
         return at_boundary
 
+    def _report_last_batch(self) -> None:
+        """The last batch before a stop: its progress event may still be on Spark's listener bus when
+        the listener goes, and the batch would have no stage_metrics row. The query keeps it."""
+        main = self.queries[0] if self.queries else None
+        try:
+            last = main.lastProgress if main is not None else None
+            if last is not None and not wait_until(lambda: self.last_batch_id == last.batchId, 2.0, interval_s=0.05):
+                self.on_progress(json.loads(last.json))
+        except Exception as e:  # a report must never break (or litter) a clean stop
+            log.warning("stage %s: action=stop could not record the last batch's progress: %s", self.ctx.stage_id, e)
+
     # -- reports ---------------------------------------------------------------------------
     def on_commit(self, stats: SinkStats) -> None:
         self._sink_stats[stats.batch_id] = stats
@@ -219,8 +233,10 @@ class StageAgent:
         batch_id = int(progress["batchId"])
         rows = int(progress.get("numInputRows") or 0)
         seen = self.backlog.seen()
-        if seen > self._seen_files and rows:
-            per_file = rows / (seen - self._seen_files)
+        # the batch's own files (its source log entry), else those logged since the last progress
+        files = self.backlog.files_of(batch_id) or (seen - self._seen_files)
+        if files > 0 and rows:
+            per_file = rows / files
             self._rows_per_file = per_file if self._rows_per_file is None else 0.8 * self._rows_per_file + 0.2 * per_file
         self._seen_files = seen
         row = progress_to_metrics(

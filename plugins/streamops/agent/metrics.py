@@ -134,6 +134,36 @@ class FileSourceBacklog:
                 total += self._lines[n]
         return total
 
+    def _count(self, name: str) -> int | None:
+        """Files listed in the log entry `name` (read once), None if it is not there."""
+        if name not in self._lines:
+            try:
+                lines = (self.log_dir / name).read_text().splitlines()
+            except FileNotFoundError:
+                return None
+            self._lines[name] = sum(1 for line in lines[1:] if line.strip())
+        return self._lines[name]
+
+    def _upto(self, batch_id: int, depth: int = 0) -> int | None:
+        """Files logged by batches 0 … batch_id (a compaction lists them all)."""
+        if batch_id < 0:
+            return 0
+        whole = self._count(f"{batch_id}.compact")
+        if whole is not None:
+            return whole
+        own = self._count(str(batch_id))
+        rest = None if own is None or depth > 100 else self._upto(batch_id - 1, depth + 1)
+        return None if rest is None else own + rest
+
+    def files_of(self, batch_id: int) -> int | None:
+        """The files batch `batch_id` took: its own log entry, or for a compaction (which lists every
+        file up to it) what it adds to the batches before; None when the entries are gone."""
+        own = self._count(str(batch_id))
+        if own is not None:
+            return own
+        whole, before = self._count(f"{batch_id}.compact"), self._upto(batch_id - 1)
+        return None if whole is None or before is None else max(0, whole - before)
+
     def _visible(self) -> int:
         try:
             return sum(1 for e in os.scandir(self.input_dir) if e.is_file() and not e.name.startswith((".", "_")))

@@ -18,6 +18,10 @@ time its faults block it (sim/faults.py) taken out of up_fraction and remaining 
 stage writes what its furthest-ahead replica wrote (the frontier never moves back), its latency
 is its lowest replica's, and it is up while any replica processes. One replica without faults
 is exactly the model above.
+
+Micro-batches (StageSpec.trigger_interval_s, batch_overhead_ms, max_batch_rows: model.batch_capacity) take
+each batch's overhead out of the capacity, its duration replaces queue_ms, a restart's first batch lands at once.
+SimConfig.scripted replays a real run's changes instead of the managers' (sim/calibrate.py).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.sim import ha as ha_mod
 from streamops.sim.ha import StageHA
-from streamops.sim.model import SimConfig, StageSpec, lognormal
+from streamops.sim.model import SimConfig, StageSpec, apply_scripted, batch_capacity, lognormal
 from streamops.sim.traces import SimTrace
 
 
@@ -190,14 +194,16 @@ class Simulation:
                 remaining, rem_t = max(remaining, blocks.remaining(t + 1.0)), max(rem_t, blocks.remaining(float(t)))
             if rp.degraded:
                 eff_cores = max(0.0, eff_cores - rp.lost_cores(t))
-            cap = eff_cores * sp.rate_per_core * noise
             avail = rp.q + inflow
+            cap, dur = batch_capacity(sp, eff_cores * sp.rate_per_core * noise, avail, inflow)  # fluid: dur = 0
+            if sp.micro_batch and (p.down_end < t + 1 if p else st.restart_t == t):  # a restart's first batch lands
+                cap += sp.max_batch_rows or avail
             processed = min(avail, cap)
             backlog = avail - processed
             util = min(1.0, avail / cap) if cap > 0 else 0.0
             # latency: the delay of a record arriving now
             rho = min(util, cfg.rho_cap)
-            queue = sp.base_latency_ms + cfg.queue_ms * rho / (1.0 - rho)
+            queue = sp.base_latency_ms + (1000.0 * dur if sp.micro_batch else cfg.queue_ms * rho / (1.0 - rho))
             base = queue + 1000.0 * remaining
             lat = base + 1000.0 * backlog / nominal
             b90 = rp.q + 0.9 * (backlog - rp.q)
@@ -417,16 +423,19 @@ class Simulation:
         ci = int(round(self.app_opts.control_interval_s))
         if lp <= 0 or ci <= 0:
             raise ValueError("local_period_s and control_interval_s must be ≥ 1 s")
-        managed = any(st.ha.manager is not None for st in self.stages)
+        scripted = self.cfg.scripted is not None  # a real run's changes, not the managers' (calibrate.py)
+        managed = not scripted and any(st.ha.manager is not None for st in self.stages)
         faulty = [st for st in self.stages if st.ha.events]
         for t in range(self.T):
             for st in self.stages:
                 self._advance_reconfig(st, t)  # restarts that completed by t, before anyone looks
-            if t > 0 and t % lp == 0:
+            if scripted:
+                apply_scripted(self, t)
+            if t > 0 and t % lp == 0 and not scripted:
                 self._operator_cycles(t)
             if managed:
                 self._redundancy_cycles(t)  # before the Application Manager: granted in the same cycle
-            if t > 0 and t % ci == 0:
+            if t > 0 and t % ci == 0 and not scripted:
                 self._app_cycle(t)
             for st in faulty:
                 ha_mod.fire_faults(st.ha, t, st.n, self.cfg)

@@ -32,6 +32,10 @@ class StageSpec:
     replicas: int = 1  # independent copies of the stage, each with `cores`
     redundancy: Redundancy | None = field(default=None, hash=False)  # the manager sets the replicas
     faults: tuple[Fault, ...] = ()  # the fault injector's schedule (sim/faults.py)
+    # Micro-batches (docs/policies.md §11.4, fitted by sim/calibrate.py): all 0 is the fluid model.
+    trigger_interval_s: float = 0.0  # a batch starts at most this often
+    batch_overhead_ms: float = 0.0  # fixed cost of a batch (planning, commit), on top of rows / (cores × rate)
+    max_batch_rows: float = 0.0  # rows one batch takes at most (maxFilesPerTrigger); 0: unlimited
 
     def __post_init__(self) -> None:
         # dicts (from JSON, run_simulation(stages=[{...}])) become the registry's models
@@ -51,6 +55,64 @@ class StageSpec:
     @property
     def capacity(self) -> float:
         return self.cores * self.rate_per_core
+
+    @property
+    def micro_batch(self) -> bool:
+        return self.trigger_interval_s > 0 or self.batch_overhead_ms > 0 or self.max_batch_rows > 0
+
+
+def batch_capacity(sp: StageSpec, cap: float, avail: float, inflow: float) -> tuple[float, float]:
+    """A second's capacity and the duration (s) of the batch that takes the rows pending now.
+
+    Fluid stage (no micro-batch fields): `cap` (cores × rate × noise × up) as is, duration 0.
+    Micro-batch: a batch takes n = the rows pending, at least a trigger interval's arrivals, at
+    most max_batch_rows; it lasts D = overhead + n / cap and starts every T_b = max(trigger, D)
+    seconds, so a second has cap · (1 − overhead / T_b) for rows, and at most n / T_b."""
+    if not sp.micro_batch:
+        return cap, 0.0
+    if cap <= 0:
+        return 0.0, sp.batch_overhead_ms / 1000.0
+    n = max(avail, inflow * sp.trigger_interval_s)
+    if sp.max_batch_rows > 0:
+        n = min(n, sp.max_batch_rows)
+    o = sp.batch_overhead_ms / 1000.0
+    dur = o + n / cap
+    t_b = max(sp.trigger_interval_s, dur)
+    eff = cap * (1.0 - o / t_b)
+    if sp.max_batch_rows > 0:
+        eff = min(eff, sp.max_batch_rows / t_b)
+    return eff, dur
+
+
+@dataclass(frozen=True)
+class ScriptedChange:
+    """A reconfiguration (or a failure's restart) of a real run, replayed as it happened
+    (SimConfig.scripted): no policy decides it. The stage's output stops at down_start_s (default
+    t_s) for downtime_s, then it runs with to_cores."""
+
+    t_s: float
+    stage: str
+    to_cores: int
+    downtime_s: float
+    mechanism: str = "pause_resume"
+    action: str = "scale_out"
+    down_start_s: float | None = None
+
+
+def apply_scripted(sim: Any, t: int) -> None:
+    """Start the scripted changes due in [t, t+1) (Simulation.run calls this instead of the managers)."""
+    from streamops.sim.engine import Reconfig
+
+    for c in sim.cfg.scripted or ():
+        if t <= c.t_s < t + 1:
+            st = next(s for s in sim.stages if s.spec.name == c.stage)
+            if st.pending is not None:  # a failure during a change: that change ends first
+                sim._advance_reconfig(st, int(math.ceil(st.pending.down_end)))
+            start = max(c.t_s, c.t_s if c.down_start_s is None else c.down_start_s)
+            st.pending = Reconfig(t=c.t_s, stage=c.stage, action=c.action, from_cores=st.n, to_cores=c.to_cores,
+                                  mechanism=c.mechanism, downtime_s=c.downtime_s, down_start=start,
+                                  down_end=start + c.downtime_s, reason="scripted")
+            sim.reconfigs.append(st.pending)
 
 
 # EDF's DEBS top-10 routes query cut at its stateful operator: parse+filter+route id → windowed
@@ -104,6 +166,9 @@ class SimConfig:
     response_stat: str = "p95"  # p95 | mean: the response the Application Manager gets per interval
     settle_s: float = 120.0  # convergence: response ≤ R_max for this long
     withdraw_stale: bool = True  # an open request its operator stopped proposing is withdrawn
+    # A replay of a real run (sim/calibrate.py): these changes (none: ()) happen instead of the
+    # managers' decisions; None runs the managers.
+    scripted: tuple[ScriptedChange, ...] | None = None
     start: datetime = SIM_EPOCH
     plot: bool = True
 
@@ -129,6 +194,8 @@ class SimConfig:
             kw["stages"] = tuple(s if isinstance(s, StageSpec) else StageSpec(**s) for s in kw["stages"])
         if "fault_periods" in kw:
             kw["fault_periods"] = tuple((float(a), float(b)) for a, b in kw["fault_periods"])
+        if kw.get("scripted") is not None:
+            kw["scripted"] = tuple(c if isinstance(c, ScriptedChange) else ScriptedChange(**c) for c in kw["scripted"])
         return replace(self, **kw)
 
 

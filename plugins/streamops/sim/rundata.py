@@ -1,0 +1,237 @@
+"""A real run of one stage, as the database recorded it, for the simulator's calibration
+(sim/calibrate.py): its batches (stage_metrics), reconfigurations, output commits and failures
+over a time range, and what was measured per second, by the nightly report's definitions.
+
+    run = load_run("hibench.wordcount", minutes=30)       # or since=/until=
+    run.save(Path("run.json")); RunData.load(Path("run.json"))  # offline, without a database
+    export_trace(run, Path("bench/traces/x.csv"))          # what sim.traces.load_csv_trace replays
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TIME_KEYS = ("ts", "committed_at", "requested_at", "stop_requested_at", "stopped_at", "state_ready_at",
+             "restarted_at", "first_batch_done_at", "caught_up_at", "finished_at", "failed_at", "last_commit_at",
+             "recovered_at", "first_ts", "last_ts")
+TRACE_COLUMNS = ("ts", "stage_id", "deployment_id", "batch_id", "input_rows", "input_rps", "processed_rps",
+                 "batch_duration_ms", "add_batch_ms", "trigger_interval_ms", "latency_p50_ms", "latency_p95_ms",
+                 "backlog_files", "backlog_rows", "cores", "state_bytes")
+
+
+def _iso(v: Any) -> Any:
+    return v.isoformat() if isinstance(v, datetime) else v
+
+
+def _dt(v: Any) -> Any:
+    if isinstance(v, str):
+        d = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+    return v
+
+
+def _plain(v: Any) -> Any:
+    """Decimals and the like from the driver become floats; datetimes stay."""
+    if v is None or isinstance(v, (int, float, str, bool, datetime)):
+        return v
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+@dataclass
+class RunData:
+    stage_id: str
+    t_from: datetime
+    t_to: datetime
+    stage: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    reconfigs: list[dict[str, Any]] = field(default_factory=list)
+    commits: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ time axis
+    def sec(self, ts: datetime | None) -> float | None:
+        """Seconds since t_from."""
+        return None if ts is None else (ts - self.t_from).total_seconds()
+
+    @property
+    def duration_s(self) -> int:
+        return max(1, int(math.ceil((self.t_to - self.t_from).total_seconds())))
+
+    @property
+    def trigger_ms(self) -> float:
+        vals = [m["trigger_interval_ms"] for m in self.metrics if m.get("trigger_interval_ms")]
+        return float(np.median(vals)) if vals else float(self.stage.get("trigger_ms") or 1000)
+
+    # ------------------------------------------------------------------ files
+    def to_json(self) -> dict[str, Any]:
+        conv = lambda rows: [{k: _iso(v) for k, v in r.items()} for r in rows]  # noqa: E731
+        d = asdict(self)
+        d.update(t_from=_iso(self.t_from), t_to=_iso(self.t_to), stage={k: _iso(v) for k, v in self.stage.items()},
+                 metrics=conv(self.metrics), reconfigs=conv(self.reconfigs), commits=conv(self.commits),
+                 failures=conv(self.failures))
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RunData":
+        conv = lambda rows: [{k: (_dt(v) if k in TIME_KEYS else v) for k, v in r.items()} for r in rows]  # noqa: E731
+        return cls(stage_id=d["stage_id"], t_from=_dt(d["t_from"]), t_to=_dt(d["t_to"]),
+                   stage={k: (_dt(v) if k in TIME_KEYS else v) for k, v in d["stage"].items()},
+                   metrics=conv(d["metrics"]), reconfigs=conv(d.get("reconfigs", [])),
+                   commits=conv(d.get("commits", [])), failures=conv(d.get("failures", [])))
+
+    def save(self, path: Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> "RunData":
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+
+def load_run(stage_id: str, since: datetime | None = None, until: datetime | None = None,
+             minutes: float | None = None) -> RunData:
+    """Read a stage's run from the database: [since, until], or the `minutes` up to its latest
+    batch (default: every batch it has)."""
+    from streamops.store import db
+
+    st = db.row("calibration_stage", stage_id=stage_id)
+    if st is None:
+        raise ValueError(f"unknown stage {stage_id!r}")
+    if st.last_ts is None:
+        raise ValueError(f"stage {stage_id!r} has no batches in stage_metrics")
+    until = until or st.last_ts
+    if since is None:
+        since = until - timedelta(minutes=minutes) if minutes else st.first_ts
+    since = since.replace(microsecond=0)  # whole seconds: the report's 1-second windows (10_sla.sql)
+    if since >= until:
+        raise ValueError(f"empty time range {since} … {until}")
+    kw = dict(stage_id=stage_id, from_ts=since, to_ts=until)
+    rows = lambda name, **p: [{k: _plain(v) for k, v in r._mapping.items()} for r in db.rows(name, **p)]  # noqa: E731
+    metrics = rows("calibration_metrics", **kw)
+    if not metrics:
+        raise ValueError(f"stage {stage_id!r} has no batches between {since} and {until}")
+    # a gap that began before the range still counts in it: commits from a minute earlier
+    commits = rows("calibration_commits", stage_id=stage_id, from_ts=since - timedelta(minutes=1), to_ts=until)
+    return RunData(stage_id=stage_id, t_from=since, t_to=until, stage={k: _plain(v) for k, v in st._mapping.items()},
+                   metrics=metrics, reconfigs=rows("calibration_reconfigurations", **kw), commits=commits,
+                   failures=rows("calibration_failures", **kw))
+
+
+def export_trace(run: RunData, path: Path) -> Path:
+    """The run's batches as a stage_metrics CSV (what sim.traces.load_csv_trace replays)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(TRACE_COLUMNS)
+        for m in run.metrics:
+            w.writerow([run.stage_id if c == "stage_id" else
+                        (m["ts"].astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                         if c == "ts" else ("" if m.get(c) is None else m.get(c))) for c in TRACE_COLUMNS])
+    return path
+
+
+# ---------------------------------------------------------------------- what was measured
+def response_windows(run: RunData) -> dict[int, float]:
+    """The stage's response time per 1-second window, as reporting.sla_for_day (10_sla.sql) has it:
+    a batch speaks for the windows from the second it started in for its trigger interval (whole
+    seconds, rounded up); within a window each run counts with the mean of its batches and the stage
+    with its fastest run. Windows without a batch are unmeasured (absent)."""
+    per_run: dict[tuple[int, Any], list[float]] = {}
+    for m in run.metrics:
+        if m.get("latency_p95_ms") is None:
+            continue
+        sec = int(math.floor(run.sec(m["ts"])))
+        hold = min(3600, int(math.ceil((m.get("trigger_interval_ms") or run.trigger_ms) / 1000.0)))
+        for w in range(sec, sec + max(1, hold)):
+            if 0 <= w < run.duration_s:
+                per_run.setdefault((w, m.get("deployment_id")), []).append(float(m["latency_p95_ms"]))
+    out: dict[int, float] = {}
+    for (w, _), vals in per_run.items():
+        v = sum(vals) / len(vals)
+        out[w] = min(out.get(w, v), v)
+    return dict(sorted(out.items()))
+
+
+def outage_gaps(run: RunData) -> list[tuple[float, float, str]]:
+    """Output gaps (start s, end s, cause) as reporting.downtime_for_day (20_downtime.sql) places
+    them: a reconfiguration's downtime_ms ending at its new run's first batch (else its last phase
+    stamp); a failure's from its last commit, lasting its measured downtime_ms once recovered."""
+    gaps = []
+    for r in run.reconfigs:
+        if (r.get("downtime_ms") or 0) > 0:
+            end = next((r[k] for k in ("first_batch_done_at", "caught_up_at", "finished_at", "restarted_at",
+                                       "stopped_at", "requested_at") if r.get(k) is not None))
+            gaps.append((run.sec(end) - r["downtime_ms"] / 1000.0, run.sec(end), f"reconfiguration {r['id']}"))
+    for f in run.failures:
+        start = run.sec(f.get("last_commit_at") or f["failed_at"])
+        if f.get("recovered_at") is not None and f.get("downtime_ms") is not None:
+            end = start + max(0.0, f["downtime_ms"]) / 1000.0
+        else:
+            end = max(start, run.sec(f.get("recovered_at") or run.t_to))
+        gaps.append((start, end, f"failure {f['id']}"))
+    return gaps
+
+
+def union_seconds(gaps: list[tuple[float, float, str]], lo: float, hi: float) -> float:
+    """Seconds covered by the gaps within [lo, hi], overlaps counted once."""
+    total, cur_a, cur_b = 0.0, None, None
+    for a, b, _ in sorted((max(lo, a), min(hi, b), c) for a, b, c in gaps):
+        if b <= a:
+            continue
+        if cur_b is None or a > cur_b:
+            total += 0.0 if cur_b is None else cur_b - cur_a
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    return total + (0.0 if cur_b is None else cur_b - cur_a)
+
+
+def availability(run: RunData) -> tuple[float, float]:
+    """(availability, downtime s): 1 − output gaps / observed seconds, as the nightly report's."""
+    observed = (run.t_to - run.t_from).total_seconds()
+    down = union_seconds(outage_gaps(run), 0.0, observed)
+    return 1.0 - down / observed, down
+
+
+def backlog_samples(run: RunData) -> list[tuple[float, float]]:
+    """(seconds, rows): the backlog each batch measured when it ended (the agent's files × rows/file)."""
+    return [(run.sec(m["ts"]) + (m["batch_duration_ms"] or 0) / 1000.0, float(m["backlog_rows"]))
+            for m in run.metrics if m.get("backlog_rows") is not None]
+
+
+def arrivals_cumulative(run: RunData) -> tuple[np.ndarray, np.ndarray]:
+    """Rows arrived by each batch's end: the rows taken so far plus the backlog it measured, from 0
+    at the range's start; (times s, cumulative rows), linear in between. The backlog in rows is the
+    agent's files × rows per file of the files just taken, wrong when the files waiting are of
+    another size (the rate changed while they queued): a batch end with a full batch's files or
+    more waiting is no point of the curve (the rows its batches took count at the next one). A
+    batch without a row (a gap in the batch ids: one a stop cut off) counts with its neighbours'
+    mean rows."""
+    full = int(run.stage.get("max_files_per_trigger") or 0) or 2
+    ts, cum, taken, top, prev = [0.0], [0.0], 0.0, 0.0, None
+    for i, m in enumerate(run.metrics):
+        rows = m["input_rows"] or 0
+        if prev is not None and m["batch_id"] > prev["batch_id"] + 1:
+            taken += (m["batch_id"] - prev["batch_id"] - 1) * 0.5 * (rows + (prev["input_rows"] or 0))
+        taken += rows
+        prev = m
+        if (m.get("backlog_files") or 0) >= full and i < len(run.metrics) - 1:
+            continue
+        top = max(top, taken + float(m.get("backlog_rows") or 0.0))
+        ts.append(max(ts[-1], run.sec(m["ts"]) + (m["batch_duration_ms"] or 0) / 1000.0))
+        cum.append(top)
+    return np.array(ts), np.array(cum)
