@@ -87,7 +87,8 @@ def test_a_recorded_run_replays_within_20_percent(tmp_path):
 @pytest.mark.db
 def test_the_simulator_replays_a_real_run_within_20_percent(clean_db, artifacts):
     from streamops.sim.calibrate import calibrate_and_replay
-    from streamops.sim.rundata import load_run
+    from streamops.sim.rundata import RunData
+    from streamops.store.runs import stage_run
 
     began = time.monotonic()
     reg = _registry()
@@ -117,7 +118,7 @@ def test_the_simulator_replays_a_real_run_within_20_percent(clean_db, artifacts)
     stages.stop_stage(SID, reg, deadline_s=30)
     run_s = time.monotonic() - began
 
-    run = load_run(SID, since=since, until=until)
+    run = RunData(**stage_run(SID, since=since, until=until))
     d = artifacts / "calibration"
     run.save(d / "run.json")  # the raw run: the model can be refitted offline (RunData.load)
     res = calibrate_and_replay(run, out_dir=d)

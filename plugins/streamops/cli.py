@@ -550,7 +550,8 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
     """`sim --calibrate`: measured vs simulated, the calibrated parameters, the files written."""
     from streamops.sim.calibrate import calibrate_and_replay
     from streamops.sim.rundata import export_trace as write_trace
-    from streamops.sim.rundata import load_run
+    from streamops.sim.rundata import RunData
+    from streamops.store.runs import stage_run
     from streamops.store.db import DatabaseUnavailable
 
     def when(v: Optional[str], name: str) -> Optional[datetime]:
@@ -565,7 +566,7 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
     if since and minutes:
         _fail("give --since or --minutes, not both", 2)
     try:
-        run = load_run(stage_id, since=when(since, "since"), until=when(until, "until"), minutes=minutes)
+        run = RunData(**stage_run(stage_id, since=when(since, "since"), until=when(until, "until"), minutes=minutes))
         with console.status(f"calibrating on {stage_id}: {len(run.metrics)} batches, {run.duration_s} s …"):
             res = calibrate_and_replay(run, out_dir=out, seed=seed)
     except DatabaseUnavailable as e:

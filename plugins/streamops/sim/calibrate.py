@@ -1,7 +1,7 @@
 """The simulator checked against reality (docs/policies.md §11.4): fit the model to a real run of
 one stage and replay that run in it.
 
-    run = rundata.load_run("cal.wc", since=..., until=...)   # or RunData.load(path)
+    run = RunData(**store.runs.stage_run("cal.wc", since=..., until=...))   # or RunData.load(path)
     res = calibrate_and_replay(run, out_dir=Path("cal-out"))  # calibration.json, calibration.png
 
 `fit(run)` derives, from what the database recorded: the processing rate per core and the fixed

@@ -2,7 +2,7 @@
 (sim/calibrate.py): its batches (stage_metrics), reconfigurations, output commits and failures
 over a time range, and what was measured per second, by the nightly report's definitions.
 
-    run = load_run("hibench.wordcount", minutes=30)       # or since=/until=
+    run = RunData(**store.runs.stage_run("hibench.wordcount", minutes=30))  # or since=/until=
     run.save(Path("run.json")); RunData.load(Path("run.json"))  # offline, without a database
     export_trace(run, Path("bench/traces/x.csv"))          # what sim.traces.load_csv_trace replays
 """
@@ -13,7 +13,7 @@ import csv
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +36,6 @@ def _dt(v: Any) -> Any:
         d = datetime.fromisoformat(v.replace("Z", "+00:00"))
         return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
     return v
-
-
-def _plain(v: Any) -> Any:
-    """Decimals and the like from the driver become floats; datetimes stay."""
-    if v is None or isinstance(v, (int, float, str, bool, datetime)):
-        return v
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return str(v)
 
 
 @dataclass
@@ -99,35 +89,6 @@ class RunData:
     @classmethod
     def load(cls, path: Path) -> "RunData":
         return cls.from_json(json.loads(Path(path).read_text()))
-
-
-def load_run(stage_id: str, since: datetime | None = None, until: datetime | None = None,
-             minutes: float | None = None) -> RunData:
-    """Read a stage's run from the database: [since, until], or the `minutes` up to its latest
-    batch (default: every batch it has)."""
-    from streamops.store import db
-
-    st = db.row("calibration_stage", stage_id=stage_id)
-    if st is None:
-        raise ValueError(f"unknown stage {stage_id!r}")
-    if st.last_ts is None:
-        raise ValueError(f"stage {stage_id!r} has no batches in stage_metrics")
-    until = until or st.last_ts
-    if since is None:
-        since = until - timedelta(minutes=minutes) if minutes else st.first_ts
-    since = since.replace(microsecond=0)  # whole seconds: the report's 1-second windows (10_sla.sql)
-    if since >= until:
-        raise ValueError(f"empty time range {since} … {until}")
-    kw = dict(stage_id=stage_id, from_ts=since, to_ts=until)
-    rows = lambda name, **p: [{k: _plain(v) for k, v in r._mapping.items()} for r in db.rows(name, **p)]  # noqa: E731
-    metrics = rows("calibration_metrics", **kw)
-    if not metrics:
-        raise ValueError(f"stage {stage_id!r} has no batches between {since} and {until}")
-    # a gap that began before the range still counts in it: commits from a minute earlier
-    commits = rows("calibration_commits", stage_id=stage_id, from_ts=since - timedelta(minutes=1), to_ts=until)
-    return RunData(stage_id=stage_id, t_from=since, t_to=until, stage={k: _plain(v) for k, v in st._mapping.items()},
-                   metrics=metrics, reconfigs=rows("calibration_reconfigurations", **kw), commits=commits,
-                   failures=rows("calibration_failures", **kw))
 
 
 def export_trace(run: RunData, path: Path) -> Path:
