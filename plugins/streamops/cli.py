@@ -577,7 +577,8 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
     for col in ("", "measured", "simulated", "error"):
         t.add_column(col, justify="left" if not col else "right")
     for key, r in res["comparison"].items():
-        fmt = (lambda v: f"{v:.3%}") if key in ("availability", "share_within_rmax", "response_series_mape") \
+        fmt = (lambda v: f"{v:.3%}") if key in ("availability", "availability_accounting", "share_within_rmax",
+                                                "response_series_mape") \
             else (lambda v: f"{v:,.1f}")
         t.add_row(key, "" if r["measured"] is None else fmt(r["measured"]),
                   "" if r["simulated"] is None else fmt(r["simulated"]),
@@ -591,6 +592,10 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
     for mech, costs in cal["restart_costs"].items():
         p.add_row(f"restart {mech}", ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
                                                for k, v in costs.items() if v is not None))
+    for c in res.get("restart_costs_replayed", []):
+        p.add_row(f"replayed {c['mechanism']} at {c['t_s']:.0f} s",
+                  f"{c['downtime_s']:.1f} s from {c['downtime_source']} ({c['downtime_detail']}); "
+                  f"own gap {c['own_gap_s']:.1f} s")
     console.print(p)
     if export_trace is not None:
         _say(f"wrote {write_trace(run, export_trace)} ({len(run.metrics)} batches)")

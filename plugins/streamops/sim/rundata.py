@@ -21,7 +21,7 @@ import numpy as np
 
 TIME_KEYS = ("ts", "committed_at", "requested_at", "stop_requested_at", "stopped_at", "state_ready_at",
              "restarted_at", "first_batch_done_at", "caught_up_at", "finished_at", "failed_at", "last_commit_at",
-             "recovered_at", "first_ts", "last_ts")
+             "recovered_at", "first_ts", "last_ts", "started_at", "running_at", "first_commit_at", "at")
 TRACE_COLUMNS = ("ts", "stage_id", "deployment_id", "batch_id", "input_rows", "input_rps", "processed_rps",
                  "batch_duration_ms", "add_batch_ms", "trigger_interval_ms", "latency_p50_ms", "latency_p95_ms",
                  "backlog_files", "backlog_rows", "cores", "state_bytes")
@@ -48,6 +48,11 @@ class RunData:
     reconfigs: list[dict[str, Any]] = field(default_factory=list)
     commits: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    # what predicts a restart's outage without its own gap (sim/calibrate.restart_cost): the stage's
+    # cost history (calibration_cost_history.sql: every change and recovered failure, with its id)
+    # and its first deployment's start (calibration_first_start.sql: launch → first commit)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    first_start: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ time axis
     def sec(self, ts: datetime | None) -> float | None:
@@ -69,7 +74,8 @@ class RunData:
         d = asdict(self)
         d.update(t_from=_iso(self.t_from), t_to=_iso(self.t_to), stage={k: _iso(v) for k, v in self.stage.items()},
                  metrics=conv(self.metrics), reconfigs=conv(self.reconfigs), commits=conv(self.commits),
-                 failures=conv(self.failures))
+                 failures=conv(self.failures), history=conv(self.history),
+                 first_start=None if self.first_start is None else conv([self.first_start])[0])
         return d
 
     @classmethod
@@ -78,7 +84,9 @@ class RunData:
         return cls(stage_id=d["stage_id"], t_from=_dt(d["t_from"]), t_to=_dt(d["t_to"]),
                    stage={k: (_dt(v) if k in TIME_KEYS else v) for k, v in d["stage"].items()},
                    metrics=conv(d["metrics"]), reconfigs=conv(d.get("reconfigs", [])),
-                   commits=conv(d.get("commits", [])), failures=conv(d.get("failures", [])))
+                   commits=conv(d.get("commits", [])), failures=conv(d.get("failures", [])),
+                   history=conv(d.get("history", [])),
+                   first_start=conv([d["first_start"]])[0] if d.get("first_start") else None)
 
     def save(self, path: Path) -> Path:
         path = Path(path)

@@ -26,7 +26,9 @@ def _rows(name: str, **params: Any) -> list[dict[str, Any]]:
 def stage_run(stage_id: str, since: datetime | None = None, until: datetime | None = None,
               minutes: float | None = None) -> dict[str, Any]:
     """The stage's batches, reconfigurations, failures and sink commits in [since, until], or the
-    `minutes` up to its latest batch (default: every batch it has). ValueError when there are none."""
+    `minutes` up to its latest batch (default: every batch it has), and what predicts its restarts
+    without their own gaps: the cost history of all its changes and recovered failures (each row's
+    id, for a leave-one-out) and its first deployment's start. ValueError when there are no batches."""
     st = db.row("calibration_stage", stage_id=stage_id)
     if st is None:
         raise ValueError(f"unknown stage {stage_id!r}")
@@ -46,4 +48,6 @@ def stage_run(stage_id: str, since: datetime | None = None, until: datetime | No
     commits = _rows("calibration_commits", stage_id=stage_id, from_ts=since - timedelta(minutes=1), to_ts=until)
     return dict(stage_id=stage_id, t_from=since, t_to=until, stage={k: _plain(v) for k, v in st._mapping.items()},
                 metrics=metrics, reconfigs=_rows("calibration_reconfigurations", **kw), commits=commits,
-                failures=_rows("calibration_failures", **kw))
+                failures=_rows("calibration_failures", **kw),
+                history=_rows("calibration_cost_history", stage_id=stage_id),
+                first_start=(_rows("calibration_first_start", stage_id=stage_id) or [None])[0])
