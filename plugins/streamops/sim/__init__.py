@@ -5,6 +5,11 @@ Operator Manager (`plan.operator.operator_cycle`) and Application Manager
     from streamops.sim import run_simulation
     summary = run_simulation("edf_b075", "diurnal", seed=1, out_dir=Path("bench/results/x"))
     rows = ha_comparison("constant:rate=130", seed=1, mtbf_s=120, slow_mtbf_s=60)  # faults and replicas
+    summary = run_simulation("predictive", "suite:flash_crowd:101")  # the trace suite (sim/suite.py)
+
+The trace suite (`sim/suite.py`) has seeded families with a train/test split (bench/suite.py
+tunes on the first only); `sim/calibrate.py` fits the model to a real run and replays it
+(`streamops sim --calibrate`).
 """
 
 from streamops.sim.faults import parse_faults
