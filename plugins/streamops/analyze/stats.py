@@ -63,8 +63,7 @@ def ds2_target(s: StageStats, catch_up_s: float = 60.0, target_utilization: floa
     rate = true_rate_per_core(s)
     if rate is None:
         return s.cores
-    demand = s.input_rate if input_rate is None else input_rate
-    need = (demand + max(0.0, s.backlog_rows) / catch_up_s) / (rate * target_utilization)
+    need = _rows_to_serve(s, catch_up_s, input_rate) / (rate * target_utilization)
     return max(s.min_cores, min(s.max_cores, math.ceil(need - 1e-9)))
 
 
@@ -74,5 +73,9 @@ def load_ratio(s: StageStats, catch_up_s: float = 60.0, input_rate: float | None
     rate = true_rate_per_core(s)
     if rate is None:
         return 0.0
-    demand = s.input_rate if input_rate is None else input_rate
-    return (demand + max(0.0, s.backlog_rows) / catch_up_s) / (rate * s.cores)
+    return _rows_to_serve(s, catch_up_s, input_rate) / (rate * s.cores)
+
+
+def _rows_to_serve(s: StageStats, catch_up_s: float, input_rate: float | None) -> float:
+    """Rows/s to serve: the input (measured, or `input_rate`) plus the backlog caught up in `catch_up_s`."""
+    return (s.input_rate if input_rate is None else input_rate) + max(0.0, s.backlog_rows) / catch_up_s

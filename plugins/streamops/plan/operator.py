@@ -20,7 +20,7 @@ from streamops.analyze.stats import StageStats, busy_fraction, ds2_target, load_
 from streamops.plan.model import MIGRATE, PRESTAGE, RELEASE, SCALE_IN, SCALE_OUT, OperatorState, Request
 from streamops.plan.options import OperatorOptions
 
-CostFn = Callable[[str, str, float], float]  # (stage_id, action, state_bytes) → expected downtime ms
+CostFn = Callable[[str, str, float, "str | None"], float]  # (stage_id, action, state_bytes, mechanism) → ms
 
 
 @dataclass(frozen=True)
@@ -77,12 +77,7 @@ def _busy_ahead(s: StageStats, opt: OperatorOptions) -> float:
 
 def _request(s: StageStats, action: str, target: int | None, gain: float, ctx: OperatorContext, reason: str,
              pool: str | None = None, mechanism: str | None = None, **snap) -> Request:
-    if action in (PRESTAGE, RELEASE):
-        cost = 0.0
-    elif mechanism is None:
-        cost = ctx.cost(s.stage_id, action, s.state_bytes)
-    else:  # what this stage's changes by that mechanism have cost
-        cost = ctx.cost(s.stage_id, action, s.state_bytes, mechanism)
+    cost = 0.0 if action in (PRESTAGE, RELEASE) else ctx.cost(s.stage_id, action, s.state_bytes, mechanism)
     return Request(s.stage_id, action, target, pool, round(gain, 4), round(cost, 1), reason, _snapshot(s, **snap), app=s.app)
 
 
@@ -159,7 +154,8 @@ def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: O
     elif score < opt.scale_in_threshold and n > s.min_cores and not _forecast_holds(s, opt, n - 1):
         out.append(_scale_in(s, _give_back(s, opt), ctx, f"O {score:.0f} < {opt.scale_in_threshold:.0f}", **snap))
     elif (opt.scale_in_to == "ds2" and n > s.min_cores and score < opt.alarming_threshold - opt.release_hysteresis
-          and (m := _give_back(s, opt)) < n and ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin, demand) < n):
+          and ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin, demand) < n):
+        m = _give_back(s, opt)
         out.append(_scale_in(s, m, ctx, f"DS2 n* {m} < n {n} at {opt.ds2_scale_in_margin:.0%} (O {score:.0f})", **snap))
     return out, state
 
