@@ -43,21 +43,50 @@ def _commits(engine, sid: str) -> int:
                             {"s": sid}).scalar_one()
 
 
+def _quarantined(engine, sid: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM quarantine WHERE stage_id = :s"), {"s": sid}).scalar_one()
+
+
 def _deployment(engine, dep_id: int):
     with engine.connect() as conn:
         return conn.execute(text("SELECT * FROM deployments WHERE id = :i"), {"i": dep_id}).one()
 
 
-def test_graceful_stop_at_a_batch_boundary_with_a_clean_log(clean_db):
-    reg = _registry()
-    inputs = registry.resolve_path("e2e/in")
+def _run_fed(engine, reg, until_commits: int = 2, **start):
+    """Start e2e.wc under a web feed with 5 % malformed lines (so the quarantine query has
+    batches of its own to be in the middle of) and return (run, feed's stop event, feeder)."""
     stop_feeding = threading.Event()
     feeder = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
-        out_dir=inputs, kind="web", trace="constant:rate=100", seed=5, duration_s=120, stop_event=stop_feeding))
+        out_dir=registry.resolve_path("e2e/in"), kind="web", trace="constant:rate=100", seed=5, duration_s=120,
+        garbage_fraction=0.05, stop_event=stop_feeding))
     feeder.start()
+    run = stages.start_stage("e2e.wc", reg, **start)
+    eventually(lambda: _commits(engine, "e2e.wc") >= until_commits, 120, f"{until_commits} committed batches")
+    return run, stop_feeding, feeder
+
+
+def _batches(ckpt: Path) -> tuple[int | None, int | None]:
+    """(last planned, last committed) batch of one query's checkpoint."""
+    from streamops.checkpoint_layout import last_committed_batch, last_planned_batch
+
+    return last_planned_batch(ckpt), last_committed_batch(ckpt)
+
+
+def _assert_clean_log(log: str) -> None:
+    for bad in ("Connection refused", "Py4JException", "Py4JJavaError", "Traceback", " ERROR "):
+        at = log.find(bad)
+        # the whole traceback in the message: pytest truncates the log, and this failure is rare
+        assert at < 0, f"{bad!r} in the driver log:\n{log[max(0, at - 2000):at + 6000]}"
+
+
+def test_graceful_stop_at_a_batch_boundary_with_a_clean_log(clean_db):
+    """Every query of the run (main and quarantine) stops between two of its own batches."""
+    reg = _registry()
+    run, stop_feeding, feeder = _run_fed(clean_db, reg)
     try:
-        run = stages.start_stage("e2e.wc", reg)
-        eventually(lambda: _commits(clean_db, "e2e.wc") >= 2, 120, "two committed batches")
+        # the quarantine query (a trigger 5x the main one's) has committed a batch with lines in it
+        eventually(lambda: _quarantined(clean_db, "e2e.wc") > 0, 60, "a quarantined line")
         result = stages.stop_stage("e2e.wc", reg, deadline_s=30)
     finally:
         stop_feeding.set()
@@ -67,20 +96,42 @@ def test_graceful_stop_at_a_batch_boundary_with_a_clean_log(clean_db):
     dep = _deployment(clean_db, run.deployment_id)
     assert dep.status == "stopped" and dep.exit_code == 0
     assert "at a batch boundary" in dep.stop_reason, dep.stop_reason
-    # At a boundary, every planned batch (offsets/N) has its commit (commits/N).
-    ckpt = Path(dep.checkpoint)
-    def last(d): return max(int(p.name) for p in (ckpt / d).iterdir() if p.name.isdigit())
-    assert last("offsets") == last("commits")
+    # At a boundary, every planned batch (offsets/N) has its commit (commits/N), in both queries.
+    from streamops.checkpoint_layout import QUERIES, query_checkpoint
+
+    for which in QUERIES:
+        planned, committed = _batches(query_checkpoint(which, Path(dep.checkpoint)))
+        assert planned is not None and planned == committed, f"{which}: planned {planned}, committed {committed}"
     with clean_db.connect() as conn:
         cmd = conn.execute(text("SELECT done_at, outcome FROM stage_commands WHERE deployment_id = :d"),
                            {"d": run.deployment_id}).one()
     assert cmd.done_at is not None and "batch boundary" in cmd.outcome
     log = Path(run.log_path).read_text()
-    for bad in ("Connection refused", "Py4JException", "Traceback", " ERROR "):
-        at = log.find(bad)
-        # the whole traceback in the message: pytest truncates the log, and this failure is rare
-        assert at < 0, f"{bad!r} in the driver log:\n{log[max(0, at - 2000):at + 6000]}"
+    _assert_clean_log(log)
+    assert "interrupted batch" not in log
     assert "action=exit status=stopped" in log
+
+
+def test_a_stop_past_its_deadline_names_the_interrupted_query_in_one_warning(clean_db):
+    """Batches of 8 s (an injected slow sink) and a stop deadline of 2 s (the driver waits half of
+    it): the main query is interrupted mid-batch. The driver says so in one WARN line naming the
+    query and the batch, with no py4j traceback; the next run finishes that batch."""
+    reg = _registry()
+    run, stop_feeding, feeder = _run_fed(clean_db, reg, until_commits=1, fault="slow_batches")
+    try:
+        result = stages.stop_stage("e2e.wc", reg, deadline_s=2, kill_after_s=60)
+    finally:
+        stop_feeding.set()
+        feeder.join(10)
+
+    dep = _deployment(clean_db, run.deployment_id)
+    assert dep.status == "stopped" and "interrupted a batch" in dep.stop_reason, (result, dep.stop_reason)
+    planned, committed = _batches(Path(dep.checkpoint))
+    assert planned == committed + 1, (planned, committed)
+    log = Path(run.log_path).read_text()
+    warnings = [line for line in log.splitlines() if "action=stop query=main interrupted batch" in line]
+    assert len(warnings) == 1 and f"batch {planned} " in warnings[0] and " WARNING " in warnings[0], warnings
+    _assert_clean_log(log)
 
 
 def test_admission_refuses_a_stage_the_pool_has_no_cores_for(clean_db):

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("streamops.agent")
 
+# py4j logs a Python callback's exception (a foreachBatch) with its traceback, on one of these.
+_PY4J_LOGGERS = ("py4j.clientserver", "py4j.java_gateway")
+# What a Python callback sees when StreamingQuery.stop() interrupts its batch.
+_INTERRUPTED = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
+                "java.nio.channels.ClosedByInterruptException")
+
 
 class BufferedWriter(threading.Thread):
     """Executes `(query name, params)` in order; keeps up to `max_buffer` while the database is away."""
@@ -149,10 +155,13 @@ class StageAgent:
         self._seen_files = self.backlog.seen()
         self._threads: list[threading.Thread] = []
         self._closing = threading.Event()
+        self._stopping_queries = threading.Event()  # set while stop_at_batch_boundary stops them
 
     # -- lifecycle -------------------------------------------------------------------------
     def attach(self) -> None:
         self.spark.streams.addListener(self.listener)
+        for name in _PY4J_LOGGERS:
+            logging.getLogger(name).addFilter(self._not_our_interrupt)
         self.writer.start()
         if self.ctx.deployment_id is None:  # an in-process run (tests): no run row to beat for or command
             return
@@ -169,6 +178,8 @@ class StageAgent:
         exits makes the JVM log py4j 'Connection refused' for every late event."""
         self._report_last_batch()
         self.spark.streams.removeListener(self.listener)
+        for name in _PY4J_LOGGERS:
+            logging.getLogger(name).removeFilter(self._not_our_interrupt)
         self._closing.set()
         for t in self._threads:
             t.join(self.heartbeat_s + 2)
@@ -183,9 +194,29 @@ class StageAgent:
             self.stop_requested.set()
 
     def stop_at_batch_boundary(self, deadline_s: float = 30.0) -> bool:
-        """Stop every query between two batches of the main one: when every planned batch
-        (offsets/N) has its commit (commits/N). Returns whether it did, or had to interrupt a
-        batch at the deadline (the next run then finishes that batch first).
+        """Stop every query of the run, each between two of its own batches: when every planned
+        batch (offsets/N) of its checkpoint has its commit (commits/N). Returns whether all of them
+        did; a query still in a batch at the deadline is interrupted (logged as a warning naming
+        the query and the batch; its next run finishes that batch first).
+
+        The side queries stop first and the main one last: the main query keeps committing while
+        a quarantine batch finishes, so waiting for it adds nothing to the main query's output gap.
+        One deadline covers them all."""
+        from streamops.checkpoint_layout import QUERIES, query_checkpoint
+
+        deadline = time.monotonic() + deadline_s
+        self._stopping_queries.set()
+        try:
+            stopped = [self._stop_query_at_boundary(which, q, query_checkpoint(which, self.checkpoint), deadline)
+                       for which, q in reversed(list(zip(QUERIES, self.queries)))]  # started in QUERIES order
+        finally:
+            self._stopping_queries.clear()
+        log.info("stage %s: stopped %s after batch %s", self.ctx.stage_id,
+                 "at a batch boundary" if all(stopped) else "mid-batch (deadline)", self.last_batch_id)
+        return all(stopped)
+
+    def _stop_query_at_boundary(self, which: str, q: StreamingQuery, ckpt: Path, deadline: float) -> bool:
+        """Stop `q` between two of its batches, or at `deadline` (monotonic) whatever it is doing.
 
         An idle query is simply stopped. A query that is behind runs its batches back to back:
         Spark starts the next one as soon as one commits, so there is never a moment with no
@@ -194,25 +225,37 @@ class StageAgent:
         offsets/N+1 is written. The checkpoint is polled every 5 ms to land in it."""
         from streamops.checkpoint_layout import last_committed_batch, last_planned_batch
 
-        main = self.queries[0] if self.queries else None
-        started_at = last_committed_batch(self.checkpoint)
+        started_at = last_committed_batch(ckpt)
         polls = itertools.count()
 
         def stoppable() -> bool:
-            if main is None or not main.isActive:
+            if not q.isActive:
                 return True
-            committed = last_committed_batch(self.checkpoint)
+            committed = last_committed_batch(ckpt)
             # just committed a batch, or idle (the status call is slow: asked every 0.1 s)
-            return last_planned_batch(self.checkpoint) == committed and (
-                committed != started_at or (next(polls) % 20 == 0 and not main.status.get("isTriggerActive")))
+            return last_planned_batch(ckpt) == committed and (
+                committed != started_at or (next(polls) % 20 == 0 and not q.status.get("isTriggerActive")))
 
-        wait_until(stoppable, deadline_s, interval_s=0.005)
-        for q in self.queries:
-            q.stop()
-        at_boundary = last_planned_batch(self.checkpoint) == last_committed_batch(self.checkpoint)
-        log.info("stage %s: stopped %s after batch %s", self.ctx.stage_id,
-                 "at a batch boundary" if at_boundary else "mid-batch (deadline)", self.last_batch_id)
-        return at_boundary
+        wait_until(stoppable, max(0.0, deadline - time.monotonic()), interval_s=0.005)
+        q.stop()
+        planned, committed = last_planned_batch(ckpt), last_committed_batch(ckpt)
+        if planned != committed:
+            log.warning("stage %s: action=stop query=%s interrupted batch %s at the deadline (last committed %s)",
+                        self.ctx.stage_id, which, planned, committed)
+            return False
+        return True
+
+    def _not_our_interrupt(self, record: logging.LogRecord) -> bool:
+        """A logging filter for py4j: drop the traceback of a foreachBatch that our own stop
+        interrupted at its deadline (stop_at_batch_boundary names the query and batch in one
+        warning instead). Every other py4j record passes."""
+        if not (self._stopping_queries.is_set() and record.exc_info and record.exc_info[1] is not None):
+            return True
+        try:
+            text = str(record.exc_info[1])
+        except Exception:  # the JVM side may be going away: keep the record
+            return True
+        return not any(marker in text for marker in _INTERRUPTED)
 
     def _report_last_batch(self) -> None:
         """The last batch before a stop: its progress event may still be on Spark's listener bus when
