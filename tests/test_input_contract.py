@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+from datetime import datetime
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -57,6 +59,9 @@ def web(**changes) -> bytes:
     (web(status=1 << 40, words=1), "wrong type", "wrong type: words is a number"),
     (web(status=1 << 40), "out of range", "out of range: status is 1099511627776, outside 32-bit integers"),
     (web(ts="0001-01-01T00:00:00Z"), "out of range", "out of range: ts is"),
+    # an offset that moves the instant off the calendar (astimezone raised OverflowError here once)
+    (web(ts="0001-01-01T00:00:00+23:59"), "out of range", 'out of range: ts is "0001-01-01T00:00:00+23:59"'),
+    (web(ts="9999-12-31T23:59:59-23:59"), "out of range", 'out of range: ts is "9999-12-31T23:59:59-23:59"'),
 ])
 def test_every_reason_a_line_is_refused_for(line, kind, reason):
     v = check_line("web", line, max_bytes=64 if kind == "too large" else 1 << 20)
@@ -101,6 +106,45 @@ def test_check_line_never_raises_and_always_says_why(family, line):
     if not v.valid:
         assert v.kind in REASON_KINDS and v.reason.startswith(v.kind.split(" ")[0])
         assert "\x00" not in v.reason and len(v.reason) < 600
+
+
+def test_a_check_that_breaks_is_a_reason_not_an_exception():
+    v = check_line("web", None)  # not bytes: the check itself fails
+    assert v.kind == "unreadable" and v.reason.startswith("unreadable: TypeError")
+
+
+# The fuzz tier: `make test-fuzz` sets STREAMOPS_FUZZ_EXAMPLES to 20 000 (per family); `make test`
+# runs a few hundred. Timestamps at the calendar's ends with extreme offsets, any field of any type.
+FUZZ = settings(max_examples=int(os.environ.get("STREAMOPS_FUZZ_EXAMPLES", 300)), deadline=None,
+                suppress_health_check=list(HealthCheck))
+timestamps = st.builds(
+    lambda dt, sign, hh, mm, sep, frac: dt.strftime(f"%Y-%m-%d{sep}%H:%M:%S") + frac + f"{sign}{hh:02d}:{mm:02d}",
+    st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59))
+    | st.datetimes(max_value=datetime(1, 1, 2)) | st.datetimes(min_value=datetime(9999, 12, 30)),  # the calendar's ends
+    st.sampled_from("+-"), st.integers(0, 23), st.integers(0, 59), st.sampled_from("T "),
+    st.sampled_from(["", ".5", ".123456"])) | st.sampled_from(["Z", "+00:00", "0001-01-01", "9999-12-31T24:00:00Z"])
+
+
+def _records(family: str):
+    def value(typ: str):
+        typed = {"timestamp": timestamps, "string": st.text(max_size=20), "int": st.integers(),
+                 "double": st.floats() | st.integers()}[typ]
+        return typed | json_values
+    return st.fixed_dictionaries({name: value(typ) for name, typ in FIELDS[family].items()})
+
+
+@pytest.mark.parametrize("family", sorted(FIELDS))
+def test_fuzz_any_record_of_a_family_gets_a_verdict(family):
+    @FUZZ
+    @given(rec=_records(family))
+    def prop(rec):
+        line = json.dumps(rec, allow_nan=True).encode()
+        v = check_line(family, line)
+        assert v.valid != (v.reason is not None)
+        assert v.kind != "unreadable", v.reason  # every failure of the check is a case it should name
+        if not v.valid:
+            assert v.kind in REASON_KINDS and v.reason.startswith(v.kind.split(" ")[0])
+    prop()
 
 
 @settings(max_examples=300)

@@ -51,7 +51,9 @@ MAX_RECORD_BYTES = 1 << 20
 
 # Reason kinds, in the order they are checked: the first that applies is the one reported.
 REASON_KINDS = ("empty line", "too large", "invalid UTF-8", "NUL byte", "malformed JSON", "not a JSON object",
-                "empty JSON object", "missing field", "wrong type", "out of range")
+                "empty JSON object", "missing field", "wrong type", "out of range", "unreadable")
+# "unreadable": the check itself failed on the line (a bug in this module, not in the input). The line
+# is quarantined with the error instead of failing its whole batch: check_line never raises.
 # A whole batch quarantined after failing the same way again and again (agent/poison.py).
 BATCH_FAILED = "batch failed"
 
@@ -139,8 +141,11 @@ def _typed(name: str, typ: str, value: Any) -> tuple[Any, str | None, str]:
             ts = None
         if ts is None or ts.tzinfo is None:
             return None, "wrong type", f"{name} is not an ISO 8601 timestamp with a time zone ({excerpt(value)})"
-        ts = ts.astimezone(timezone.utc)
-        if not TS_RANGE[0] <= ts < TS_RANGE[1]:
+        try:
+            ts = ts.astimezone(timezone.utc)
+        except OverflowError:  # year 1 or 9999 with an offset that leaves the calendar
+            ts = None
+        if ts is None or not TS_RANGE[0] <= ts < TS_RANGE[1]:
             return None, "out of range", f"{name} is {excerpt(value)}, outside [{TS_RANGE[0]:%Y-%m-%d}, {TS_RANGE[1]:%Y-%m-%d})"
         return ts, None, ""
     if typ == "int":
@@ -165,7 +170,15 @@ def _typed(name: str, typ: str, value: Any) -> tuple[Any, str | None, str]:
 
 
 def check_line(family: str, raw: bytes, max_bytes: int = MAX_RECORD_BYTES) -> Verdict:
-    """The verdict on one input line (without its line terminator)."""
+    """The verdict on one input line (without its line terminator). Total: it never raises, so
+    one line can never fail the batch (or the driver's whole-batch quarantine) it is in."""
+    try:
+        return _check_line(family, raw, max_bytes)
+    except Exception as e:  # noqa: BLE001 - any error is a reason, never a failed batch
+        return _refuse("unreadable", f"{type(e).__name__}: {excerpt(str(e), 200)}")
+
+
+def _check_line(family: str, raw: bytes, max_bytes: int) -> Verdict:
     fields = FIELDS[family]
     if len(raw) > max_bytes:
         return _refuse("too large", f"{len(raw)} bytes (limit {max_bytes})")
