@@ -339,7 +339,7 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop("SIGINT"))
     agent.attach()
-    book = PoisonBook(None, sid, deployment_id, stage.input_kind, stage.max_record_bytes)
+    book = PoisonBook(None, sid, deployment_id, stage.input_kind, stage.max_record_bytes, role=dep.role)
 
     def restart(which: str, excluded: list[str]):  # agent.ctx: an in-driver change updates cores and partitions
         return start_query(which, spark, stage, agent.ctx, input_dir, ckpt, on_commit=on_commit,

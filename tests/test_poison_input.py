@@ -254,3 +254,30 @@ def test_a_batch_that_always_fails_is_quarantined_whole_and_the_stage_moves_on(c
     assert dep == "running", "the driver retried and moved on by itself: no watchdog restart"
     assert "quarantined whole" in str(status_table().caption)
     stages.stop_stage(sid, reg, deadline_s=30)
+
+
+@pytest.mark.db
+def test_each_replica_counts_its_own_failed_batches(clean_db):
+    """Replicas have checkpoints of their own: batch 5 of replica-1 is not batch 5 of the primary.
+    One's failure must neither reset the other's count nor overwrite its `quarantined` row."""
+    from streamops.agent.poison import FailedBatch, PoisonBook
+    from streamops.execute import stages
+
+    reg, sid = _registry("roles"), "poison.roles"
+    stages.sync_registry(reg)
+    primary = PoisonBook(None, sid, None, "web", 1 << 20, role="primary")
+    replica = PoisonBook(None, sid, None, "web", 1 << 20, role="replica-1")
+    for _ in range(3):
+        verdict = primary.record(FailedBatch("main", 5, ("/in/a.json",), "RuntimeError: boom"), poison_after=3)
+        replica.record(FailedBatch("main", 5, ("/in/b.json",), "RuntimeError: other"), poison_after=5)
+    assert verdict.action == "quarantine"
+    with clean_db.begin() as conn:  # what quarantine_whole marks, without its file reads
+        conn.execute(text("UPDATE batch_failures SET status = 'quarantined' WHERE stage_id = :s AND role = 'primary'"),
+                     {"s": sid})
+    replica.committed("main", 5)
+    with clean_db.connect() as conn:
+        rows = {r.role: r for r in conn.execute(text(
+            "SELECT role, files, attempts, status FROM batch_failures WHERE stage_id = :s"), {"s": sid})}
+    assert rows["primary"].status == "quarantined" and rows["primary"].files == ["/in/a.json"]
+    assert rows["primary"].attempts == 3 and rows["replica-1"].attempts == 3
+    assert rows["replica-1"].status == "passed"

@@ -1,2 +1,2 @@
 UPDATE batch_failures SET status = 'quarantined', quarantined_rows = :rows, quarantined_at = now()
-WHERE stage_id = :stage_id AND query = :query AND batch_id = :batch_id
+WHERE stage_id = :stage_id AND role = :role AND query = :query AND batch_id = :batch_id

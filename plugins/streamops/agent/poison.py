@@ -80,8 +80,9 @@ def judge(fb: FailedBatch, attempts: int, poison_after: int, *, previous_same: b
 class PoisonBook:
     """The driver's record of its failed batches, in PostgreSQL."""
 
-    def __init__(self, engine: Engine | None, stage_id: str, deployment_id: int | None, family: str, max_record_bytes: int):
-        self.engine, self.stage_id, self.deployment_id = engine, stage_id, deployment_id
+    def __init__(self, engine: Engine | None, stage_id: str, deployment_id: int | None, family: str, max_record_bytes: int,
+                 role: str = "primary"):
+        self.engine, self.stage_id, self.deployment_id, self.role = engine, stage_id, deployment_id, role
         self.family, self.max_record_bytes = family, max_record_bytes
         self.failure_id: int | None = None  # the open `failures` row of this run's failed batches
 
@@ -94,8 +95,8 @@ class PoisonBook:
         return out
 
     def record(self, fb: FailedBatch, poison_after: int) -> Verdict:
-        params = {"stage_id": self.stage_id, "query": fb.query, "batch_id": fb.batch_id, "error": fb.error,
-                  "deployment_id": self.deployment_id}
+        params = {"stage_id": self.stage_id, "role": self.role, "query": fb.query, "batch_id": fb.batch_id,
+                  "error": fb.error, "deployment_id": self.deployment_id}
         with db.transaction(self.engine) as conn:
             attempts = conn.execute(db.query("batch_failure_record"), {**params, "files": list(fb.files)}).scalar_one()
             facts = conn.execute(db.query("poison_guard"), params).one()
@@ -129,8 +130,9 @@ class PoisonBook:
                                               record_key(f, raw, seen[raw]), kind, why))
         added = write_quarantine(db.libpq_url(db.database_url()), rows)
         with db.transaction(self.engine) as conn:
-            conn.execute(db.query("batch_failure_quarantined"), {"stage_id": self.stage_id, "query": fb.query,
-                                                                 "batch_id": fb.batch_id, "rows": len(rows)})
+            conn.execute(db.query("batch_failure_quarantined"), {"stage_id": self.stage_id, "role": self.role,
+                                                                 "query": fb.query, "batch_id": fb.batch_id,
+                                                                 "rows": len(rows)})
         log.warning("stage %s: action=quarantine-batch query=%s batch=%d files=%d lines=%d (new %d): %s",
                     self.stage_id, fb.query, fb.batch_id, len(fb.files), len(rows), added, fb.error)
         return len(rows)
@@ -138,8 +140,8 @@ class PoisonBook:
     def committed(self, query: str, batch_id: int) -> None:
         """A batch committed: failed batches up to it are behind us, and so is the run's failure."""
         with db.transaction(self.engine) as conn:
-            conn.execute(db.query("batch_failures_passed"), {"stage_id": self.stage_id, "query": query,
-                                                             "committed": batch_id})
+            conn.execute(db.query("batch_failures_passed"), {"stage_id": self.stage_id, "role": self.role,
+                                                             "query": query, "committed": batch_id})
             if self.failure_id is not None:
                 r = conn.execute(db.query("failure_recovered"), {"id": self.failure_id, "at": None,
                                                                  "deployment_id": self.deployment_id}).first()
