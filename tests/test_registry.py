@@ -104,6 +104,22 @@ def test_bad_entries_name_app_stage_field_and_expectation(data, expected):
     assert expected in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("where, name", [("apps", "x.quarantine"), ("apps", "x@replica-1"), ("pools", "p 1"),
+                                          ("stages", "top10.quarantine"), ("stages", "top10@replica-1"),
+                                          ("stages", "../etc"), ("stages", "x" * 64), ("apps", "")])
+def test_names_that_could_share_another_stage_s_checkpoint_are_refused(where, name):
+    data = copy.deepcopy(GOOD)
+    parent = {"apps": data["apps"], "pools": data["pools"], "stages": data["apps"]["taxi"]["stages"]}[where]
+    first = next(iter(parent))
+    parent[name] = parent.pop(first)
+    if where == "pools":
+        for app in data["apps"].values():
+            for st in app["stages"].values():
+                st["pool"] = name if st["pool"] == first else st["pool"]
+    with pytest.raises(registry.RegistryError, match="names are 1-63 letters, digits, '_' or '-'"):
+        registry.parse(data)
+
+
 def test_every_problem_is_reported_at_once():
     data = _with(STAGE + ["cores", "min"], 0)
     data["apps"]["taxi"]["r_max_ms"] = -5

@@ -6,6 +6,7 @@ Every error names the app, the stage and the field, and says what was expected, 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -277,8 +278,20 @@ def _format(e: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+# One rule for every name that becomes part of a stage id, a checkpoint path or a replica's role
+# suffix: `x.quarantine` or `x@replica-1` as a stage would share another stage's checkpoint.
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+NAME_RULE = "names are 1-63 letters, digits, '_' or '-' (a stage is referred to as app.stage)"
+
+
+def _bad_names(reg: Registry, source: str) -> list[str]:
+    named = [(f"pool {p!r}", p) for p in reg.pools] + [(f"app {a!r}", a) for a in reg.apps]
+    named += [(f"app {a!r}, stage {s!r}", s) for a, s, _ in reg.stages()]
+    return [f"{source}: {where}: {NAME_RULE}" for where, name in named if not NAME.match(name)]
+
+
 def _cross_check(reg: Registry, source: str) -> None:
-    problems = []
+    problems = _bad_names(reg, source)
     for a, s, st in reg.stages():
         where = f"{source}: app {a!r}, stage {s!r}"
         if st.pool not in reg.pools:
