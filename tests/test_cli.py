@@ -159,3 +159,10 @@ def test_status_is_readable_at_80_columns(clean_db):
     assert "hidden to fit 80 columns" in words and "--wide" in words
     wide = runner.invoke(app, ["status", "--wide"], env={"COLUMNS": "80"})
     assert wide.exit_code == 0 and "fail 24h" in wide.output
+
+
+def test_db_status_never_prints_a_password(monkeypatch):
+    monkeypatch.setenv("STREAMOPS_DATABASE_URL", "postgresql+psycopg2://ops:s3cret-pw@db.example:5433/streamops")
+    result = runner.invoke(app, ["db", "status"])
+    assert result.exit_code == 0, result.output
+    assert "s3cret-pw" not in result.output and "postgresql://ops:***@db.example:5433/streamops" in result.output

@@ -84,12 +84,13 @@ def db_down() -> None:
 
 @db_app.command("status")
 def db_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no output; exit 0 only if running")) -> None:
-    """Report the database and print its connection URL (for psql and reporting tools)."""
+    """Report the database and print its connection URL (for psql and reporting tools; a password
+    is printed as ***: libpq reads it from PGPASSWORD or ~/.pgpass)."""
     from streamops.store import db, embedded
 
     if os.environ.get("STREAMOPS_DATABASE_URL"):
         if not quiet:
-            console.print(f"external database (STREAMOPS_DATABASE_URL)\n{db.libpq_url(db.database_url())}")
+            console.print(f"external database (STREAMOPS_DATABASE_URL)\n{db.masked_url(db.database_url())}")
         return
     c = embedded.load_record()
     running = c is not None and embedded.is_running(c)

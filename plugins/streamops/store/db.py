@@ -43,6 +43,13 @@ def libpq_url(url: str) -> str:
     return f"{scheme.split('+')[0]}://{rest}"
 
 
+def masked_url(url: str) -> str:
+    """`url` for printing: its password (if any) as ***."""
+    from sqlalchemy.engine import make_url
+
+    return libpq_url(make_url(url).render_as_string(hide_password=True))
+
+
 # The fault injector's database outage (`db_outage`): until this monotonic time, every database
 # access of this process fails as an unreachable server does, through the same error paths.
 _outage_until = 0.0
