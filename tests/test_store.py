@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
+import psycopg2
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
@@ -100,3 +102,26 @@ def test_missing_server_binaries_say_what_to_do(monkeypatch, tmp_path):
     with pytest.raises(embedded.EmbeddedPgError) as e:
         embedded.find_bindir()
     assert "apt-get install postgresql" in str(e.value) and "STREAMOPS_DATABASE_URL" in str(e.value)
+
+
+@pytest.mark.db
+def test_embedded_cluster_comes_back_on_its_recorded_port(monkeypatch):
+    """`db down` then `db up` with connections just closed (TIME_WAIT on the server's port): the
+    cluster restarts on the port every client holds. It once moved to a new port, and the
+    drivers, the supervisor and Airflow were refused from then on."""
+    home = Path(os.environ["STREAMOPS_HOME"]) / "pg-same-port"  # a private cluster, readable by its owner
+    home.mkdir(mode=0o755)
+    monkeypatch.setenv("STREAMOPS_HOME", str(home))
+    monkeypatch.delenv("STREAMOPS_DATABASE_URL", raising=False)
+    cluster, _ = embedded.up()
+    try:
+        for _ in range(5):
+            conn = psycopg2.connect(cluster.url("postgres"))
+            conn.cursor().execute("SELECT 1")
+            conn.close()
+        embedded.down()
+        again, reused = embedded.up()
+        assert not reused and again.port == cluster.port == embedded.load_record().port
+        psycopg2.connect(cluster.url("postgres")).close()
+    finally:
+        embedded.down()

@@ -130,12 +130,28 @@ def _free_port() -> int:
 
 
 def _port_free(port: int) -> bool:
+    """Whether the server could listen on `port` now. With SO_REUSEADDR, as PostgreSQL's own
+    listen socket has it: the connections a stop leaves in TIME_WAIT do not hold the port then,
+    only another listener does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
             return True
         except OSError:
             return False
+
+
+def _recorded_port(c: Cluster, wait_s: float = 30.0) -> int:
+    """The port the cluster had: every client (drivers, the supervisor, Airflow) holds it, so a
+    restart must come back on it. Waits for another listener to let go; refuses to move."""
+    from streamops.waiting import wait_until
+
+    if not wait_until(lambda: _port_free(c.port), wait_s, interval_s=0.5):
+        raise EmbeddedPgError(f"port {c.port}, recorded for the embedded PostgreSQL, is held by another process "
+                              f"(`ss -ltnp 'sport = :{c.port}'` names it); every client uses that port, so the "
+                              f"cluster does not move: free the port and run `streamops db up` again")
+    return c.port
 
 
 def _pg_ctl(c: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -212,8 +228,7 @@ def up() -> tuple[Cluster, bool]:
         if not (Path(c.datadir) / "PG_VERSION").exists():
             _initdb(c)
     else:
-        port = c.port if _port_free(c.port) else _free_port()
-        c = Cluster(bindir=bindir, datadir=c.datadir, port=port, run_as=c.run_as)
+        c = Cluster(bindir=bindir, datadir=c.datadir, port=_recorded_port(c), run_as=c.run_as)
     _save_record(c)
     _start(c)
     _wait_accepting(c)
