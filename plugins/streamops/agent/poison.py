@@ -128,7 +128,7 @@ class PoisonBook:
                     kind, why = v.kind, f"{v.reason} (written by the driver: {reason})"
                 rows.append(quarantine_values(self.stage_id, self.deployment_id, fb.batch_id, f, raw,
                                               record_key(f, raw, seen[raw]), kind, why))
-        added = write_quarantine(db.libpq_url(db.database_url()), rows)
+        added = write_quarantine(db.writer_dsn(), rows)
         with db.transaction(self.engine) as conn:
             conn.execute(db.query("batch_failure_quarantined"), {"stage_id": self.stage_id, "role": self.role,
                                                                  "query": fb.query, "batch_id": fb.batch_id,

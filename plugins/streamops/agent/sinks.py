@@ -202,7 +202,7 @@ class BatchSink:
         self.deployment_id = deployment_id
         self.on_commit = on_commit
         self.abort = abort
-        self.url = db.libpq_url(db.database_url())
+        self.url = db.writer_dsn()
 
     def write(self, df: DataFrame, batch_id: int) -> None:  # subclasses
         raise NotImplementedError
@@ -258,7 +258,7 @@ class QuarantineSink:
         self.stage_id = stage_id
         self.deployment_id = deployment_id
         self.abort = abort
-        self.url = db.libpq_url(db.database_url())
+        self.url = db.writer_dsn()
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Window

@@ -43,6 +43,16 @@ def libpq_url(url: str) -> str:
     return f"{scheme.split('+')[0]}://{rest}"
 
 
+def writer_dsn() -> str:
+    """The process's database as a libpq URL for psycopg2.connect outside SQLAlchemy (the sinks
+    in the executors), with the same timeouts as `engine()`'s connections."""
+    from urllib.parse import quote, urlencode
+
+    url = libpq_url(database_url())
+    params = urlencode({**CONNECT_ARGS, "options": f"-c statement_timeout={statement_timeout_ms()}"}, quote_via=quote)
+    return f"{url}{'&' if '?' in url else '?'}{params}"
+
+
 def masked_url(url: str) -> str:
     """`url` for printing: its password (if any) as ***."""
     from sqlalchemy.engine import make_url
@@ -68,10 +78,22 @@ def check_outage() -> None:
             "could not connect to server: Connection refused (injected database outage)"))
 
 
+# Every connection of the platform: a server that stops answering (stopped, stalled, a network
+# cut) is noticed within seconds, and no statement holds a connection (and its caller) forever.
+# STREAMOPS_STATEMENT_TIMEOUT_MS overrides the statement limit (0: none).
+CONNECT_ARGS = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+                "keepalives_count": 3}
+
+
+def statement_timeout_ms() -> int:
+    return int(os.environ.get("STREAMOPS_STATEMENT_TIMEOUT_MS", 300_000))
+
+
 @functools.cache
 def engine(url: str | None = None) -> Engine:
     # pool_pre_ping: a stage outlives database restarts; a stale pooled connection must not kill a write.
-    return create_engine(sqlalchemy_url(url or database_url()), pool_pre_ping=True, pool_size=5, max_overflow=5)
+    return create_engine(sqlalchemy_url(url or database_url()), pool_pre_ping=True, pool_size=5, max_overflow=5,
+                         connect_args={**CONNECT_ARGS, "options": f"-c statement_timeout={statement_timeout_ms()}"})
 
 
 @functools.cache
