@@ -7,13 +7,14 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # uv must use the machine's Python 3.11, never download one.
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help venv demo demo-stop test test-pure test-fast test-reconfig test-fuzz bench lock clean
+.PHONY: help venv demo demo-stop test test-pure test-fast test-reconfig test-fuzz test-chaos bench lock clean
 
 help:
 	@echo "make demo       set up .venv, start PostgreSQL, deploy and feed the demo apps, watch status (Ctrl-C to leave)"
 	@echo "make demo-stop  stop the demo's stages, generators and database"
 	@echo "make test       the whole test suite (real PostgreSQL, real Spark); what CI runs"
 	@echo "make test-pure  the tests that need no database (not marked db); starts no PostgreSQL"
+	@echo "make test-chaos real faults against running stages: database stop, SIGSTOP, kills, failed launches"
 	@echo "make test-fuzz  the input contract under 20 000 Hypothesis records per family (make test runs 300)"
 	@echo "make bench      policies and the trace suite in the simulator, 10 000-stage cycle, reconfiguration and HA on real drivers"
 	@echo "make lock       recompile requirements.txt from requirements.in"
@@ -69,6 +70,10 @@ test-fast: venv
 # The long reconfiguration oracle matrix (every mechanism x workload, random sequence, crash).
 test-reconfig: venv
 	$(MAKE) test PYTEST_ARGS="-m reconfig_matrix"
+
+# Real faults against running stages (docs/ha.md has the table of what each one did).
+test-chaos: venv
+	$(MAKE) test PYTEST_ARGS="-m chaos $(PYTEST_ARGS)"
 
 # The input contract's long fuzz tier: no database, a few minutes.
 test-fuzz: venv

@@ -96,3 +96,17 @@ def test_concurrent_writers_of_the_same_keys_never_deadlock(clean_db):
 def test_a_rolled_back_transaction_is_retried():
     assert is_transient(RuntimeError("psycopg2.errors.DeadlockDetected: deadlock detected"))
     assert is_transient(RuntimeError("could not serialize access due to concurrent update"))
+
+
+@pytest.mark.parametrize("silent_s, server_up_s, hung", [
+    (16, 3600, True),    # silent past the limit, the server long up: hung
+    (14, 3600, False),   # within the limit
+    (40, 10, False),     # the server restarted 10 s ago: every driver gets the limit to beat again
+    (40, 16, True),      # ... and no more
+    (None, 3600, False),  # never beat, never ran: nothing to judge
+    (16, None, True),    # no server age known: the heartbeat alone
+])
+def test_silence_is_judged_only_once_the_database_has_been_back_for_the_limit(silent_s, server_up_s, hung):
+    from streamops.execute.watchdog import silent_too_long
+
+    assert silent_too_long(silent_s, server_up_s, stale_s=15) is hung

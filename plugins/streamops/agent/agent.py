@@ -184,7 +184,10 @@ class StageAgent:
         for t in self._threads:
             t.join(self.heartbeat_s + 2)
         if self.ctx.deployment_id is not None:
-            self._beat()
+            try:
+                self._beat()
+            except DBAPIError:  # the run's end is recorded by ledger.finish, or by the watchdog
+                pass
         self.writer.close()
 
     def request_stop(self, reason: str, command_id: int | None = None) -> None:
@@ -292,20 +295,35 @@ class StageAgent:
                  None if row["latency_p95_ms"] is None else round(row["latency_p95_ms"]), row["backlog_files"])
 
     def _beat(self) -> None:
+        """Write the heartbeat now, on a connection of its own: never queued behind the metrics
+        writer, whose backoff after a database outage would silence the beat past the
+        supervisor's limit (every driver killed at once when the database comes back). A beat
+        that fails is not kept: the next one says the same, newer."""
         main = self.queries[0] if self.queries else None
-        self.writer.submit("heartbeat_upsert", {
+        params = {
             "deployment_id": self.ctx.deployment_id, "stage_id": self.ctx.stage_id,
             "query_active": bool(main and main.isActive),
             "trigger_active": bool(main and main.isActive and main.status.get("isTriggerActive")),
             "last_batch_id": self.last_batch_id,
             "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped}),
-        })
+        }
+        with db.transaction(self.engine) as conn:
+            conn.execute(db.query("heartbeat_upsert"), params)
 
     def _heartbeat_loop(self) -> None:
+        failing = False
         while True:
             try:
                 if time.monotonic() >= self.heartbeat_cut_until:  # the fault injector's heartbeat cut
                     self._beat()
+                    if failing:
+                        log.info("stage %s: action=heartbeat resumed", self.ctx.stage_id)
+                    failing = False
+            except DBAPIError as e:  # the database is away: say so once, beat again next period
+                if not failing:
+                    log.warning("stage %s: action=heartbeat failed, retrying every %.0fs: %s", self.ctx.stage_id,
+                                self.heartbeat_s, str(e.orig).strip().splitlines()[0] if str(e.orig).strip() else e)
+                failing = True
             except Exception:
                 log.exception("stage %s: heartbeat failed", self.ctx.stage_id)
             if self._closing.wait(self.heartbeat_s):

@@ -44,6 +44,7 @@ class SupervisorOptions:
     housekeeping_s: float = 5.0  # dead Spark workers, replicas to start or stop, spares to build
     warm_spares: bool = True
     spare_after_s: float = 20.0  # after a recovery, before building the next spare (not during catch-up)
+    slow_poll_s: float = 5.0  # a poll slower than this: the database stalled (its beats did too)
 
 
 class Supervisor:
@@ -60,6 +61,9 @@ class Supervisor:
         self._spares: dict[str, Spare] = {}
         self._spares_lock = threading.Lock()
         self._quiet_until = 0.0
+        # monotonic: heartbeats are judged from then on. A poll that failed or took long (the database
+        # away, stopped or stalled) silenced every driver's beats too: they get `stale_s` to resume.
+        self._trusted_from = 0.0
 
     def poll(self) -> list[watchdog.Failure]:
         """One look: note who is alive, hand each new failure to a recovery thread."""
@@ -72,11 +76,21 @@ class Supervisor:
                 self._seen_alive[d.id] = now
         self._busy = {k: fut for k, fut in self._busy.items() if not fut.done()}
         apps = {d.stage_id: d.app for d in candidates}
+        if time.monotonic() < self._trusted_from:  # just back from a database gap: silence proves nothing yet
+            found = [f for f in found if f.kind != "stale_heartbeat"]
         for f in found:
             key = (f.stage_id, f.role)
             if key not in self._busy:
-                self._busy[key] = self._threads.submit(self._recover, f, apps[f.stage_id])
+                self._busy[key] = fut = self._threads.submit(self._recover, f, apps[f.stage_id])
+                fut.add_done_callback(lambda fut, who=f.who: self._log_crash(fut, who))
         return found
+
+    @staticmethod
+    def _log_crash(fut: Future, who: str) -> None:
+        """A recovery thread's exception is otherwise kept in its Future, unseen."""
+        if not fut.cancelled() and fut.exception() is not None:
+            e = fut.exception()
+            log.error("stage %s: action=recover crashed: %s: %s", who, type(e).__name__, e, exc_info=e)
 
     def _recover(self, f: watchdog.Failure, app: str) -> watchdog.Recovery | None:
         try:
@@ -85,7 +99,7 @@ class Supervisor:
             return None
         with rstore.stage_lock(f.stage_id) as free:
             # Busy (a reconfiguration, the DAG, or this stage's other replica): the next poll retries.
-            if not free or f.stage_id in rstore.active_stage_ids() or not watchdog.still_failed(f):
+            if not free or f.stage_id in rstore.active_stage_ids() or not watchdog.still_failed(f, self.opts.stale_s):
                 return None
             spare = self._take_spare(f.stage_id)
             rec = watchdog.recover(f, app, self.reg, max_restarts=self.opts.max_restarts, wait_s=self.opts.wait_s,
@@ -93,6 +107,11 @@ class Supervisor:
         self._quiet_until = time.monotonic() + self.opts.spare_after_s
         self.recoveries.append(rec)
         return rec
+
+    def _distrust_heartbeats(self, why: str) -> None:
+        if time.monotonic() >= self._trusted_from:
+            log.warning("action=poll %s; heartbeats are not judged for %.0fs", why, self.opts.stale_s)
+        self._trusted_from = time.monotonic() + self.opts.stale_s
 
     # -- warm spares ------------------------------------------------------------------------------
     def _take_spare(self, sid: str) -> Spare | None:
@@ -153,13 +172,16 @@ class Supervisor:
         ends = None if duration_s is None else time.monotonic() + duration_s
         log.info("action=supervise poll=%.1fs stale=%.0fs", self.opts.poll_s, self.opts.stale_s)
         while not stop.is_set() and (ends is None or time.monotonic() < ends):
+            started = time.monotonic()
             try:
                 self.poll()
+                if time.monotonic() - started > self.opts.slow_poll_s:
+                    self._distrust_heartbeats("a poll took %.0fs" % (time.monotonic() - started))
                 if time.monotonic() - self._last_housekeeping >= self.opts.housekeeping_s:
                     self._last_housekeeping = time.monotonic()
                     self.housekeeping()
             except Exception as e:  # keep supervising through a database restart
-                log.warning("action=poll failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
+                self._distrust_heartbeats(f"a poll failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
             stop.wait(self.opts.poll_s)
         self._threads.shutdown(wait=True)
         self.release_spares()

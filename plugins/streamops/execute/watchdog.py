@@ -70,6 +70,12 @@ class WatchdogReport:
         return [r for r in self.recoveries if r.status == "gave_up"]
 
 
+def silent_too_long(silent_s: float | None, server_up_s: float | None, stale_s: float) -> bool:
+    """Is a heartbeat this old a hung driver? Not within `stale_s` of a database restart: the
+    restart silenced every driver at once, and each needs a beat's time to reconnect."""
+    return silent_s is not None and silent_s > stale_s and (server_up_s is None or server_up_s > stale_s)
+
+
 def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
            candidates: list | None = None) -> list[Failure]:
     """The replicas (the primary, 'replica-N') whose latest run has failed, of stages the watchdog
@@ -86,7 +92,7 @@ def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
         if d.status in ("starting", "running") and d.pid is not None and not stages.is_alive(d):
             out.append(Failure(d.stage_id, d.id, "dead_pid", f"driver pid {d.pid} is gone while the run is {d.status}",
                                max(last_sign, seen_alive.get(d.id, last_sign)), d.role))
-        elif d.status == "running" and d.silent_s is not None and d.silent_s > stale_s:
+        elif d.status == "running" and silent_too_long(d.silent_s, d.server_up_s, stale_s):
             out.append(Failure(d.stage_id, d.id, "stale_heartbeat",
                                f"no heartbeat for {d.silent_s:.0f}s (limit {stale_s:.0f}s)", d.beat_at or d.running_at,
                                d.role))
@@ -98,11 +104,19 @@ def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
     return out
 
 
-def still_failed(f: Failure) -> bool:
+def still_failed(f: Failure, stale_s: float) -> bool:
     """Under the stage lock: is `f`'s run still its replica's latest (a supervisor and the DAG
-    may both have found it; the first to take the lock recovers it, the other does nothing)."""
+    may both have found it; the first to take the lock recovers it, the other does nothing), and
+    for a hung driver, is it still silent? A recovery may wait its turn behind others (or behind
+    the lock) while a driver that was only cut off by a database outage beats again: it must not
+    be killed on an old reading."""
     latest = ledger.latest_run(f.stage_id, role=f.role)
-    return latest is not None and latest.id == f.deployment_id
+    if latest is None or latest.id != f.deployment_id:
+        return False
+    if f.kind != "stale_heartbeat":
+        return True
+    now = failures.heartbeat_silence(f.deployment_id)
+    return now is not None and silent_too_long(now.silent_s, now.server_up_s, stale_s)
 
 
 def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int = 3, wait_s: float = 180,
@@ -181,7 +195,7 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
             if not free or f.stage_id in running:
                 report.skipped.append(f"{f.who}: a reconfiguration or the supervisor is working on it")
                 continue
-            if not still_failed(f):
+            if not still_failed(f, stale_s):
                 report.skipped.append(f"{f.who}: already recovered")
                 continue
             report.recoveries.append(recover(f, apps[f.stage_id], reg, max_restarts=max_restarts, wait_s=wait_s,

@@ -14,6 +14,11 @@ def watchdog_candidates() -> list[Row]:
     return db.rows("watchdog_candidates")
 
 
+def heartbeat_silence(deployment_id: int) -> Row | None:
+    """(silent_s, server_up_s) of one run, read now."""
+    return db.row("heartbeat_silence", deployment_id=deployment_id)
+
+
 def open_failure(stage_id: str, app: str, deployment_id: int, kind: str, detail: str,
                  failed_at: datetime, role: str = "primary", detected_by: str = "watchdog") -> tuple[int, int, bool]:
     """The open failure of the stage's `role`, created now if it has none: (id, restarts
