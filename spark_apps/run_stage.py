@@ -21,6 +21,7 @@ from pathlib import Path
 
 from streamops.agent.agent import StageAgent
 from streamops.agent.faults import BatchPause, FaultInjector
+from streamops.agent.input_watch import Landing
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, is_transient_error
 from streamops import checkpoint_layout as checkpoint
@@ -335,7 +336,9 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
         handlers["scale"] = lambda args: scale_executors(spark, agent, args, executor_cores)
     agent = StageAgent(spark, ctx, input_dir, ckpt,
                        periodic=[("Operator Manager", opts.local_period_s, lambda: operator_manager(sid))],
-                       handlers=handlers)
+                       handlers=handlers,
+                       landing=Landing(input_dir, stage.source.landing_quiet_s, stage.source.landing_markers)
+                       if stage.source.kind == "files" else None)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop("SIGINT"))
     agent.attach()

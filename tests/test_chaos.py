@@ -8,8 +8,11 @@ database (and everything else using it) never goes away.
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from sqlalchemy import text
 
 from streamops import generator, registry
 from streamops.execute import stages, supervisor
+from streamops.generator.records import dumps
 from streamops.store import db, embedded, migrate
 from tests import oracles
 from tests.test_e2e_stage import eventually
@@ -89,4 +93,53 @@ def test_a_30s_database_stop_restarts_no_stage_and_loses_nothing(private_databas
     finally:
         stop.set()
         thread.join(60)
+    stages.stop_stage("chaos.s", reg, deadline_s=30)
+
+
+def _lines(records: list[dict]) -> bytes:
+    return b"".join(dumps(r).encode() + b"\n" for r in records)
+
+
+def test_a_file_written_in_place_is_counted_whole_through_landing_or_reported(clean_db):
+    """Producers that write in place: through `_landing/` (a pause shorter than the quiet period, a
+    cut mid-line) every record is counted once; straight into the source, the part written after
+    the read is reported (log, input_anomalies, status), as is a sub-directory. Never silent."""
+    from streamops.cli import status_table
+
+    reg = _registry("chaos/inplace")
+    inputs = registry.resolve_path("chaos/inplace")
+    now = datetime.now(timezone.utc)
+    records = generator.make_records("web", 6, rng=random.Random(7), start_seq=0, run="inplace",
+                                     ts_from=now - timedelta(seconds=5), ts_to=now)
+    run = stages.start_stage("chaos.s", reg)
+
+    landing = inputs / "_landing"
+    landing.mkdir(parents=True)
+    whole = _lines(records)
+    with open(landing / "slow-writer.json", "wb") as f:  # three lines and half a line, a pause, the rest
+        cut = len(_lines(records[:3])) + 10
+        f.write(whole[:cut])
+        f.flush()
+        time.sleep(1.0)
+        f.write(whole[cut:])
+    want = oracles.expected("wordcount", records)
+    eventually(lambda: oracles.actual(clean_db, "chaos.s", "wordcount") == want, 120,
+               "every record of the landed file, counted once")
+
+    direct = inputs / "direct.json"  # straight into the source: read at its first size
+    direct.write_bytes(_lines(records[:3]))
+    eventually(lambda: _count("SELECT count(*) FROM sink_commits WHERE rows > 0") >= 2, 60, "the direct file read")
+    time.sleep(2)
+    with open(direct, "ab") as f:
+        f.write(_lines(records[3:]))
+    (inputs / "nested").mkdir()
+    anomalies = eventually(lambda: {(Path(r.path).name, r.kind): r for r in clean_db.connect().execute(text(
+        "SELECT path, kind, bytes_now, detail FROM input_anomalies WHERE stage_id = 'chaos.s'"))}
+        if _count("SELECT count(*) FROM input_anomalies") >= 2 else None, 60, "the audit's two findings")
+    assert set(anomalies) == {("direct.json", "changed_after_read"), ("nested", "subdirectory")}, anomalies
+    assert anomalies[("direct.json", "changed_after_read")].bytes_now == len(_lines(records))
+    caption = str(status_table(wide=True).caption)
+    assert "changed after it was read" in caption and "sub-directory not read" in caption
+    log = Path(run.log_path).read_text()
+    assert "action=input-audit kind=changed_after_read" in log and "action=input-audit kind=subdirectory" in log
     stages.stop_stage("chaos.s", reg, deadline_s=30)

@@ -94,6 +94,9 @@ class FileSource(_Frozen):
     max_files_per_trigger: int = Field(default=50, ge=1)
     max_record_bytes: int = Field(default=MAX_RECORD_BYTES, ge=64,
                                   description="a longer line is quarantined as 'too large' without being parsed")
+    landing_quiet_s: float = Field(default=2.0, gt=0, description="a file in <path>/_landing/ unmodified this long "
+                                                                   "is complete and moved into the source")
+    landing_markers: bool = Field(default=False, description="move a landing file only once <name>.done exists")
 
 
 class KafkaSource(_Frozen):

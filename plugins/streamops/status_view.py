@@ -60,6 +60,8 @@ def cells(r) -> tuple[dict[str, str], list[str]]:
                      f"redeploy it")
     if r.poison_24h:
         notes.append(f"[yellow]{r.stage_id}[/]: {r.poison_24h}")
+    if r.input_24h:
+        notes.append(f"[yellow]{r.stage_id}[/]: input {r.input_24h} (table input_anomalies)")
     return {
         "stage": r.stage_id, "state": state, "pool": r.pool or "–", "cores": f"{r.cores}/{r.partitions}",
         "in/s": _fmt(r.in_rps, ",.0f"), "out/s": _fmt(r.out_rps, ",.0f"),

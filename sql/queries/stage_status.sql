@@ -60,7 +60,12 @@ SELECT s.stage_id, s.app, s.workload, COALESCE(r.pool, s.pool) AS pool,  -- wher
        (SELECT count(*) FROM failures f WHERE f.stage_id = s.stage_id AND f.detected_at > now() - interval '1 day') AS failures_24h,
        (SELECT string_agg(format('batch %s quarantined whole: %s', bf.batch_id, bf.error), '; ' ORDER BY bf.batch_id)
         FROM batch_failures bf WHERE bf.stage_id = s.stage_id AND bf.status = 'quarantined'
-        AND bf.quarantined_at > now() - interval '1 day') AS poison_24h
+        AND bf.quarantined_at > now() - interval '1 day') AS poison_24h,
+       (SELECT string_agg(format('%s %s', CASE ia.kind WHEN 'subdirectory' THEN 'sub-directory not read:'
+                                                      ELSE 'changed after it was read, not fully counted:' END, ia.path),
+                          '; ' ORDER BY ia.path)
+        FROM input_anomalies ia WHERE ia.stage_id = s.stage_id
+        AND ia.updated_at > now() - interval '1 day') AS input_24h
 FROM stages s
 LEFT JOIN latest_run r ON r.stage_id = s.stage_id
 LEFT JOIN latest_batch b ON b.stage_id = s.stage_id

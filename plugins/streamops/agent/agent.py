@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
+from streamops.agent.input_watch import InputAudit, Landing
 from streamops.agent.metrics import FileSourceBacklog, SinkStats, StageContext, progress_to_metrics
 from streamops.store import db
 from streamops.waiting import wait_until
@@ -127,6 +128,8 @@ class StageAgent:
         poll_s: float = 1.0,
         periodic: list[tuple[str, float, Callable[[], None]]] | None = None,
         handlers: dict[str, Callable[[dict], str]] | None = None,
+        landing: Landing | None = None,
+        audit_s: float = 10.0,
     ):
         self.spark, self.ctx = spark, ctx
         self.engine = engine  # None: the process's database
@@ -140,6 +143,8 @@ class StageAgent:
         self.main_query_name = ctx.stage_id
         self.checkpoint = Path(checkpoint)
         self.backlog = FileSourceBacklog(input_dir, checkpoint)
+        self.landing = landing  # moves complete files from <input>/_landing/ into the source
+        self.audit, self.audit_s = InputAudit(input_dir, checkpoint), audit_s
         self.writer = BufferedWriter(self.engine, ctx.stage_id)
         self.listener = _listener_class()(self)
         self.stop_requested = threading.Event()
@@ -166,8 +171,11 @@ class StageAgent:
         if self.ctx.deployment_id is None:  # an in-process run (tests): no run row to beat for or command
             return
         loops = [(self._heartbeat_loop, "heartbeat"), (self._command_loop, "commands")]
+        periodic = list(self.periodic) + [("input audit", self.audit_s, self._audit_input)]
+        if self.landing is not None:
+            periodic.append(("landing", 1.0, self.landing.move_ready))
         loops += [(lambda name=name, period=period, fn=fn: self._every(name, period, fn), name)
-                  for name, period, fn in self.periodic]
+                  for name, period, fn in periodic]
         for target, name in loops:
             t = threading.Thread(target=target, name=f"{name}-{self.ctx.stage_id}", daemon=True)
             t.start()
@@ -293,6 +301,14 @@ class StageAgent:
         log.info("stage %s: batch %d in=%d rows %.0f ms, p95=%s ms, backlog=%s files",
                  self.ctx.stage_id, batch_id, rows, row["batch_duration_ms"],
                  None if row["latency_p95_ms"] is None else round(row["latency_p95_ms"]), row["backlog_files"])
+
+    def _audit_input(self) -> None:
+        """Input the source did not (fully) read: logged and recorded once each, never silent."""
+        for a in self.audit.check():
+            log.warning("stage %s: action=input-audit kind=%s %s: %s", self.ctx.stage_id, a.kind, a.path, a.detail)
+            self.writer.submit("input_anomaly_upsert", {"stage_id": self.ctx.stage_id, "path": a.path, "kind": a.kind,
+                                                        "detail": a.detail, "bytes_now": a.bytes_now,
+                                                        "deployment_id": self.ctx.deployment_id})
 
     def _beat(self) -> None:
         """Write the heartbeat now, on a connection of its own: never queued behind the metrics
