@@ -110,3 +110,22 @@ def test_silence_is_judged_only_once_the_database_has_been_back_for_the_limit(si
     from streamops.execute.watchdog import silent_too_long
 
     assert silent_too_long(silent_s, server_up_s, stale_s=15) is hung
+
+
+def test_a_run_starting_past_the_launch_limit_is_a_launch_failure():
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from streamops.execute.watchdog import LAUNCH_LIMIT_S, detect
+
+    def run(silent_s, **kw):
+        return SimpleNamespace(**{"health": "ok", "status": "starting", "pid": None, "silent_s": silent_s,
+                                  "server_up_s": 3600, "beat_at": None, "running_at": None,
+                                  "started_at": datetime.now(timezone.utc), "stage_id": "a.s", "id": 1,
+                                  "role": "primary", "stop_reason": None, "stopped_at": None, **kw})
+
+    assert detect(15, candidates=[run(LAUNCH_LIMIT_S - 1)]) == []  # being launched right now
+    [f] = detect(15, candidates=[run(LAUNCH_LIMIT_S + 1)])
+    assert f.kind == "launch_failed" and "no pid" in f.detail
+    [f] = detect(15, candidates=[run(5, status="failed", stop_reason="launch failed: RuntimeError: master down")])
+    assert f.kind == "launch_failed" and "master down" in f.detail

@@ -143,3 +143,41 @@ def test_a_file_written_in_place_is_counted_whole_through_landing_or_reported(cl
     log = Path(run.log_path).read_text()
     assert "action=input-audit kind=changed_after_read" in log and "action=input-audit kind=subdirectory" in log
     stages.stop_stage("chaos.s", reg, deadline_s=30)
+
+
+def test_a_launch_that_raises_is_a_recorded_failure_and_is_retried(clean_db, tmp_path):
+    """A warm spare whose stdin is gone (a broken pipe at the hand-over): the run is recorded
+    `failed` with the error at once, instead of staying `starting` with its cores reserved and
+    nothing watching, and the watchdog's next pass launches it again."""
+    import subprocess
+    import sys
+
+    from streamops.execute import launcher as launchers
+    from streamops.execute import watchdog
+
+    reg = _registry("chaos/launch")
+    inputs = registry.resolve_path("chaos/launch")
+    generator.generate(inputs, "web", "constant:rate=100", seed=5, duration_s=10, realtime=False)
+    proc = subprocess.Popen([sys.executable, "-c", "import os, time; os.close(0); print('closed', flush=True); "
+                             "time.sleep(120)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"closed\n"  # alive, and nobody reads its stdin any more
+    ready = tmp_path / "spare.ready"
+    ready.touch()
+    broken = launchers.Spare("chaos.s", 1, proc, str(tmp_path / "spare.log"), ready)
+    try:
+        with pytest.raises(stages.LaunchFailed, match="launch failed: BrokenPipeError"):
+            stages.start_stage("chaos.s", reg, spare=broken)
+    finally:
+        proc.kill()
+    with clean_db.connect() as conn:
+        first = conn.execute(text("SELECT id, status, stop_reason FROM deployments WHERE stage_id = 'chaos.s'")).one()
+    assert first.status == "failed" and first.stop_reason.startswith("launch failed: BrokenPipeError"), first
+
+    report = watchdog.cycle(reg, stale_s=15, wait_s=120)
+    assert [(r.kind, r.status) for r in report.recoveries] == [("launch_failed", "recovered")], report
+    want = oracles.expected("wordcount", generator.read_valid_records(inputs))
+    eventually(lambda: oracles.actual(clean_db, "chaos.s", "wordcount") == want, 120, "the sink to equal the truth")
+    with clean_db.connect() as conn:
+        f = conn.execute(text("SELECT kind, status, deployment_id FROM failures WHERE stage_id = 'chaos.s'")).one()
+    assert f.kind == "launch_failed" and f.status == "recovered" and f.deployment_id == first.id
+    stages.stop_stage("chaos.s", reg, deadline_s=30)

@@ -155,11 +155,19 @@ def start_stage(
         raise AdmissionRefused(f"start of {sid} refused: {adm.refused} (recorded as deployment {dep_id})")
 
     env = {"STREAMOPS_DATABASE_URL": db.database_url()}
-    if spare is not None and spare.ready and spare.cores == cores and pool.kind == "local":
-        launched = launcher.adopt(spare, dep_id)
-        log.info("stage %s: deployment %d handed to the warm spare pid %s", sid, dep_id, launched.pid)
-    else:
-        launched = launcher.launch(dep_id, sid, env)
+    try:
+        if spare is not None and spare.ready and spare.cores == cores and pool.kind == "local":
+            launched = launcher.adopt(spare, dep_id)
+            log.info("stage %s: deployment %d handed to the warm spare pid %s", sid, dep_id, launched.pid)
+        else:
+            launched = launcher.launch(dep_id, sid, env)
+    except Exception as e:
+        # The run would otherwise stay `starting` with no pid, its cores reserved, unseen: record it
+        # failed, with why; the supervisor and the watchdog retry it as a `launch_failed` failure.
+        why = f"{LAUNCH_FAILED}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ledger.finish(dep_id, "failed", why, 1)
+        log.error("stage %s: action=launch failed deployment=%d: %s", sid, dep_id, why)
+        raise LaunchFailed(f"stage {sid}: {why} (deployment {dep_id})") from e
     ledger.mark_launched(dep_id, launched.pid, launched.driver_id, launched.log_path)
     log.info("stage %s: launched deployment %d (pid %s, %d cores, %d partitions, pool %s)",
              sid, dep_id, launched.pid, cores, partitions, pool_name)
@@ -167,6 +175,13 @@ def start_stage(
     if wait_s > 0:
         _wait_running(sid, dep_id, launched.pid, launcher, wait_s, progress)
     return StartResult(sid, dep_id, launched.pid, False, launched.log_path)
+
+
+LAUNCH_FAILED = "launch failed"
+
+
+class LaunchFailed(RuntimeError):
+    """The driver could not be launched; its run is recorded `failed` with the reason."""
 
 
 def _speculation(sid: str, st, pool) -> dict[str, str] | None:

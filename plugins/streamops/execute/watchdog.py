@@ -14,6 +14,7 @@ restarts in a row the stage is marked `failed` and `WatchdogAlert` is raised.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -70,6 +71,12 @@ class WatchdogReport:
         return [r for r in self.recoveries if r.status == "gave_up"]
 
 
+# A run still `starting` this long after it was admitted (no pid: its launch never completed; a
+# pid: its driver never came up) has failed to launch.
+LAUNCH_LIMIT_S = 300.0
+LAUNCH_RETRIES = 10  # with the backoff, about six minutes of a master or a worker away
+
+
 def silent_too_long(silent_s: float | None, server_up_s: float | None, stale_s: float) -> bool:
     """Is a heartbeat this old a hung driver? Not within `stale_s` of a database restart: the
     restart silenced every driver at once, and each needs a beat's time to reconnect."""
@@ -87,15 +94,22 @@ def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
         if d.health == "failed":
             continue
         last_sign = d.beat_at or d.running_at or d.started_at
-        # A run still `starting` without a pid is being launched right now: not a failure. A
+        # A run still `starting` without a pid is being launched right now: not a failure (until
+        # LAUNCH_LIMIT_S). A
         # `stopping` run whose driver is gone was asked to stop: its stopper records the end.
         if d.status in ("starting", "running") and d.pid is not None and not stages.is_alive(d):
             out.append(Failure(d.stage_id, d.id, "dead_pid", f"driver pid {d.pid} is gone while the run is {d.status}",
                                max(last_sign, seen_alive.get(d.id, last_sign)), d.role))
+        elif d.status == "starting" and d.silent_s is not None and d.silent_s > LAUNCH_LIMIT_S:
+            what = "its launch never completed (no pid)" if d.pid is None else "its driver never came up"
+            out.append(Failure(d.stage_id, d.id, "launch_failed", f"still starting after {d.silent_s:.0f}s: {what}",
+                               d.started_at, d.role))
         elif d.status == "running" and silent_too_long(d.silent_s, d.server_up_s, stale_s):
             out.append(Failure(d.stage_id, d.id, "stale_heartbeat",
                                f"no heartbeat for {d.silent_s:.0f}s (limit {stale_s:.0f}s)", d.beat_at or d.running_at,
                                d.role))
+        elif d.status == "failed" and (d.stop_reason or "").startswith(stages.LAUNCH_FAILED):
+            out.append(Failure(d.stage_id, d.id, "launch_failed", d.stop_reason, d.stopped_at or d.started_at, d.role))
         elif d.status == "failed" and not (d.stop_reason or "").startswith("driver process gone"):
             out.append(Failure(d.stage_id, d.id, "query_failed", d.stop_reason or "the driver recorded a failure",
                                d.stopped_at or d.started_at, d.role))
@@ -126,8 +140,8 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     if new:
         log.warning("stage %s: action=failure-detected role=%s kind=%s failure=%d by=%s: %s", f.stage_id, f.role,
                     f.kind, fid, detected_by, f.detail)
-    if f.kind == "stale_heartbeat":
-        dep = ledger.deployment(f.deployment_id)
+    dep = ledger.deployment(f.deployment_id)
+    if f.kind in ("stale_heartbeat", "launch_failed") and dep.pid is not None:
         # a hung driver must not keep writing beside its successor
         launcher_for(dep.master).terminate(dep.pid, dep.driver_id, force=True)
     ledger.finish(f.deployment_id, "failed", f"watchdog: {f.detail}")
@@ -138,6 +152,12 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
         progress(f"{f.who}: not restarted, no longer wanted")
         return Recovery(f.stage_id, fid, f.kind, "recovered", attempts, row.mttr_ms / 1000 if row else None,
                         row.downtime_ms / 1000 if row else None, "replica no longer wanted")
+    if f.kind == "launch_failed":
+        # The infrastructure (a master, a worker, a spare) is what failed, not the stage: retry
+        # with a backoff, and for longer than a stage that fails by itself.
+        max_restarts = max(max_restarts, LAUNCH_RETRIES)
+        if attempts:
+            time.sleep(min(5 * 2 ** (attempts - 1), 60))
     failures.count_attempt(fid)
     attempts += 1
     progress(f"{f.who}: {f.kind}: {f.detail}; restart {attempts} of {max_restarts} from its checkpoint")
