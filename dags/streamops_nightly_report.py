@@ -47,9 +47,17 @@ def streamops_nightly_report():
 
         r = apply_retention()
         logging.getLogger("streamops.airflow").info(
-            "retention: kept %d days of stage_metrics; dropped %s; created %d partitions ahead",
-            r.keep_days, ", ".join(r.dropped) or "nothing", r.created)
-        return {"dropped": r.dropped, "created": r.created}
+            "retention: kept %d days of stage_metrics; dropped %s; created %d partitions ahead (drained: %s); "
+            "deleted rows older than %d days: %s", r.keep_days, ", ".join(r.dropped) or "nothing", r.created,
+            ", ".join(r.drained) or "none", r.records_keep_days, r.deleted)
+        return {"dropped": r.dropped, "created": r.created, "drained": r.drained, "deleted": r.deleted}
+
+    @task
+    def files() -> dict:
+        from streamops.execute import housekeeping
+
+        c = housekeeping.collect()
+        return {"checkpoints": c.checkpoints, "logs": len(c.logs), "bytes": c.bytes}
 
     @task
     def report(params: dict | None = None, data_interval_start=None, dag_run=None) -> str:
@@ -76,7 +84,7 @@ def streamops_nightly_report():
                                                     len(results), ", ".join(failed) or "none")
         return {"validations": len(results), "failed": failed}
 
-    retention() >> data_quality() >> report()
+    retention() >> files() >> data_quality() >> report()
 
 
 streamops_nightly_report()

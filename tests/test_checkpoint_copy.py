@@ -57,3 +57,24 @@ def test_copy_during_a_running_batch_resumes_to_the_exact_output(spark, clean_db
         q.awaitTermination(300)
         assert q.exception() is None, q.exception()
     assert oracles.actual(clean_db, sid, "wordcount") == oracles.expected("wordcount", generator.read_valid_records(inputs))
+
+
+def test_a_staged_copy_s_name_stays_bounded_across_switches(tmp_path):
+    from streamops.execute.staging import staged_path
+
+    first = staged_path(tmp_path / "a.s")
+    again = staged_path(first)
+    assert first.name.startswith("a.s.staged-") and again.name.count(".staged-") == 1
+
+
+def test_restore_puts_a_whole_copy_in_place_and_keeps_the_copy(tmp_path):
+    from streamops.execute import checkpoint as ops
+
+    ckpt, copy = tmp_path / "ckpt", tmp_path / "copy"
+    (ckpt / "commits").mkdir(parents=True)
+    (ckpt / "commits" / "9").write_text("newer, to be replaced\n")
+    (copy / "commits").mkdir(parents=True)
+    (copy / "commits" / "3").write_text("v1\n")
+    ops.restore(copy, ckpt)
+    assert sorted(p.name for p in (ckpt / "commits").iterdir()) == ["3"] and (copy / "commits" / "3").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "copy"], "no leftovers beside it"

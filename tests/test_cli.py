@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from streamops.cli import app
 
 runner = CliRunner()
-COMMANDS = [[], ["db"], ["db", "up"], ["db", "down"], ["db", "status"], ["deploy"], ["start"], ["stop"],
+COMMANDS = [[], ["gc"], ["db"], ["db", "up"], ["db", "down"], ["db", "status"], ["deploy"], ["start"], ["stop"],
             ["replan"], ["reconfigure"], ["prestage"], ["release"], ["sim"], ["bench"],
             ["gen"], ["status"], ["report"], ["down"], ["airflow"], ["airflow", "up"], ["airflow", "down"], ["airflow", "status"],
             ["airflow", "logins"], ["airflow", "trigger"]]
@@ -166,3 +166,45 @@ def test_db_status_never_prints_a_password(monkeypatch):
     result = runner.invoke(app, ["db", "status"])
     assert result.exit_code == 0, result.output
     assert "s3cret-pw" not in result.output and "postgresql://ops:***@db.example:5433/streamops" in result.output
+
+
+@pytest.mark.db
+def test_gc_removes_the_checkpoints_no_run_needs_and_keeps_the_rest(clean_db):
+    import os
+    import time
+    from pathlib import Path
+
+    from sqlalchemy import text
+
+    from streamops.paths import data_dir
+
+    _stage_with_a_run(clean_db)
+    root = data_dir() / "checkpoints"
+    current = root / "w.s.staged-2"
+    old = time.time() - 7200
+
+    def made(name: str, age_s: float | None = old) -> Path:
+        d = root / name
+        (d / "commits").mkdir(parents=True, exist_ok=True)
+        (d / "commits" / "0").write_text("v1\n")
+        if age_s:
+            os.utime(d, (age_s, age_s))
+        return d
+    with clean_db.begin() as conn:
+        conn.execute(text("UPDATE deployments SET checkpoint = :c WHERE stage_id = 'w.s'"), {"c": str(current)})
+    keep = [made("w.s.staged-2"), made("w.s.staged-2.quarantine"), made("w.s.rollback-9", age_s=None),
+            made("other-app.s")]  # the live one and its side query's, a fresh copy, a stage not ours
+    gone = [made("w.s"), made("w.s.quarantine"), made("w.s.rollback-7"), made(".w.s.rollback-8.partial")]
+
+    listed = runner.invoke(app, ["gc", "--dry-run"], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0, listed.output
+    assert all(str(d) in listed.output for d in gone) and all(d.exists() for d in gone)
+    result = runner.invoke(app, ["gc"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert not any(d.exists() for d in gone) and all(d.exists() for d in keep), result.output
+    assert "checkpoint directories no run needs" in result.output and "quarantine rows older than 90 days" in result.output
+
+    with clean_db.begin() as conn:  # a change in flight: nothing of its stage goes
+        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, status, requested_by) VALUES ('w.s', 'w', 'scale_out', 'pending', 'test')"))
+    stale = made("w.s.rollback-10")
+    assert runner.invoke(app, ["gc"]).exit_code == 0 and stale.exists()

@@ -469,14 +469,52 @@ def test_retention_drops_old_partitions_and_creates_tomorrows(rdb):
     res = retention.apply_retention(keep_days=8, today=today, engine=rdb)
     # cutoff 2000-06-07: the 5th and 6th go, the 7th is kept
     assert sorted(res.dropped) == ["stage_metrics_20000605", "stage_metrics_20000606"]
-    assert res.deleted_default_rows == 1 and res.created == 2
-    assert partitions() == {"stage_metrics_20000607", "stage_metrics_20000608", "stage_metrics_20000615",
-                            "stage_metrics_20000616"}
+    assert res.deleted_default_rows == 1 and res.created == 8  # today and 7 days ahead
+    assert partitions() == {"stage_metrics_20000607", "stage_metrics_20000608",
+                            *(f"stage_metrics_200006{d}" for d in range(15, 23))}
     again = retention.apply_retention(keep_days=8, today=today, engine=rdb)
     assert again.dropped == [] and again.created == 0
     with rdb.begin() as conn:  # leave the test database's partitions as the migration made them
         for p in partitions():
             conn.execute(text(f'DROP TABLE "{p}"'))
+
+
+def test_a_missed_night_is_drained_from_the_default_partition_the_next_night(rdb):
+    """No partition for a day (the night before missed creating it): its rows land in the default
+    partition, and creating that day's partition used to fail every night after ("would be
+    violated by some row"), blocking retention, data quality and the report for good. Here the
+    next night's run creates the day's partition and the one before's is drained too."""
+    missed = date(2000, 7, 10)
+    with rdb.begin() as conn:
+        for day, hour in ((9, 23), (10, 1), (10, 13)):
+            conn.execute(text(
+                "INSERT INTO stage_metrics (ts, stage_id, run_id, batch_id, input_rows, batch_duration_ms) "
+                "VALUES (:ts, 'x.s', 'r', :b, 5, 10)"), {"ts": f"2000-07-{day:02d}T{hour:02d}:00:00Z", "b": hour})
+    res = retention.apply_retention(keep_days=8, today=missed, engine=rdb)
+    assert res.drained == ["2000-07-09", "2000-07-10"], res
+    with rdb.begin() as conn:
+        where = conn.execute(text("SELECT tableoid::regclass::text, count(*) FROM stage_metrics "
+                                  "WHERE stage_id = 'x.s' GROUP BY 1 ORDER BY 1")).all()
+        assert where == [("stage_metrics_20000709", 1), ("stage_metrics_20000710", 2)], "each day in its partition"
+        conn.execute(text("DELETE FROM stage_metrics WHERE stage_id = 'x.s'"))
+        for p in conn.execute(text(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = 'stage_metrics'::regclass AND c.relname ~ '^stage_metrics_2000'")).scalars().all():
+            conn.execute(text(f'DROP TABLE "{p}"'))
+
+
+def test_retention_deletes_old_rows_of_every_growing_table_but_each_stage_s_last_commit(rdb):
+    with rdb.begin() as conn:
+        for days_ago in (200, 150):
+            conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
+                              "VALUES ('ra.s', 0, :b, 1, now() - make_interval(days => :d))"), {"b": days_ago, "d": days_ago})
+        conn.execute(text("INSERT INTO quarantine (stage_id, batch_id, record_key, raw, raw_size, reason_kind, reason, "
+                          "quarantined_at) VALUES ('ra.s', 1, 'k', 'x', 1, 'empty line', 'r', now() - interval '100 days')"))
+    res = retention.apply_retention(keep_days=8, records_keep_days=90, engine=rdb)
+    assert res.deleted["sink_commits"] == 1 and res.deleted["quarantine"] == 1, res.deleted
+    with rdb.begin() as conn:
+        assert conn.execute(text("SELECT batch_id FROM sink_commits WHERE stage_id = 'ra.s'")).scalars().all() == [150]
+        conn.execute(text("DELETE FROM sink_commits WHERE stage_id = 'ra.s'"))
 
 
 def test_retention_refuses_zero_days(rdb):

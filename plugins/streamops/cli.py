@@ -762,6 +762,44 @@ def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD
 
 
 @app.command()
+def gc(dry_run: bool = typer.Option(False, "--dry-run", help="list what would go; remove nothing"),
+       metrics_days: Optional[int] = typer.Option(None, "--metrics-days", min=1,
+                                                  help="keep this many days of stage_metrics "
+                                                       "(default: STREAMOPS_METRICS_RETENTION_DAYS or 30)"),
+       records_days: Optional[int] = typer.Option(None, "--records-days", min=1,
+                                                  help="keep this many days of quarantine, commits, failed batches, "
+                                                       "faults and commands (default: STREAMOPS_RECORDS_RETENTION_DAYS "
+                                                       "or 90)"),
+       log_days: float = typer.Option(14.0, "--log-days", help="keep the logs of runs that ended this recently")) -> None:
+    """Housekeeping (the nightly DAG does the same): metrics partitions created a week ahead and
+    the default partition drained, old rows of every growing table deleted, and the checkpoints
+    (rollback copies, switched-from and half-written ones) and driver logs nothing needs removed."""
+    from streamops.execute import housekeeping
+    from streamops.report.retention import apply_retention
+    from streamops.store import db
+
+    try:
+        files = housekeeping.collect(log_keep_days=log_days, dry_run=dry_run)
+        t = Table(title=f"housekeeping{' (dry run: nothing removed)' if dry_run else ''}", header_style="bold")
+        t.add_column("what")
+        t.add_column("done", justify="right")
+        if not dry_run:
+            r = apply_retention(metrics_days, records_keep_days=records_days)
+            t.add_row(f"stage_metrics partitions older than {r.keep_days} days dropped", str(len(r.dropped)))
+            t.add_row("stage_metrics partitions created (a week ahead, missed days drained)", str(r.created))
+            for table, n in r.deleted.items():
+                t.add_row(f"{table} rows older than {r.records_keep_days} days deleted", f"{n:,}")
+        t.add_row("checkpoint directories no run needs", str(len(files.checkpoints)))
+        t.add_row(f"driver logs older than {log_days:g} days", str(len(files.logs)))
+        t.add_row("disk freed" if not dry_run else "disk to free", f"{files.bytes / 1e6:,.1f} MB")
+    except db.DatabaseUnavailable as e:
+        _fail(str(e))
+    console.print(t)
+    for path in files.checkpoints + files.logs if dry_run else []:
+        console.print(f"  {path}")
+
+
+@app.command()
 def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded PostgreSQL")) -> None:
     """Stop Airflow, then every running stage and background generator, then the embedded Spark cluster."""
     from streamops import processes

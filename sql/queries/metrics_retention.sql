@@ -1,1 +1,2 @@
-SELECT action, target, detail FROM stage_metrics_retention(CAST(:keep_days AS integer), CAST(:today AS date))
+SELECT action, target, detail
+FROM stage_metrics_retention(CAST(:keep_days AS integer), CAST(:today AS date), CAST(:ahead_days AS integer))

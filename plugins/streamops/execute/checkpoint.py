@@ -4,8 +4,10 @@ layout is `streamops.checkpoint_layout`, re-exported here for the control plane.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 from streamops.checkpoint_layout import (  # noqa: F401 - re-exported
@@ -47,11 +49,18 @@ def rollback_copy_live(src: Path, dst: Path) -> Path:
 
 
 def restore(copy: Path, ckpt: Path) -> None:
-    """Put a copy back in place of the checkpoint; the copy is kept until the caller removes it."""
+    """Put a copy back in place of the checkpoint; the copy is kept until the caller removes it.
+    Copied beside the checkpoint first, then renamed into place: the checkpoint directory is
+    never half-written, and of two restores at once (a rollback and the watchdog's resume) the
+    second's rename fails instead of interleaving its files with the first's."""
     ckpt = Path(ckpt)
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    tmp, old = ckpt.with_name(f".{ckpt.name}.restoring-{tag}"), ckpt.with_name(f".{ckpt.name}.replaced-{tag}")
+    shutil.copytree(copy, tmp)
     if ckpt.exists():
-        shutil.rmtree(ckpt)
-    shutil.copytree(copy, ckpt)
+        ckpt.rename(old)
+    tmp.rename(ckpt)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _is_temp(name: str) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,14 @@ log = logging.getLogger("streamops.reconfigure")
 Progress = Callable[[str], None]
 
 __all__ = ["Staged", "prestage", "release"]
+
+
+def staged_path(src: Path) -> Path:
+    """Where a staged copy of the checkpoint `src` goes: the stage's base name plus one
+    `.staged-<ms>`. A checkpoint that is itself a staged copy (after a switch) does not add
+    another suffix: the names stay bounded however many switches there are."""
+    base = re.sub(r"(\.staged-\d+)+$", "", src.name)
+    return src.with_name(f"{base}.staged-{int(time.time() * 1000)}")
 
 
 def _repartition_copy(path: Path, partitions: int) -> None:
@@ -58,7 +67,7 @@ def prestage(stage_ref: str, partitions: int | None = None, reg: registry.Regist
         progress(f"{sid}: re-staging: {why}")
         release(sid, reg)
     src = Path(live.checkpoint)
-    dst = src.with_name(f"{src.name}.staged-{int(time.time() * 1000)}")
+    dst = staged_path(src)
     started = time.monotonic()
     n = checkpoint.copy_live(src, dst)
     qsrc = checkpoint.quarantine_checkpoint(src)

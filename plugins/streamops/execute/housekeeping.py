@@ -1,0 +1,78 @@
+"""Files that grow without bound, removed once nothing can need them (`streamops gc`, the nightly DAG).
+
+- Checkpoints: a directory under `data/checkpoints/` is garbage when it is not the checkpoint of
+  any stage's latest run (per role) nor of a live run, not a staged copy that is ready, its stage
+  has no reconfiguration pending or running (a rollback copy, or the checkpoint a switch leaves,
+  is needed until the change is done), and it has not been modified for `min_age_s`. That covers
+  the rollback copies of finished changes, the checkpoints a pre-staged or active-backup switch
+  left behind, and copies a crash left half-written.
+- Driver logs: those of runs that ended more than `log_keep_days` ago (a live run's log stays).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streamops.paths import data_dir, state_dir
+from streamops.store import db
+
+log = logging.getLogger("streamops.housekeeping")
+
+
+@dataclass
+class Collected:
+    checkpoints: list[str] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    bytes: int = 0
+
+
+def _size(p: Path) -> int:
+    if p.is_file():
+        return p.stat().st_size
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def _stage_of(name: str, stages: set[str]) -> str | None:
+    """The stage a checkpoint directory belongs to: its name is the stage id plus suffixes
+    (.quarantine, .staged-N, .rollback-N, @replica-N), and stage ids hold no such characters."""
+    return next((s for s in sorted(stages, key=len, reverse=True) if name == s or name.startswith((s + ".", s + "@"))),
+                None)
+
+
+def collect(min_age_s: float = 3600.0, log_keep_days: float = 14.0, dry_run: bool = False) -> Collected:
+    """Remove (or with `dry_run` only list) the checkpoints and logs nothing needs any more."""
+    from streamops.checkpoint_layout import quarantine_checkpoint
+
+    out = Collected()
+    now = time.time()
+    in_use = [r.path for r in db.rows("checkpoints_in_use")]
+    busy_stages = {p[1:] for p in in_use if p.startswith("*")}
+    keep = {str(Path(p)) for p in in_use if not p.startswith("*")}
+    keep |= {str(quarantine_checkpoint(Path(p))) for p in keep}
+    stages = {r.stage_id for r in db.rows("stage_ids")}
+    root = data_dir() / "checkpoints"
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        stage = _stage_of(d.name.lstrip("."), stages)
+        if (not d.is_dir() or str(d) in keep or stage in busy_stages or now - d.stat().st_mtime < min_age_s
+                or (stage is None and not d.name.startswith("."))):  # not ours to judge: an unknown stage's
+            continue
+        out.checkpoints.append(str(d))
+        out.bytes += _size(d)
+        if not dry_run:
+            shutil.rmtree(d, ignore_errors=True)
+    live_logs = {r.log_path for r in db.rows("live_log_paths")}
+    logs = state_dir() / "logs"
+    for f in sorted(logs.glob("*.log")) if logs.is_dir() else []:
+        if str(f) in live_logs or now - f.stat().st_mtime < log_keep_days * 86400:
+            continue
+        out.logs.append(str(f))
+        out.bytes += f.stat().st_size
+        if not dry_run:
+            f.unlink(missing_ok=True)
+    log.info("action=gc %s %d checkpoint(s) and %d log(s), %.1f MB", "would remove" if dry_run else "removed",
+             len(out.checkpoints), len(out.logs), out.bytes / 1e6)
+    return out

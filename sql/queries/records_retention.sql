@@ -1,0 +1,1 @@
+SELECT target, deleted FROM records_retention(CAST(:keep_days AS integer))
