@@ -125,3 +125,53 @@ def test_embedded_cluster_comes_back_on_its_recorded_port(monkeypatch):
         psycopg2.connect(cluster.url("postgres")).close()
     finally:
         embedded.down()
+
+
+@pytest.mark.db
+def test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db):
+    """The deploy DAG's `replicas` Param was undone by start_stage's own sync of apps.yaml, and
+    again on each failover. It holds until the next deploy without it."""
+    from streamops import registry
+    from streamops.execute import stages
+
+    reg = registry.parse({"pools": {"p": {"cores": 2}}, "apps": {"r": {
+        "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+        "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "r/s"}, "pool": "p",
+                         "cores": {"initial": 1, "max": 2}}}}}})
+
+    def wanted() -> tuple:
+        with clean_db.connect() as conn:
+            return tuple(conn.execute(text("SELECT replicas, replicas_override FROM stages WHERE stage_id = 'r.s'")).one())
+
+    stages.sync_registry(reg, ["r"], replicas_override=2, set_override=True)  # the deploy
+    stages.sync_registry(reg)  # a start, a failover
+    assert wanted() == (2, 2)
+    stages.sync_registry(reg, ["r"], set_override=True)  # a deploy without the Param: apps.yaml's again
+    assert wanted() == (1, None)
+
+
+@pytest.mark.db
+def test_a_failure_whose_restart_committed_late_is_closed_at_that_commit(clean_db):
+    """The recovery stopped waiting (its restart's first output came after `wait_s`): the failure
+    stayed `recovering` forever and the report counted the stage as down from then on."""
+    from datetime import datetime, timedelta, timezone
+
+    from streamops.execute import watchdog
+
+    test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)  # stage r.s, registered
+    t0 = datetime.now(timezone.utc) - timedelta(minutes=10)
+    with clean_db.begin() as conn:
+        old, new = [conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+            "started_at) VALUES ('r.s', 'p', 1, 2, '{}', 'local', '/c', :st, :at) RETURNING id"),
+            {"st": st, "at": at}).scalar_one() for st, at in (("failed", t0), ("running", t0 + timedelta(seconds=30)))]
+        conn.execute(text("INSERT INTO failures (stage_id, app, deployment_id, kind, detail, failed_at, last_commit_at) "
+                          "VALUES ('r.s', 'r', :d, 'dead_pid', 'x', :f, :c)"),
+                     {"d": old, "f": t0, "c": t0 - timedelta(seconds=2)})
+        conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
+                          "VALUES ('r.s', :d, 5, 10, :at)"), {"d": new, "at": t0 + timedelta(seconds=200)})
+    watchdog.close_late_failures()
+    with clean_db.connect() as conn:
+        f = conn.execute(text("SELECT status, mttr_ms, downtime_ms, recovery_deployment_id FROM failures")).one()
+    assert f.status == "recovered" and f.recovery_deployment_id == new
+    assert round(f.mttr_ms) == 200_000 and round(f.downtime_ms) == 202_000

@@ -51,8 +51,11 @@ def checkpoint_for(sid: str) -> str:
     return str(data_dir() / "checkpoints" / sid)
 
 
-def sync_registry(reg: Registry, apps: list[str] | None = None) -> list[str]:
-    """Upsert pools, the given apps (default: all) and their stages. Returns the stage ids synced."""
+def sync_registry(reg: Registry, apps: list[str] | None = None, *, replicas_override: int | None = None,
+                  set_override: bool = False) -> list[str]:
+    """Upsert pools, the given apps (default: all) and their stages. Returns the stage ids synced.
+    A deploy sets (or with None clears) `replicas_override`, its replica count for every stage;
+    every other sync keeps the one in place."""
     names = apps or list(reg.apps)
     unknown = [a for a in names if a not in reg.apps]
     if unknown:
@@ -67,20 +70,11 @@ def sync_registry(reg: Registry, apps: list[str] | None = None) -> list[str]:
                    "state_partitions": st.state_partitions, "trigger_ms": st.trigger_interval_ms,
                    "spec": st.model_dump_json(), "replicas": st.replicas,
                    "managed": bool(st.redundancy and st.redundancy.enabled),
-                   "max_replicas": st.redundancy.max_replicas if st.redundancy else st.replicas}
+                   "max_replicas": st.redundancy.max_replicas if st.redundancy else st.replicas,
+                   "override": replicas_override, "set_override": set_override}
                   for a in names for s, st in reg.apps[a].stages.items()]
     ledger.sync_catalog(pools, apps_rows, stage_rows)
     return [r["stage_id"] for r in stage_rows]
-
-
-def set_replicas(counts: dict[str, int]) -> None:
-    """Set stages' wanted replica counts (a deploy's override; the redundancy manager's grants
-    go through control); the supervisor or the watchdog starts or stops replicas to match."""
-    with db.transaction() as conn:
-        cur = conn.connection.cursor()
-        from psycopg2.extras import execute_values
-
-        execute_values(cur, db.query("stage_replicas_set").text, list(counts.items()))
 
 
 def is_alive(dep) -> bool:

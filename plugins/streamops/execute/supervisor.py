@@ -157,6 +157,7 @@ class Supervisor:
             self._local().discard(spare)
 
     def housekeeping(self) -> None:
+        watchdog.close_late_failures(self.progress)
         for i in spark_cluster.heal():
             self.progress(f"action=heal Spark worker-{i} had died: restarted")
         done = replicas.reconcile(self.reg, progress=self.progress)

@@ -198,6 +198,7 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
     report.workers_restarted = spark_cluster.heal()
     for i in report.workers_restarted:
         progress(f"action=heal Spark worker-{i} had died: restarted")
+    close_late_failures(progress)
     # A crashed executor's `running` reconfiguration first: its rollback may be the recovery.
     report.reconfigurations = reconfigure.resume(reg, progress=progress, statuses=("running",))
     found = detect(stale_s)
@@ -223,6 +224,14 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
     # Replicas that are wanted but not running (a new count, or the primary is back).
     report.replicas = replicas.reconcile(reg, progress=progress)
     return report
+
+
+def close_late_failures(progress=lambda _: None) -> None:
+    """Failures left open by a restart that committed only after its recovery stopped waiting."""
+    for r in failures.close_late():
+        log.info("stage %s: action=recovered role=%s failure=%d mttr=%.1fs (its restart committed late)",
+                 r.stage_id, r.role, r.id, (r.mttr_ms or 0) / 1000)
+        progress(f"{r.stage_id}: failure {r.id} closed: its restart committed after the recovery's wait")
 
 
 def failed_stages() -> list[tuple[str, str]]:

@@ -50,11 +50,10 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240, replicas_overri
     from streamops.execute import replicas, stages, watchdog
 
     reg = registry.load()
-    synced = stages.sync_registry(reg, [app])
-    if replicas_override is not None:
-        if not 1 <= replicas_override <= 4:
-            raise ValueError(f"replicas must be between 1 and 4, got {replicas_override}")
-        stages.set_replicas({sid: replicas_override for sid in synced})
+    if replicas_override is not None and not 1 <= replicas_override <= 4:
+        raise ValueError(f"replicas must be between 1 and 4, got {replicas_override}")
+    # The override stays through every later sync (each start, each failover) until the next deploy.
+    synced = stages.sync_registry(reg, [app], replicas_override=replicas_override, set_override=True)
     watchdog.clear_health(synced)  # a deploy puts a given-up stage back under the watchdog
     _say(f"app {app}: action=sync registry synced, stages {', '.join(synced)}")
     result = {}

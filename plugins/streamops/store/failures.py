@@ -44,6 +44,13 @@ def recovered(failure_id: int, at: datetime, deployment_id: int) -> Row:
     return db.write("failure_recovered", id=failure_id, at=at, deployment_id=deployment_id)
 
 
+def close_late() -> list[Row]:
+    """Close the failures whose replica's newer run has committed since (a slow restart):
+    (id, stage_id, role, mttr_ms) of each."""
+    with db.transaction() as conn:
+        return conn.execute(db.query("failures_close_late")).all()
+
+
 def give_up(failure_id: int, reason: str) -> None:
     """Close the failure as given up and mark its stage `failed`."""
     db.write("failure_give_up", id=failure_id, reason=reason[:2000])
