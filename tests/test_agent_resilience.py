@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import create_engine
 
 from streamops.agent.agent import BufferedWriter
-from streamops.agent.sinks import is_transient, retry_idempotent
+from streamops.agent.errors import is_transient
+from streamops.agent.sinks import retry_idempotent
 
 
 def _closed_port() -> int:
@@ -129,3 +130,47 @@ def test_a_run_starting_past_the_launch_limit_is_a_launch_failure():
     assert f.kind == "launch_failed" and "no pid" in f.detail
     [f] = detect(15, candidates=[run(5, status="failed", stop_reason="launch failed: RuntimeError: master down")])
     assert f.kind == "launch_failed" and "master down" in f.detail
+
+
+@pytest.mark.parametrize("text, transient", [
+    ("streamops-sqlstate=53100 DiskFull: could not extend file", True),           # disk full
+    ("streamops-sqlstate=25006 ReadOnlySqlTransaction: cannot execute INSERT", True),  # a standby, after a failover
+    ("streamops-sqlstate=57014 QueryCanceled: canceling statement due to statement timeout", True),
+    ("streamops-sqlstate=57P01 AdminShutdown: terminating connection", True),
+    ("streamops-sqlstate=23505 UniqueViolation: duplicate key value", False),     # the data's
+    ("streamops-sqlstate=22P02 InvalidTextRepresentation: invalid input syntax", False),
+    ("org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)", True),  # a killed worker
+    ("ExecutorLostFailure (executor 1 exited caused by one of the running tasks)", True),
+    ("RuntimeError: injected fault: batch 7 holds a poison record", False),
+])
+def test_errors_are_classified_by_sqlstate_and_spark_s_failure_names(text, transient):
+    wrapped = f"py4j.protocol.Py4JJavaError: An error occurred\n  File ..., in write\nRuntimeError: {text}\n"
+    assert is_transient(wrapped) is transient
+
+
+@pytest.mark.db
+def test_real_database_errors_keep_their_class_through_the_executor_s_tag(engine):
+    import psycopg2
+
+    from streamops.agent.errors import sqlstate, tag_sqlstate
+    from streamops.store import db
+
+    def error_of(*statements: str) -> psycopg2.Error:
+        conn = psycopg2.connect(db.writer_dsn())
+        try:
+            with conn.cursor() as cur:
+                for s in statements:
+                    cur.execute(s)
+        except psycopg2.Error as e:
+            return e
+        finally:
+            conn.close()
+        raise AssertionError("no error")
+
+    timeout = error_of("SET statement_timeout = 10", "SELECT pg_sleep(1)")
+    read_only = error_of("SET TRANSACTION READ ONLY", "CREATE TABLE ro_probe (x int)")
+    data = error_of("SELECT 1 / 0")
+    assert (sqlstate(timeout), sqlstate(read_only), sqlstate(data)) == ("57014", "25006", "22012")
+    for e, transient in ((timeout, True), (read_only, True), (data, False)):
+        assert is_transient(e) is transient
+        assert is_transient(RuntimeError(f"Py4JJavaError ... {tag_sqlstate(e)}")) is transient

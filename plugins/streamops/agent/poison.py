@@ -23,7 +23,8 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from streamops.agent.sinks import is_transient, quarantine_values, record_key, write_quarantine
+from streamops.agent.errors import is_transient
+from streamops.agent.sinks import quarantine_values, record_key, write_quarantine
 from streamops.records import BATCH_FAILED, check_line
 from streamops.store import db
 
@@ -161,5 +162,5 @@ def _lines(path: Path):
 
 
 def is_transient_error(text: str) -> bool:
-    return is_transient(RuntimeError(text))
+    return is_transient(text)
 

@@ -15,6 +15,7 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from streamops.agent.errors import is_transient, tag_sqlstate
 from streamops.agent.metrics import SinkStats, latency_from_event_times
 from streamops.store import db
 
@@ -129,13 +130,16 @@ def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple
 
         tuples = [to_tuple(r) for r in rows]
         tuples = newest_per_key(tuples, conflict_key, version) if version else sorted(tuples, key=conflict_key)
-        conn = psycopg2.connect(url)
         try:
-            with conn, conn.cursor() as cur:
-                for chunk in _chunks(tuples, WRITE_PAGE, weigh):
-                    execute_values(cur, sql, chunk, template=template, page_size=WRITE_PAGE)
-        finally:
-            conn.close()
+            conn = psycopg2.connect(url)
+            try:
+                with conn, conn.cursor() as cur:
+                    for chunk in _chunks(tuples, WRITE_PAGE, weigh):
+                        execute_values(cur, sql, chunk, template=template, page_size=WRITE_PAGE)
+            finally:
+                conn.close()
+        except psycopg2.Error as e:  # only text crosses the JVM: keep the SQLSTATE in it for the driver
+            raise RuntimeError(tag_sqlstate(e)) from e
 
     return write
 
@@ -156,18 +160,6 @@ def _event_time_stats(df: DataFrame) -> tuple[int, float | None, float | None, f
     ).first()
     q = r["q"] or [None, None]
     return int(r["n"]), q[0], q[1], r["lo"]
-
-
-# Text of psycopg2/libpq errors that mean "the database is away", or that PostgreSQL rolled the
-# transaction back and a retry will do (deadlock, serialization), as seen through Spark's Python
-# worker tracebacks (the exception type does not survive the trip through the JVM).
-_TRANSIENT = ("OperationalError", "could not connect", "server closed the connection",
-              "Connection refused", "the database system is", "terminating connection",
-              "deadlock detected", "could not serialize access")
-
-
-def is_transient(e: BaseException) -> bool:
-    return any(marker in str(e) for marker in _TRANSIENT)
 
 
 def retry_idempotent(action: Callable[[], None], what: str, budget_s: float = 300.0,
