@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
+from streamops.agent.fencing import exit_fenced
 from streamops.agent.input_watch import InputAudit, Landing
 from streamops.agent.metrics import FileSourceBacklog, SinkStats, StageContext, progress_to_metrics
 from streamops.store import db
@@ -324,7 +325,9 @@ class StageAgent:
             "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped}),
         }
         with db.transaction(self.engine) as conn:
-            conn.execute(db.query("heartbeat_upsert"), params)
+            current = conn.execute(db.query("heartbeat_upsert"), params).first() is not None
+        if not current:
+            exit_fenced(self.ctx.stage_id, self.ctx.deployment_id, "heartbeat")
 
     def _heartbeat_loop(self) -> None:
         failing = False

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from streamops.agent.errors import is_transient, tag_sqlstate
+from streamops.agent.fencing import exit_fenced, fence
 from streamops.agent.metrics import SinkStats, latency_from_event_times
 from streamops.store import db
 
@@ -200,6 +201,7 @@ class BatchSink:
         raise NotImplementedError
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        fence(self.stage_id, self.deployment_id, f"batch {batch_id}")
         df = df.persist()
         try:
             n, p05, p50, lo = _event_time_stats(df)
@@ -211,8 +213,9 @@ class BatchSink:
         committed = datetime.now(timezone.utc)
         p50_ms, p95_ms, max_ms = latency_from_event_times(committed.timestamp() * 1000, p05, p50, lo)
         stats = SinkStats(batch_id, n, committed, p50_ms, p95_ms, max_ms)
-        db.write("sink_commit", stage_id=self.stage_id, deployment_id=self.deployment_id or 0, batch_id=batch_id,
-                 rows=n, committed_at=committed)
+        if db.write("sink_commit", stage_id=self.stage_id, deployment_id=self.deployment_id or 0, batch_id=batch_id,
+                    rows=n, committed_at=committed) is None and self.deployment_id:
+            exit_fenced(self.stage_id, self.deployment_id, f"the commit of batch {batch_id}")
         if self.on_commit:
             self.on_commit(stats)
 
@@ -256,6 +259,7 @@ class QuarantineSink:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
+        fence(self.stage_id, self.deployment_id, f"quarantine batch {batch_id}")
         stage_id, dep = self.stage_id, self.deployment_id
         base = F.md5(F.concat(F.encode(F.coalesce("source_file", F.lit("")), "UTF-8"), F.lit(bytearray(b"\n")), "raw"))
         keyed = (df.select("source_file", "raw", "reason_kind", "reason", base.alias("base"))

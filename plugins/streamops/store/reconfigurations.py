@@ -4,6 +4,7 @@ gap a change caused. SQL is in sql/queries/; deciding and acting is execute/'s j
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Iterator
@@ -12,6 +13,7 @@ from sqlalchemy import Row
 
 from streamops.store import db
 
+log = logging.getLogger("streamops.reconfigurations")
 
 # -- the stage lock ------------------------------------------------------------------------------
 @contextlib.contextmanager
@@ -45,9 +47,15 @@ def stamp(rid: int, phase: str) -> None:
     db.write("reconfiguration_phase", id=rid, phase=phase)
 
 
-def finish(rid: int, status: str, outcome: str, rollback_reason: str | None, downtime_ms: float | None) -> None:
-    db.write("reconfiguration_finish", id=rid, status=status, outcome=outcome, rollback_reason=rollback_reason,
-             downtime_ms=downtime_ms)
+def finish(rid: int, status: str, outcome: str, rollback_reason: str | None, downtime_ms: float | None) -> bool:
+    """Record the outcome of a reconfiguration in flight; False (and a warning) when it was
+    finished already: whoever finished it first (its executor, or a recovery that took it over
+    after the stage lock was lost) keeps its word."""
+    done = db.write("reconfiguration_finish", id=rid, status=status, outcome=outcome, rollback_reason=rollback_reason,
+                    downtime_ms=downtime_ms) is not None
+    if not done:
+        log.warning("reconfiguration %d: action=finish refused (%s): it was finished already", rid, status)
+    return done
 
 
 def link(rid: int, *, old_deployment_id: int | None = None, new_deployment_id: int | None = None,
