@@ -181,3 +181,40 @@ def test_a_launch_that_raises_is_a_recorded_failure_and_is_retried(clean_db, tmp
         f = conn.execute(text("SELECT kind, status, deployment_id FROM failures WHERE stage_id = 'chaos.s'")).one()
     assert f.kind == "launch_failed" and f.status == "recovered" and f.deployment_id == first.id
     stages.stop_stage("chaos.s", reg, deadline_s=30)
+
+
+def test_a_driver_that_wakes_after_it_was_replaced_writes_nothing_and_exits(clean_db):
+    """SIGSTOP a driver, replace it while it sleeps (its run recorded failed and a new one started,
+    as the watchdog does, but without the kill: across hosts a kill may not reach), then SIGCONT:
+    the old driver is fenced. It commits nothing, reports nothing and exits, and the sink equals
+    the ground truth."""
+    import signal
+
+    from streamops.store import ledger
+
+    reg = _registry("chaos/fence")
+    inputs = registry.resolve_path("chaos/fence")
+    generator.generate(inputs, "web", "constant:rate=100", seed=9, duration_s=10, realtime=False)
+    old = stages.start_stage("chaos.s", reg)
+    eventually(lambda: _count("SELECT count(*) FROM sink_commits WHERE deployment_id = :d AND rows > 0",
+                              d=old.deployment_id) >= 2, 120, "the first run's commits")
+    os.killpg(old.pid, signal.SIGSTOP)
+    try:
+        ledger.finish(old.deployment_id, "failed", "watchdog: no heartbeat (test: the kill did not reach)")
+        generator.generate(inputs, "web", "constant:rate=100", seed=9, duration_s=20, realtime=False)
+        new = stages.start_stage("chaos.s", reg)
+        eventually(lambda: _count("SELECT count(*) FROM sink_commits WHERE deployment_id = :d AND rows > 0",
+                                  d=new.deployment_id) >= 1, 120, "the new run's first commit")
+    finally:
+        os.killpg(old.pid, signal.SIGCONT)
+    woke = _count("SELECT extract(epoch FROM now())::bigint")
+    eventually(lambda: not stages.is_alive(ledger.deployment(old.deployment_id)), 30, "the old driver to exit")
+    for table, column in (("sink_commits", "committed_at"), ("stage_metrics", "ts")):
+        late = _count(f"SELECT count(*) FROM {table} WHERE deployment_id = :d AND {column} >= to_timestamp(:w)",
+                      d=old.deployment_id, w=woke)
+        assert late == 0, f"the replaced driver wrote {late} {table} row(s) after it woke"
+    assert "action=fenced" in Path(old.log_path).read_text()
+    want = oracles.expected("wordcount", generator.read_valid_records(inputs))
+    eventually(lambda: oracles.actual(clean_db, "chaos.s", "wordcount") == want, 180, "the sink to equal the truth")
+    assert ledger.deployment(new.deployment_id).status == "running"
+    stages.stop_stage("chaos.s", reg, deadline_s=30)
