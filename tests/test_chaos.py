@@ -218,3 +218,36 @@ def test_a_driver_that_wakes_after_it_was_replaced_writes_nothing_and_exits(clea
     eventually(lambda: oracles.actual(clean_db, "chaos.s", "wordcount") == want, 180, "the sink to equal the truth")
     assert ledger.deployment(new.deployment_id).status == "running"
     stages.stop_stage("chaos.s", reg, deadline_s=30)
+
+
+def test_a_spare_the_failover_could_not_use_is_discarded_not_leaked(clean_db, tmp_path):
+    """The supervisor takes the stage's spare for a failover, but its cores differ from the run's:
+    the restart is a new driver, and the spare's process must go (one JVM leaked per failure)."""
+    import signal
+    import subprocess
+    import sys
+
+    from streamops.execute import launcher as launchers
+
+    reg = _registry("chaos/spare")
+    inputs = registry.resolve_path("chaos/spare")
+    generator.generate(inputs, "web", "constant:rate=100", seed=4, duration_s=10, realtime=False)
+    run = stages.start_stage("chaos.s", reg)
+    sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=90, warm_spares=False))
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], stdin=subprocess.PIPE,
+                            start_new_session=True)  # stands in for a warm driver of 2 cores (the run has 1)
+    ready = tmp_path / "spare.ready"
+    ready.touch()
+    sup._spares["chaos.s"] = launchers.Spare("chaos.s", 2, idle, str(tmp_path / "spare.log"), ready)
+    try:
+        eventually(lambda: _count("SELECT count(*) FROM sink_commits WHERE rows > 0") >= 1, 120, "a commit")
+        os.killpg(run.pid, signal.SIGKILL)
+        eventually(lambda: [r for r in sup.recoveries if r.status == "recovered"], 150, "the failover")
+        assert idle.poll() is not None, "the unused spare still runs"
+        assert "chaos.s" not in sup._spares
+    finally:
+        stop.set()
+        thread.join(60)
+        if idle.poll() is None:
+            idle.kill()
+    stages.stop_stage("chaos.s", reg, deadline_s=30)

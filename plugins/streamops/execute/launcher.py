@@ -45,6 +45,7 @@ class Spare:
     proc: subprocess.Popen
     log_path: str
     ready_file: Path
+    adopted: bool = False  # handed a deployment: it is a driver now, not a spare
 
     @property
     def ready(self) -> bool:
@@ -92,15 +93,21 @@ class LocalProcessLauncher:
 
     @staticmethod
     def adopt(spare: Spare, deployment_id: int) -> Launched:
-        """Hand the spare its deployment: it runs it as a launched driver would."""
+        """Hand the spare its deployment: it runs it as a launched driver would. Its stdin is closed
+        then: it reads one line, and an open pipe per adopted spare would leak."""
         spare.proc.stdin.write(f"{deployment_id}\n".encode())
         spare.proc.stdin.flush()
+        spare.proc.stdin.close()
+        spare.adopted = True
         return Launched(pid=spare.proc.pid, driver_id=None, log_path=spare.log_path)
 
     def discard(self, spare: Spare) -> None:
         processes.send(spare.proc.pid, signal.SIGKILL, group=True)
         spare.proc.wait(10)
+        if spare.proc.stdin is not None and not spare.proc.stdin.closed:
+            spare.proc.stdin.close()
         spare.ready_file.unlink(missing_ok=True)
+        self._children.pop(spare.proc.pid, None)
 
     def is_alive(self, pid: int | None, driver_id: str | None = None) -> bool:
         if pid is None:

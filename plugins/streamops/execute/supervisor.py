@@ -102,8 +102,12 @@ class Supervisor:
             if not free or f.stage_id in rstore.active_stage_ids() or not watchdog.still_failed(f, self.opts.stale_s):
                 return None
             spare = self._take_spare(f.stage_id)
-            rec = watchdog.recover(f, app, self.reg, max_restarts=self.opts.max_restarts, wait_s=self.opts.wait_s,
-                                   progress=self.progress, detected_by="supervisor", spare=spare)
+            try:
+                rec = watchdog.recover(f, app, self.reg, max_restarts=self.opts.max_restarts, wait_s=self.opts.wait_s,
+                                       progress=self.progress, detected_by="supervisor", spare=spare)
+            finally:
+                if spare is not None and not spare.adopted:  # cores differed, the replica is no longer
+                    self._local().discard(spare)             # wanted, the restart failed: not a leaked JVM
         self._quiet_until = time.monotonic() + self.opts.spare_after_s
         self.recoveries.append(rec)
         return rec
