@@ -431,6 +431,13 @@ def test_reader_runs_the_readmes_example_on_the_workloads_outputs(rdb):
             _as_reader(rdb, f"SELECT * FROM public.{raw} LIMIT 1")
 
 
+def test_the_reader_s_queries_have_a_statement_timeout(rdb):
+    with rdb.connect() as conn:
+        settings = conn.execute(text("SELECT setconfig FROM pg_db_role_setting "
+                                     "WHERE setrole = 'streamops_reader'::regrole AND setdatabase = 0")).scalar()
+    assert "statement_timeout=60s" in (settings or []), settings
+
+
 def test_reader_grants_are_made_in_every_migrated_database(test_env):
     name = f"streamops_test_reporting_{__import__('os').getpid()}"
     url = recreate_database(test_env["server"], name)

@@ -32,3 +32,30 @@ def test_the_launcher_follows_the_pool_master():
 def test_the_installed_pyspark_is_a_spark_distribution():
     home = spark_cluster.spark_home()
     assert (home / "bin" / "spark-class").is_file() and any((home / "jars").glob("spark-core_*.jar"))
+
+
+@pytest.mark.db
+def test_the_embedded_master_has_no_rest_submission_server(spark_standalone):
+    import os
+    import socket
+
+    from streamops import spark_cluster
+
+    if os.environ.get(spark_cluster.ENV_MASTER):
+        pytest.skip("an external master is in use")
+    log = (spark_cluster.home() / "logs" / "master.log").read_text()
+    assert "I have been elected leader" in log and "REST" not in log.replace("rest.enabled", "")
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", 6066)) != 0, "something answers on the REST submission port"
+
+
+def test_a_driver_inherits_no_airflow_secret(monkeypatch):
+    from streamops.execute.launcher import driver_env
+
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "jwt")
+    monkeypatch.setenv("AIRFLOW__API__SECRET_KEY", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws")
+    monkeypatch.setenv("STREAMOPS_HOME", "/h")
+    env = driver_env({"STREAMOPS_DATABASE_URL": "postgresql://x/y"})
+    assert not {"AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY", "AWS_SECRET_ACCESS_KEY"} & set(env)
+    assert env["STREAMOPS_HOME"] == "/h" and env["STREAMOPS_DATABASE_URL"] == "postgresql://x/y" and "PATH" in env

@@ -109,7 +109,10 @@ def _env() -> dict[str, str]:
     from streamops.paths import REPO_ROOT
 
     path = os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # Every port on loopback (SPARK_LOCAL_IP), and no REST submission server: anyone who reaches
+    # it could run code on the workers without a word of authentication.
     return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
             "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": path, "SPARK_NO_DAEMONIZE": "1"}
 
 

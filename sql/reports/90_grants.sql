@@ -12,6 +12,12 @@ BEGIN
         END;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'streamops_reader') THEN
+        -- an analyst's runaway query must not hold the platform's database
+        BEGIN
+            ALTER ROLE streamops_reader SET statement_timeout = '60s';
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE NOTICE 'streamops_reader statement_timeout not set: %', SQLERRM;
+        END;
         GRANT USAGE ON SCHEMA reporting TO streamops_reader;
         GRANT SELECT ON ALL TABLES IN SCHEMA reporting TO streamops_reader;
         -- the views call these SECURITY DEFINER functions; analysts may call them directly too

@@ -52,6 +52,21 @@ class Spare:
         return self.proc.poll() is None and self.ready_file.exists()
 
 
+# What a driver may inherit from its launcher's environment (the CLI, the supervisor, an Airflow
+# task): the platform's and Spark's own variables, the interpreter's, the locale and paths. Not
+# Airflow's secrets (its JWT and API keys are in a task's environment), nor anything else a
+# driver has no use for.
+_DRIVER_ENV_PREFIXES = ("STREAMOPS_", "SPARK_", "PYSPARK_", "JAVA_", "JDK_", "HADOOP_", "PYTHON", "LC_", "UV_")
+_DRIVER_ENV_NAMES = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "VIRTUAL_ENV", "SHELL",
+                     "HOSTNAME", "TERM", "COVERAGE_PROCESS_START"}
+
+
+def driver_env(extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a driver process: the allowed part of this one, plus `extra`."""
+    inherited = {k: v for k, v in os.environ.items() if k in _DRIVER_ENV_NAMES or k.startswith(_DRIVER_ENV_PREFIXES)}
+    return {**inherited, **extra, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
 class LocalProcessLauncher:
     """A detached `local[cores]` driver process on this machine, with a pid file and a log file."""
 
@@ -69,7 +84,7 @@ class LocalProcessLauncher:
 
     def launch(self, deployment_id: int, stage_id: str, env: dict[str, str]) -> Launched:
         log_path = state_dir() / "logs" / f"{stage_id}-{deployment_id}.log"
-        child_env = {**os.environ, **env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        child_env = driver_env(env)
         # Its own session: it survives the CLI that started it; Ctrl-C there does not reach it.
         proc = processes.spawn_detached([sys.executable, str(RUN_STAGE), "--deployment-id", str(deployment_id)],
                                         log_path=log_path, pid_file=self.pid_file(stage_id),
@@ -84,7 +99,7 @@ class LocalProcessLauncher:
         log_path = state_dir() / "logs" / f"{stage_id}-spare-{os.getpid()}-{n}.log"
         ready = state_dir() / "run" / f"{stage_id}-spare-{os.getpid()}-{n}.ready"
         ready.unlink(missing_ok=True)
-        child_env = {**os.environ, **env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        child_env = driver_env(env)
         proc = processes.spawn_detached(
             [sys.executable, str(RUN_STAGE), "--standby", stage_id, "--cores", str(cores), "--ready-file", str(ready)],
             log_path=log_path, env=child_env, cwd=str(REPO_ROOT), stdin_pipe=True)
