@@ -82,9 +82,11 @@ def test_a_30s_database_stop_restarts_no_stage_and_loses_nothing(private_databas
         generator.generate(inputs, "web", "constant:rate=100", seed=11, duration_s=40, realtime=False)
         time.sleep(30)
         embedded.up()
+        back = time.monotonic()
         want = oracles.expected("wordcount", generator.read_valid_records(inputs))
         eventually(lambda: oracles.actual(db.engine(), "chaos.s", "wordcount") == want, 240,
                    "the sink to equal the ground truth")
+        print(f"database stop 30 s: the sink caught up {time.monotonic() - back:.1f}s after the database was back")
         time.sleep(20)  # past the supervisor's 15 s limit after the restart: a late kill would show now
         assert _count("SELECT count(*) FROM deployments WHERE stage_id = 'chaos.s'") == 1, "a stage was restarted"
         assert _count("SELECT count(*) FROM failures WHERE stage_id = 'chaos.s'") == 0
@@ -178,8 +180,9 @@ def test_a_launch_that_raises_is_a_recorded_failure_and_is_retried(clean_db, tmp
     want = oracles.expected("wordcount", generator.read_valid_records(inputs))
     eventually(lambda: oracles.actual(clean_db, "chaos.s", "wordcount") == want, 120, "the sink to equal the truth")
     with clean_db.connect() as conn:
-        f = conn.execute(text("SELECT kind, status, deployment_id FROM failures WHERE stage_id = 'chaos.s'")).one()
+        f = conn.execute(text("SELECT kind, status, deployment_id, mttr_ms FROM failures WHERE stage_id = 'chaos.s'")).one()
     assert f.kind == "launch_failed" and f.status == "recovered" and f.deployment_id == first.id
+    print(f"a launch that raised: recovered by the watchdog's next pass, MTTR {f.mttr_ms / 1000:.1f}s")
     stages.stop_stage("chaos.s", reg, deadline_s=30)
 
 
@@ -207,8 +210,10 @@ def test_a_driver_that_wakes_after_it_was_replaced_writes_nothing_and_exits(clea
                                   d=new.deployment_id) >= 1, 120, "the new run's first commit")
     finally:
         os.killpg(old.pid, signal.SIGCONT)
-    woke = _count("SELECT extract(epoch FROM now())::bigint")
-    eventually(lambda: not stages.is_alive(ledger.deployment(old.deployment_id)), 30, "the old driver to exit")
+    woke, woke_mono = _count("SELECT extract(epoch FROM now())::bigint"), time.monotonic()
+    eventually(lambda: not stages.is_alive(ledger.deployment(old.deployment_id)), 30, "the old driver to exit",
+               interval=0.1)
+    print(f"SIGCONT of a replaced driver: fenced and gone in {time.monotonic() - woke_mono:.1f}s")
     for table, column in (("sink_commits", "committed_at"), ("stage_metrics", "ts")):
         late = _count(f"SELECT count(*) FROM {table} WHERE deployment_id = :d AND {column} >= to_timestamp(:w)",
                       d=old.deployment_id, w=woke)
@@ -251,3 +256,32 @@ def test_a_spare_the_failover_could_not_use_is_discarded_not_leaked(clean_db, tm
         if idle.poll() is None:
             idle.kill()
     stages.stop_stage("chaos.s", reg, deadline_s=30)
+
+
+def test_a_supervisor_that_dies_is_restarted_by_the_watchdog_and_one_stopped_on_purpose_is_not(clean_db):
+    import signal
+
+    from streamops import processes
+    from streamops.execute import supervisor as sup
+
+    log = Path(os.environ["STREAMOPS_HOME"]) / "logs" / "supervisor.log"
+    log.unlink(missing_ok=True)
+
+    def supervising(n: int) -> bool:  # its SIGTERM handler is installed by then
+        return log.exists() and log.read_text().count("supervising every") >= n
+
+    first = sup.start_background(["--no-spares", "--poll", "1"])
+    try:
+        eventually(lambda: supervising(1), 60, "the supervisor")
+        os.kill(first, signal.SIGKILL)
+        eventually(lambda: not processes.is_alive(first), 10, "the supervisor to die")
+        second = sup.ensure_running()
+        assert second is not None and second != first and processes.is_alive(second)
+        assert sup.ensure_running() is None, "a live supervisor is left alone"
+        eventually(lambda: supervising(2), 60, "the restarted supervisor")
+        processes.stop(second, grace_s=30)  # SIGTERM, as `streamops down` does
+        assert not processes.is_alive(second) and sup.ensure_running() is None, "stopped on purpose: not restarted"
+    finally:
+        for pid in (first, locals().get("second")):
+            if pid and processes.is_alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -319,7 +319,7 @@ def supervise(poll: float = typer.Option(0.5, help="seconds between looks at the
     import threading
 
     from streamops import processes
-    from streamops.execute.supervisor import Supervisor, SupervisorOptions
+    from streamops.execute import supervisor
 
     pid_file = state_dir() / "run" / "supervisor.pid"
     if background:
@@ -327,21 +327,23 @@ def supervise(poll: float = typer.Option(0.5, help="seconds between looks at the
         if running is not None and processes.is_alive(running):
             _say(f"the supervisor already runs (pid {running})")
             return
-        args = [a for a in sys.argv[1:] if a != "--background"]
-        proc = processes.spawn_detached([sys.executable, "-m", "streamops.cli", *args], pid_file=pid_file,
-                                        log_path=state_dir() / "logs" / "supervisor.log")
-        _say(f"supervisor running in the background (pid {proc.pid}, log {state_dir() / 'logs' / 'supervisor.log'})")
+        args = [a for a in sys.argv[sys.argv.index("supervise") + 1:] if a != "--background"] \
+            if "supervise" in sys.argv else []
+        pid = supervisor.start_background(args)
+        _say(f"supervisor running in the background (pid {pid}, log {state_dir() / 'logs' / 'supervisor.log'}); "
+             f"the watchdog DAG restarts it if it dies")
         return
 
     stop_event = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
-    sup = Supervisor(_load_registry(), SupervisorOptions(poll_s=poll, stale_s=stale, warm_spares=not no_spares),
-                     progress=_say)
+    sup = supervisor.Supervisor(_load_registry(), supervisor.SupervisorOptions(
+        poll_s=poll, stale_s=stale, warm_spares=not no_spares), progress=_say)
     _say(f"supervising every {poll:g}s (hung after {stale:g}s without a heartbeat); Ctrl-C to stop")
     try:
         sup.run(stop_event, duration)
     except KeyboardInterrupt:
         stop_event.set()
+    supervisor.stopped_cleanly()
     _say(f"supervisor stopped after {len(sup.recoveries)} recoveries")
 
 
@@ -817,6 +819,7 @@ def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded
     if sup_pid is not None and processes.is_alive(sup_pid):
         processes.stop(sup_pid, grace_s=30)
         _say(f"supervisor {sup_pid} stopped (its spares with it)")
+    (run_dir / "supervisor.pid").unlink(missing_ok=True)  # stopped on purpose: not to be restarted
     for pid_file in sorted(run_dir.glob("gen-*.pid")) if run_dir.exists() else []:
         pid = processes.read_pid(pid_file)
         if pid is not None and processes.send(pid, signal.SIGTERM):  # it finishes its tick and exits

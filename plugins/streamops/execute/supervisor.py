@@ -19,16 +19,19 @@ built once the stage has recovered. See docs/ha.md for the measured figures.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable
 
-from streamops import registry, spark_cluster
+from streamops import processes, registry, spark_cluster
 from streamops.execute import replicas, watchdog
 from streamops.execute.launcher import LocalProcessLauncher, Spare, launcher_for
+from streamops.paths import state_dir
 from streamops.store import db, failures
 from streamops.store import reconfigurations as rstore
 
@@ -190,6 +193,50 @@ class Supervisor:
             stop.wait(self.opts.poll_s)
         self._threads.shutdown(wait=True)
         self.release_spares()
+
+
+# -- the supervisor as a background process ------------------------------------------------------
+def _files() -> tuple[Path, Path, Path]:
+    run = state_dir() / "run"
+    run.mkdir(parents=True, exist_ok=True)
+    return run / "supervisor.pid", run / "supervisor.args", state_dir() / "logs" / "supervisor.log"
+
+
+def start_background(args: list[str]) -> int:
+    """Start `streamops supervise ARGS` detached; its arguments are kept, so that a supervisor that
+    dies is restarted as it was (`ensure_running`). Returns its pid."""
+    import json
+    import sys
+
+    pid_file, args_file, log_file = _files()
+    args_file.write_text(json.dumps(args))
+    proc = processes.spawn_detached([sys.executable, "-m", "streamops.cli", "supervise", *args], pid_file=pid_file,
+                                    log_path=log_file)
+    return proc.pid
+
+
+def stopped_cleanly() -> None:
+    """The background supervisor ends on purpose (SIGTERM, `streamops down`): it is not to be restarted."""
+    pid_file, _, _ = _files()
+    if processes.read_pid(pid_file) == os.getpid():
+        pid_file.unlink(missing_ok=True)
+
+
+def ensure_running(progress: Callable[[str], None] = lambda _: None) -> int | None:
+    """Restart the background supervisor if it died (its pid file is left, its process gone); a
+    supervisor never started, or stopped on purpose, is left alone. Returns the new pid, if any.
+    The watchdog DAG calls this every minute: the supervisor's own second line."""
+    import json
+
+    pid_file, args_file, _ = _files()
+    pid = processes.read_pid(pid_file)
+    if pid is None or processes.is_alive(pid):
+        return None
+    args = json.loads(args_file.read_text()) if args_file.exists() else []
+    new = start_background(args)
+    log.warning("action=restart-supervisor the supervisor (pid %d) had died; restarted as pid %d", pid, new)
+    progress(f"action=restart-supervisor the supervisor (pid {pid}) had died; restarted as pid {new}")
+    return new
 
 
 def start_in_thread(reg: registry.Registry | None = None, opts: SupervisorOptions = SupervisorOptions(),

@@ -203,8 +203,10 @@ def maintenance_window(now: datetime | None = None) -> dict[str, Any]:
 # -- streamops_watchdog -----------------------------------------------------------------------
 def watchdog(max_restarts: int = 3, stale_s: float = 60.0, wait_s: float = 180) -> dict[str, Any]:
     """Recover failed stages; fail (an alert in the UI) while any stage is given up on."""
+    from streamops.execute import supervisor
     from streamops.execute import watchdog as wd
 
+    supervisor.ensure_running(progress=_say)
     report = wd.cycle(stale_s=stale_s, max_restarts=max_restarts, wait_s=wait_s, progress=_say)
     for o in report.reconfigurations:
         _say(f"stage {o.stage_id}: action=resume reconfiguration {o.reconfiguration_id} left by a dead executor: "
