@@ -174,3 +174,19 @@ def test_real_database_errors_keep_their_class_through_the_executor_s_tag(engine
     for e, transient in ((timeout, True), (read_only, True), (data, False)):
         assert is_transient(e) is transient
         assert is_transient(RuntimeError(f"Py4JJavaError ... {tag_sqlstate(e)}")) is transient
+
+
+def test_liveness_is_the_host_and_the_process_start_time_not_only_a_pid():
+    import os
+    import socket
+    from types import SimpleNamespace
+
+    from streamops import processes
+    from streamops.execute.stages import is_alive
+
+    me, started = os.getpid(), processes.started_at(os.getpid())
+    run = dict(master="local", pid=me, driver_id=None, host=socket.gethostname(), pid_started_at=started)
+    assert is_alive(SimpleNamespace(**run))
+    assert not is_alive(SimpleNamespace(**{**run, "pid_started_at": started - 3600})), "a reused pid is not the driver"
+    assert is_alive(SimpleNamespace(**{**run, "pid": 2 ** 22 + 1, "host": "elsewhere"})), "another host: the heartbeat decides"
+    assert not is_alive(SimpleNamespace(**{**run, "pid": 2 ** 22 + 1}))

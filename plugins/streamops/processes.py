@@ -49,6 +49,23 @@ def is_alive(pid: int) -> bool:
         return False
 
 
+def started_at(pid: int | None) -> float | None:
+    """The process's start time (epoch seconds), or None when it is gone."""
+    try:
+        return psutil.Process(pid).create_time() if pid is not None else None
+    except psutil.NoSuchProcess:
+        return None
+
+
+def is_same_process(pid: int | None, started: float | None) -> bool:
+    """Whether `pid` still runs and is the process that started at `started` (None: not recorded,
+    the pid alone decides): a pid the kernel reused since is another process."""
+    if pid is None or not is_alive(pid):
+        return False
+    now = started_at(pid)
+    return started is None or (now is not None and abs(now - started) < 1.0)
+
+
 def send(pid: int, sig: int, *, group: bool = False) -> bool:
     """Send `sig` to `pid` (to its whole process group with `group`); False when nothing was there."""
     try:

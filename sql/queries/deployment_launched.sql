@@ -1,1 +1,4 @@
-UPDATE deployments SET pid = :pid, driver_id = COALESCE(:driver_id, driver_id), log_path = :log_path WHERE id = :id
+UPDATE deployments
+SET pid = :pid, driver_id = COALESCE(:driver_id, driver_id), log_path = :log_path,
+    host = COALESCE(:host, host), pid_started_at = :pid_started_at
+WHERE id = :id

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from streamops import registry
+from streamops import processes, registry
 from streamops.execute.launcher import launcher_for
 from streamops.paths import data_dir
 from streamops.plan.change import Current
@@ -78,8 +79,15 @@ def sync_registry(reg: Registry, apps: list[str] | None = None, *, replicas_over
 
 
 def is_alive(dep) -> bool:
-    """Whether a `deployments` row's driver still runs, asked of its pool's launcher."""
-    return launcher_for(dep.master).is_alive(dep.pid, dep.driver_id)
+    """Whether a `deployments` row's driver still runs, asked of its pool's launcher. A run on
+    another host cannot be judged by a pid here: it counts as alive, and its heartbeat decides
+    (the supervisor's stale_heartbeat). A pid reused by another process since is not the driver."""
+    host = getattr(dep, "host", None)
+    if host and host != socket.gethostname():
+        return True
+    if not launcher_for(dep.master).is_alive(dep.pid, dep.driver_id):
+        return False
+    return processes.is_same_process(dep.pid, getattr(dep, "pid_started_at", None))
 
 
 def current_config(sid: str, role: str = "primary") -> tuple[int | None, str | None, str | None]:
@@ -162,7 +170,8 @@ def start_stage(
         ledger.finish(dep_id, "failed", why, 1)
         log.error("stage %s: action=launch failed deployment=%d: %s", sid, dep_id, why)
         raise LaunchFailed(f"stage {sid}: {why} (deployment {dep_id})") from e
-    ledger.mark_launched(dep_id, launched.pid, launched.driver_id, launched.log_path)
+    ledger.mark_launched(dep_id, launched.pid, launched.driver_id, launched.log_path, socket.gethostname(),
+                         processes.started_at(launched.pid))
     log.info("stage %s: launched deployment %d (pid %s, %d cores, %d partitions, pool %s)",
              sid, dep_id, launched.pid, cores, partitions, pool_name)
     progress(f"{sid}: driver pid {launched.pid} starting (log {launched.log_path})")

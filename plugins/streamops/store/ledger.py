@@ -72,8 +72,11 @@ def promote(dep_id: int) -> None:
     db.write("deployment_promote", id=dep_id)
 
 
-def mark_launched(dep_id: int, pid: int | None, driver_id: str | None, log_path: str | None) -> None:
-    db.write("deployment_launched", id=dep_id, pid=pid, driver_id=driver_id, log_path=log_path)
+def mark_launched(dep_id: int, pid: int | None, driver_id: str | None, log_path: str | None,
+                  host: str | None = None, pid_started_at: float | None = None) -> None:
+    """The launcher's word: the driver's pid, on `host`, started at `pid_started_at` (epoch s)."""
+    db.write("deployment_launched", id=dep_id, pid=pid, driver_id=driver_id, log_path=log_path, host=host,
+             pid_started_at=pid_started_at)
 
 
 def mark_running(dep_id: int, driver_id: str, pid: int, host: str) -> None:
