@@ -321,7 +321,8 @@ def test_nightly_report_writes_the_days_html(dagbag, clean_db, tmp_path, monkeyp
     dr = dagbag.get_dag("streamops_nightly_report").test(
         logical_date=datetime.combine(today, time(0, 15), tzinfo=timezone.utc))
     assert str(dr.state) == "success", _task_states(dr)
-    assert _task_states(dr) == {"retention": "success", "data_quality": "success", "report": "success"}
+    assert _task_states(dr) == {"retention": "success", "files": "success", "data_quality": "success",
+                                "report": "success"}
     html = (tmp_path / str(today - timedelta(days=1)) / "index.html").read_text()
     assert 'data-app="taxi"' in html and 'data-app="web"' in html and "data:image/png;base64," in html
     with clean_db.connect() as conn:
