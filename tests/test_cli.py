@@ -208,3 +208,23 @@ def test_gc_removes_the_checkpoints_no_run_needs_and_keeps_the_rest(clean_db):
         conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, status, requested_by) VALUES ('w.s', 'w', 'scale_out', 'pending', 'test')"))
     stale = made("w.s.rollback-10")
     assert runner.invoke(app, ["gc"]).exit_code == 0 and stale.exists()
+
+
+@pytest.mark.db
+def test_status_shows_the_quarantine_query_s_backlog_when_it_lags(clean_db):
+    """The main query had read everything (backlog 0) while the quarantine query was 10 minutes
+    behind: status said 0."""
+    from datetime import datetime, timezone
+
+    from sqlalchemy import text
+
+    _, dep = _stage_with_a_run(clean_db)
+    with clean_db.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, batch_duration_ms, "
+            "backlog_files) VALUES (:ts, 'w.s', :d, 'r', 1, 10, 10, 0)"), {"ts": datetime.now(timezone.utc), "d": dep})
+        conn.execute(text("INSERT INTO heartbeats (deployment_id, stage_id, beat_at, query_active, trigger_active, info) "
+                          "VALUES (:d, 'w.s', now(), true, false, '{\"quarantine_backlog_files\": 7}')"), {"d": dep})
+    result = runner.invoke(app, ["status", "--wide"], env={"COLUMNS": "250"})
+    line = next(ln for ln in result.output.splitlines() if "w.s" in ln)
+    assert "0 (q 7)" in line, line

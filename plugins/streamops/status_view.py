@@ -29,7 +29,7 @@ COLUMNS = [
     Column("cores", "right", 1, "cores: executor cores/state partitions"),
     Column("p95 ms", "right", 1, "p95 ms: latency of the latest batch with input in the last minute (idle: none)"),
     Column("in/s", "right", 2, "in/s, out/s: rows per second over the last minute"),
-    Column("backlog", "right", 3, "backlog: input files not yet read"),
+    Column("backlog", "right", 3, "backlog: input files not yet read (q N: the quarantine query's, when behind)"),
     Column("beat", "right", 3, "beat: heartbeat age"),
     Column("pool", "left", 4, "pool: where the run is"),
     Column("replicas", "left", 2, "replicas: live/wanted, and the one that leads (least input left)"),
@@ -44,6 +44,15 @@ _COLORS = {"running": "green", "starting": "yellow", "stopping": "yellow", "fail
 
 def _fmt(v, spec: str = "", none: str = "–") -> str:
     return none if v is None else format(v, spec)
+
+
+def _backlog(r) -> str:
+    """The main query's backlog, and the quarantine query's when it is further behind: a stage
+    whose side query lags has lines not yet checked, and `status` must not say 0 then."""
+    main, side = r.backlog_files, getattr(r, "quarantine_backlog_files", None)
+    if side is not None and side > (main or 0):
+        return f"{_fmt(main)} (q {side})"
+    return _fmt(main)
 
 
 def cells(r) -> tuple[dict[str, str], list[str]]:
@@ -66,7 +75,7 @@ def cells(r) -> tuple[dict[str, str], list[str]]:
         "stage": r.stage_id, "state": state, "pool": r.pool or "–", "cores": f"{r.cores}/{r.partitions}",
         "in/s": _fmt(r.in_rps, ",.0f"), "out/s": _fmt(r.out_rps, ",.0f"),
         "p95 ms": _fmt(r.latency_p95_ms, ",.0f", none="idle" if r.status == "running" else "–"),
-        "backlog": _fmt(r.backlog_files), "batch": _fmt(r.batch_id), "beat": beat, "quar.": str(r.quarantined),
+        "backlog": _backlog(r), "batch": _fmt(r.batch_id), "beat": beat, "quar.": str(r.quarantined),
         "fail 24h": str(r.failures_24h), "plan": r.plan or "", "replicas": _replicas(r),
     }, notes
 

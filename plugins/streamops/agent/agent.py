@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from streamops.agent.fencing import exit_fenced
 from streamops.agent.input_watch import InputAudit, Landing
 from streamops.agent.metrics import FileSourceBacklog, SinkStats, StageContext, progress_to_metrics
+from streamops.checkpoint_layout import quarantine_checkpoint
 from streamops.store import db
 from streamops.waiting import wait_until
 
@@ -144,6 +145,7 @@ class StageAgent:
         self.main_query_name = ctx.stage_id
         self.checkpoint = Path(checkpoint)
         self.backlog = FileSourceBacklog(input_dir, checkpoint)
+        self.quarantine_backlog = FileSourceBacklog(input_dir, quarantine_checkpoint(checkpoint))
         self.landing = landing  # moves complete files from <input>/_landing/ into the source
         self.audit, self.audit_s = InputAudit(input_dir, checkpoint), audit_s
         self.writer = BufferedWriter(self.engine, ctx.stage_id)
@@ -322,7 +324,8 @@ class StageAgent:
             "query_active": bool(main and main.isActive),
             "trigger_active": bool(main and main.isActive and main.status.get("isTriggerActive")),
             "last_batch_id": self.last_batch_id,
-            "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped}),
+            "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped,
+                                "quarantine_backlog_files": self.quarantine_backlog.measure().files}),
         }
         with db.transaction(self.engine) as conn:
             current = conn.execute(db.query("heartbeat_upsert"), params).first() is not None
