@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -36,6 +37,13 @@ def _registry(path: str = "chaos/in") -> registry.Registry:
         "apps": {"chaos": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
                            "stages": {"s": stage}}},
     })
+
+
+@pytest.fixture(autouse=True)
+def _fresh_checkpoints():
+    """Every test's stage is `chaos.s` on an input of its own: its checkpoints start empty."""
+    for ckpt in registry.resolve_path("checkpoints").glob("chaos.s*"):
+        shutil.rmtree(ckpt)
 
 
 @pytest.fixture

@@ -183,7 +183,7 @@ def retry_idempotent(action: Callable[[], None], what: str, budget_s: float = 30
                 abort.wait(backoff)
             else:
                 time.sleep(backoff)
-            backoff = min(backoff * 2, 30)
+            backoff = min(backoff * 2, 5)  # a database back after 30 s is used within 5 s, not 30
 
 
 class BatchSink:
