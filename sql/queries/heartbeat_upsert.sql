@@ -1,7 +1,7 @@
 -- A run's heartbeat; none (and no row back) once the run is stale: the driver then exits.
 INSERT INTO heartbeats (deployment_id, stage_id, beat_at, query_active, trigger_active, last_batch_id, info)
 SELECT :deployment_id, :stage_id, now(), :query_active, :trigger_active, :last_batch_id, CAST(:info AS jsonb)
-WHERE run_is_current(:deployment_id)
+WHERE run_is_current(CAST(:deployment_id AS bigint))
 ON CONFLICT (deployment_id) DO UPDATE
     SET beat_at = now(), query_active = EXCLUDED.query_active, trigger_active = EXCLUDED.trigger_active,
         last_batch_id = EXCLUDED.last_batch_id, info = EXCLUDED.info
