@@ -175,3 +175,25 @@ def test_a_failure_whose_restart_committed_late_is_closed_at_that_commit(clean_d
         f = conn.execute(text("SELECT status, mttr_ms, downtime_ms, recovery_deployment_id FROM failures")).one()
     assert f.status == "recovered" and f.recovery_deployment_id == new
     assert round(f.mttr_ms) == 200_000 and round(f.downtime_ms) == 202_000
+
+
+@pytest.mark.db
+def test_a_stale_run_s_commit_is_refused_and_a_replay_of_the_current_run_s_is_not(clean_db):
+    from datetime import datetime, timezone
+
+    from streamops.store import db as store
+
+    test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)  # stage r.s, registered
+    with clean_db.begin() as conn:
+        old, new = [conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status) "
+            "VALUES ('r.s', 'p', 1, 2, '{}', 'local', '/c', :st) RETURNING id"), {"st": st}).scalar_one()
+            for st in ("failed", "running")]
+
+    def commit(dep: int):
+        return store.write("sink_commit", stage_id="r.s", deployment_id=dep, batch_id=7, rows=3,
+                           committed_at=datetime.now(timezone.utc))
+    assert commit(old) is None, "the replaced run is fenced"
+    assert commit(new) is not None and commit(new) is not None, "a replay by the current run is not a fence"
+    assert store.value("run_is_current", deployment_id=old) is False
+    assert store.value("run_is_current", deployment_id=None) is True

@@ -1,6 +1,7 @@
--- A batch's commit; refused (no row back) once the run is stale: the driver then exits.
-INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at)
+-- A batch's commit. A replay of it by the same run (a query restarted in the driver) finds its
+-- row and returns it unchanged; a stale run (fenced) gets no row back, and its driver exits.
+INSERT INTO sink_commits AS c (stage_id, deployment_id, batch_id, rows, committed_at)
 SELECT :stage_id, :deployment_id, :batch_id, :rows, :committed_at
 WHERE run_is_current(CAST(:deployment_id AS bigint))
-ON CONFLICT DO NOTHING
+ON CONFLICT (stage_id, deployment_id, batch_id) DO UPDATE SET rows = c.rows
 RETURNING 1
