@@ -68,3 +68,17 @@ def test_a_file_changed_after_it_was_read_and_a_subdirectory_are_reported_once(t
     with open(grown, "ab") as f:
         f.write(b"7\n")
     assert [(Path(a.path).name, a.bytes_now) for a in audit.check()] == [("grown.json", 14)]  # and again when it grows
+
+
+def test_the_audit_watches_only_the_latest_batches_files(tmp_path):
+    inputs, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    old = _write(inputs / "old.json", b"1\n", age_s=60)
+    new = _write(inputs / "new.json", b"1\n", age_s=60)
+    _log(ckpt, 0, [old])
+    _log(ckpt, 5, [new])
+    audit = InputAudit(inputs, ckpt, keep_batches=3)
+    assert audit.check() == []
+    for f in (old, new):
+        with open(f, "ab") as out:
+            out.write(b"2\n")
+    assert [Path(a.path).name for a in audit.check()] == ["new.json"], "batch 0 is behind the last 3"

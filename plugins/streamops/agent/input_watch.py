@@ -79,13 +79,17 @@ class Anomaly:
 class InputAudit:
     """Compares what the checkpoint's source log says each batch read (path and modification time,
     `sources/0/N[.compact]`) with the files now, and lists sub-directories. Each anomaly is
-    returned once (again only when a changed file changes further)."""
+    returned once (again only when a changed file changes further). Only the files of the last
+    `keep_batches` batches are watched: a producer writes in place within minutes, and a stage
+    that has read a million files must not stat them all every pass."""
 
-    def __init__(self, input_dir: Path, checkpoint: Path):
+    def __init__(self, input_dir: Path, checkpoint: Path, keep_batches: int = 500):
         self.input_dir = Path(input_dir)
         self.log_dir = Path(checkpoint) / "sources" / "0"
+        self.keep_batches = keep_batches
         self._parsed: set[str] = set()
-        self._read: dict[str, int] = {}  # path → modification time (ms) when its batch listed it
+        self._newest = -1
+        self._read: dict[str, tuple[int, int]] = {}  # path → (batch, modification time in ms when it was listed)
         self._reported: dict[tuple[str, str], int | None] = {}
 
     def _new_entries(self) -> None:
@@ -101,14 +105,18 @@ class InputAudit:
             for line in lines:
                 if line.strip():
                     entry = json.loads(line)
-                    path = entry["path"].removeprefix("file://").removeprefix("file:")
-                    self._read.setdefault(path, int(entry["timestamp"]))
+                    batch = int(entry.get("batchId", 0))
+                    if batch >= self._newest - self.keep_batches:
+                        path = entry["path"].removeprefix("file://").removeprefix("file:")
+                        self._read.setdefault(path, (batch, int(entry["timestamp"])))
+                        self._newest = max(self._newest, batch)
             self._parsed.add(name)
+        self._read = {p: v for p, v in self._read.items() if v[0] >= self._newest - self.keep_batches}
 
     def check(self) -> list[Anomaly]:
         self._new_entries()
         found = []
-        for path, read_ms in self._read.items():
+        for path, (_, read_ms) in self._read.items():
             try:
                 st = os.stat(path)
             except FileNotFoundError:  # deleted after it was read: what was read is counted
