@@ -23,7 +23,8 @@ from streamops.agent.agent import StageAgent
 from streamops.agent.faults import BatchPause, FaultInjector
 from streamops.agent.input_watch import Landing
 from streamops.agent.metrics import SinkStats, StageContext
-from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, is_transient_error
+from streamops.agent.errors import is_transient
+from streamops.agent.poison import FailedBatch, PoisonBook, error_signature
 from streamops import checkpoint_layout as checkpoint
 from streamops.checkpoint_layout import QUERIES, query_checkpoint
 from streamops.registry import Stage, resolve_path
@@ -70,7 +71,7 @@ class QuerySupervisor:
         error = error_signature(text)
         self.failures_in_a_row += 1
         backoff_s = min(2 ** self.failures_in_a_row, 30)
-        if is_transient_error(text):
+        if is_transient(text):
             log.warning("action=query-failed query=%s transient, restarting: %s", which, error)
             return None, backoff_s
         qckpt = query_checkpoint(which, self.ckpt)

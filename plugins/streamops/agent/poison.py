@@ -23,7 +23,6 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from streamops.agent.errors import is_transient
 from streamops.agent.sinks import quarantine_values, record_key, write_quarantine
 from streamops.records import BATCH_FAILED, check_line
 from streamops.store import db
@@ -159,8 +158,3 @@ def _lines(path: Path):
     except FileNotFoundError:
         return []
     return data.splitlines()
-
-
-def is_transient_error(text: str) -> bool:
-    return is_transient(text)
-
