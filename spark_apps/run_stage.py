@@ -173,6 +173,11 @@ def operator_manager(stage_id: str) -> None:
                  r.action, r.target_cores or r.target_pool, r.gain, r.cost_ms, r.reason)
 
 
+# Held while the run's executor count changes on purpose (a `scale` command, an in-driver
+# change), so that `ExecutorKeeper` never trims executors a scale-out is adding.
+SCALING = threading.Lock()
+
+
 def scale_executors(spark, agent: StageAgent, args: dict, executor_cores: int) -> str:
     """A `scale` command: the run's cores become `args["cores"]` (in executors) while its queries
     keep running; later metrics rows carry the new cores."""
@@ -181,9 +186,37 @@ def scale_executors(spark, agent: StageAgent, args: dict, executor_cores: int) -
     from spark_apps.executors import scale_to
 
     cores = int(args["cores"])
-    outcome = scale_to(spark.sparkContext, cores // executor_cores, float(args.get("timeout_s", 60)))
-    agent.ctx = replace(agent.ctx, cores=cores)
+    with SCALING:
+        outcome = scale_to(spark.sparkContext, cores // executor_cores, float(args.get("timeout_s", 60)))
+        agent.ctx = replace(agent.ctx, cores=cores)
     return f"done: {outcome}"
+
+
+class ExecutorKeeper:
+    """Keeps a standalone run at its own executor count. A master restarted after a crash
+    recovers the application but not the executor limit it had set (the master resets it), and
+    launches executors up to spark.cores.max: cores the pool never granted. Seen twice in a row
+    (executors come and go for a moment during a kill), the surplus is trimmed."""
+
+    def __init__(self, spark, agent: StageAgent, executor_cores: int, every_s: float = 5.0):
+        self.spark, self.agent, self.executor_cores, self.every_s = spark, agent, executor_cores, every_s
+        self._next, self._over = time.monotonic() + every_s, 0
+
+    def check(self) -> None:
+        from spark_apps.executors import executor_ids, scale_to
+
+        if time.monotonic() < self._next or not SCALING.acquire(blocking=False):
+            return
+        try:
+            self._next = time.monotonic() + self.every_s
+            want, have = self.agent.ctx.cores // self.executor_cores, len(executor_ids(self.spark.sparkContext))
+            self._over = self._over + 1 if have > want else 0
+            if self._over >= 2:
+                log.warning("action=executors %d executors for %d cores (a restarted master forgot the limit): %s",
+                            have, self.agent.ctx.cores, scale_to(self.spark.sparkContext, want, wait=False))
+                self._over = 0
+        finally:
+            SCALING.release()
 
 
 class InDriverChange:
@@ -200,12 +233,16 @@ class InDriverChange:
         self.lock = threading.Lock()
 
     def __call__(self, args: dict) -> str:
-        from dataclasses import replace
-
         partitions, cores = int(args["partitions"]), int(args.get("cores") or self.agent.ctx.cores)
-        rid, timeout_s = args.get("reconfiguration_id"), float(args.get("timeout_s", 60))
         if cores != self.agent.ctx.cores and not self.standalone:
             return "refused: a local driver's cores are fixed at start"
+        with SCALING:
+            return self._change(partitions, cores, args)
+
+    def _change(self, partitions: int, cores: int, args: dict) -> str:
+        from dataclasses import replace
+
+        rid, timeout_s = args.get("reconfiguration_id"), float(args.get("timeout_s", 60))
         before, executors = self.agent.ctx.cores, []
         if cores > before:
             executors.append(self._executors(cores, timeout_s))
@@ -367,7 +404,10 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
         ledger.mark_running(deployment_id, spark.sparkContext.applicationId, os.getpid(), socket.gethostname())
         log.info("action=running driver=%s", spark.sparkContext.applicationId)
         injector.start()
+        keeper = ExecutorKeeper(spark, agent, executor_cores) if master else None
         while not agent.stop_requested.wait(1.0):
+            if keeper is not None:
+                keeper.check()
             with in_driver.lock:
                 why = supervisor.check(agent.queries)
             if why:

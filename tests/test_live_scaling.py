@@ -12,7 +12,7 @@ import psutil
 import pytest
 from sqlalchemy import text
 
-from streamops import quality, registry, spark_cluster
+from streamops import processes, quality, registry, spark_cluster
 from streamops.execute import checkpoint, reconfigure, stages
 from tests.test_e2e_stage import eventually
 from tests.test_reconfigure import Feeder, _commits, _row, _settle_and_compare
@@ -139,11 +139,60 @@ def test_a_killed_worker_is_restarted_by_the_watchdog_and_the_stage_loses_nothin
         eventually(lambda: len(_executor_pids(run.driver_id)) == 1, 90, "an executor on the restarted worker")
         before = _commits(clean_db, "rc.wk")
         eventually(lambda: _commits(clean_db, "rc.wk") >= before + 3, 120, "commits after the worker came back")
+        watchdog.close_late_failures()
+        assert [(f.kind, f.status) for f in _failures(clean_db, "rc.wk")] == [("worker_lost", "recovered")], \
+            "one failure for the lost worker, closed at the first commit after the heal"
         _settle_and_compare(clean_db, feeder, "rc.wk")
     [after] = _runs(clean_db, "rc.wk")
     assert (after.id, after.status) == (run.id, "running"), "one run throughout"
     assert len(_worker_pids()) == 1
     stages.stop_stage("rc.wk", reg, deadline_s=30)
+
+
+def _failures(engine, sid: str):
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT kind, status, mttr_ms, deployment_id FROM failures WHERE stage_id = :s "
+                                 "ORDER BY id"), {"s": sid}).all()
+
+
+@pytest.mark.chaos
+def test_a_killed_master_comes_back_on_its_port_and_the_running_driver_scales_on_it(clean_db, spark_standalone):
+    """kill -9 of the master JVM under a running stage: the executors run on, the watchdog's pass
+    restarts the master on its recorded port, the master recovers the application and the worker
+    (FILESYSTEM recovery), and the same driver then scales out live through it. One failure,
+    closed at the first commit after the heal; the sink equals the ground truth. Before, `spark
+    up` started a new master on a new port and the drivers' `requestTotalExecutors` failed."""
+    from streamops.execute import watchdog
+
+    if os.environ.get(spark_cluster.ENV_MASTER):
+        pytest.skip("an external cluster's master is not ours to kill")
+    reg = _registry("mk")
+    with Feeder("rc/mk", seed=41) as feeder:
+        stages.start_stage("rc.mk", reg, wait_s=180)
+        eventually(lambda: _commits(clean_db, "rc.mk") >= 2, 120, "two committed batches")
+        [run] = _runs(clean_db, "rc.mk")
+        before = spark_cluster.load_record()
+        os.kill(before.master_pid, signal.SIGKILL)
+        eventually(lambda: not processes.is_alive(before.master_pid), 30, "the master to die")
+        report = watchdog.cycle(reg)
+        assert not report.recoveries, "the driver lives: nothing to restart"
+        after = spark_cluster.load_record()
+        assert (after.master_port, after.webui_port) == (before.master_port, before.webui_port)
+        assert after.master_pid != before.master_pid and spark_cluster.is_running(after)
+        eventually(lambda: _app_cores(run.driver_id) == 1, 60, "the master to recover the application")
+
+        rid = reconfigure.request("rc.mk", "scale_out", cores=2, mechanism="live", reg=reg, requested_by="test")
+        out = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)
+        assert out.status == "done", out.detail
+        assert _app_cores(run.driver_id) == 2, "the recovered master granted the driver's new executor"
+        committed = _commits(clean_db, "rc.mk")
+        eventually(lambda: _commits(clean_db, "rc.mk") >= committed + 2, 120, "commits after the heal")
+        watchdog.close_late_failures()
+        [failure] = _failures(clean_db, "rc.mk")
+        assert (failure.kind, failure.status, failure.deployment_id) == ("master_lost", "recovered", run.id)
+        _settle_and_compare(clean_db, feeder, "rc.mk")
+    assert [(r.id, r.status) for r in _runs(clean_db, "rc.mk")] == [(run.id, "running")], "one run throughout"
+    stages.stop_stage("rc.mk", reg, deadline_s=30)
 
 
 @pytest.mark.reconfig_matrix

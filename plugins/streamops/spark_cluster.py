@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import sys
 from dataclasses import asdict, dataclass, field
@@ -72,6 +73,11 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
+def recovery_dir() -> Path:
+    """Where the master persists its applications and workers (FILESYSTEM recovery mode)."""
+    return home() / "recovery"
+
+
 def _record_path() -> Path:
     return home() / "cluster.json"
 
@@ -110,9 +116,14 @@ def _env() -> dict[str, str]:
 
     path = os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     # Every port on loopback (SPARK_LOCAL_IP), and no REST submission server: anyone who reaches
-    # it could run code on the workers without a word of authentication.
+    # it could run code on the workers without a word of authentication. The master keeps its
+    # applications and workers in `recovery/`, so a master restarted on its port takes them
+    # back (they re-register within a second) instead of orphaning every running driver; and
+    # it binds its recorded port or fails, never the next free one (maxRetries=0).
+    master_opts = ["-Dspark.master.rest.enabled=false", "-Dspark.deploy.recoveryMode=FILESYSTEM",
+                   f"-Dspark.deploy.recoveryDirectory={recovery_dir()}", "-Dspark.port.maxRetries=0"]
     return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+            "SPARK_MASTER_OPTS": " ".join(master_opts),
             "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": path, "SPARK_NO_DAEMONIZE": "1"}
 
 
@@ -129,21 +140,23 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
     `cores_per_worker` cores and `memory_per_worker` to executors. Returns it and whether it was
     already running. Waits until the master is ALIVE and every worker has registered."""
     c = load_record()
-    if c is not None and is_running(c):
-        for i in heal(c):
+    if c is not None and (is_running(c) or not processes.is_alive(c.master_pid)):
+        # A live cluster is reused; a dead master comes back on its recorded port, so the
+        # drivers and workers that outlived it re-register instead of being orphaned.
+        h = heal(c, timeout_s=timeout_s)
+        if h.master_restarted:
+            progress(f"the Spark master was dead: restarted on {c.url}")
+        for i in h.workers:
             progress(f"worker-{i} was dead: restarted")
-        return c, True
+        if is_running(load_record() or c):
+            return load_record() or c, True
     if c is not None:
         down()
+    shutil.rmtree(recovery_dir(), ignore_errors=True)  # a new cluster recovers nobody's old applications
     port, ui = _free_port(), _free_port()
-    master_pid = _spawn("org.apache.spark.deploy.master.Master",
-                        ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)], "master")
-    c = Cluster(port, ui, master_pid)
-    _save(c)
-    if not wait_until(lambda: is_running(c) or not processes.is_alive(master_pid), timeout_s, interval_s=0.5) \
-            or not processes.is_alive(master_pid):
-        raise SparkClusterError(f"the Spark master did not come up within {timeout_s:.0f}s; see {home() / 'logs' / 'master.log'}")
+    c = _start_master(port, ui, timeout_s)
     progress(f"Spark master {c.url} is ALIVE (UI {c.ui})")
+    master_pid = c.master_pid
     started = [_start_worker(c, i, cores_per_worker, memory_per_worker) for i in range(workers)]
     c = Cluster(port, ui, master_pid, started)
     _save(c)
@@ -152,6 +165,21 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
                                 f"see {home() / 'logs'}")
     progress(f"{workers} worker(s) registered: {workers * cores_per_worker} cores")
     return c, False
+
+
+def _start_master(port: int, ui: int, timeout_s: float, workers: list[Worker] | None = None) -> Cluster:
+    """Start the master on `port` (its web UI on `ui`), record it, and wait until it is ALIVE
+    (a restarted one first recovers its applications and workers)."""
+    master_pid = _spawn("org.apache.spark.deploy.master.Master",
+                        ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)], "master")
+    c = Cluster(port, ui, master_pid, list(workers or []))
+    _save(c)
+    if not wait_until(lambda: is_running(c) or not processes.is_alive(master_pid), timeout_s, interval_s=0.5) \
+            or not processes.is_alive(master_pid):
+        processes.stop(master_pid, grace_s=5, group=True)
+        raise SparkClusterError(f"the Spark master did not come up on port {port} within {timeout_s:.0f}s; "
+                                f"see {home() / 'logs' / 'master.log'}")
+    return c
 
 
 def _start_worker(c: Cluster, i: int, cores: int, memory: str) -> Worker:
@@ -164,23 +192,44 @@ def _start_worker(c: Cluster, i: int, cores: int, memory: str) -> Worker:
     return Worker(pid, cores, memory, wui)
 
 
-def heal(c: Cluster | None = None) -> list[int]:
-    """Restart the recorded workers whose process died (a kill -9, an OOM), with their cores and
-    memory; the master then launches the executors its applications are short of on them. Only
-    while the master lives (a dead master is `up`'s business). Returns the restarted workers'
-    indices; the watchdog calls it every pass."""
+@dataclass(frozen=True)
+class Heal:
+    """What one `heal` did: whether it restarted the master, and which workers."""
+    master_restarted: bool = False
+    workers: list[int] = field(default_factory=list)
+    error: str | None = None  # the master could not be restarted (it is tried again next pass)
+
+    def __bool__(self) -> bool:
+        return self.master_restarted or bool(self.workers)
+
+
+def heal(c: Cluster | None = None, timeout_s: float = 60.0) -> Heal:
+    """Restart what died of the recorded cluster (a kill -9, an OOM), on the same ports and with
+    the same cores and memory. A master comes back on its port and recovers its applications and
+    workers from `recovery/`: the running drivers keep their executors and can ask for more. A
+    worker is restarted and the master launches on it the executors its applications are short
+    of. The supervisor and the watchdog call it every pass."""
     c = c or load_record()
-    if c is None or not processes.is_alive(c.master_pid):
-        return []
+    if c is None:
+        return Heal()
+    master_restarted = False
+    if not processes.is_alive(c.master_pid):
+        log.warning("action=heal the Spark master (pid %d, port %d) died; restarting it on its port",
+                    c.master_pid, c.master_port)
+        try:
+            c = _start_master(c.master_port, c.webui_port, timeout_s, c.workers)
+        except SparkClusterError as e:  # the port still held, a JVM that would not start: next pass
+            log.error("action=heal the Spark master did not come back: %s", e)
+            return Heal(error=str(e))
+        master_restarted = True
     dead = [i for i, w in enumerate(c.workers) if not processes.is_alive(w.pid)]
-    if not dead:
-        return []
     workers = list(c.workers)
     for i in dead:
         log.warning("action=heal worker-%d (pid %d) died; restarting it", i, workers[i].pid)
         workers[i] = _start_worker(c, i, workers[i].cores, workers[i].memory)
-    _save(Cluster(c.master_port, c.webui_port, c.master_pid, workers))
-    return dead
+    if dead:
+        _save(Cluster(c.master_port, c.webui_port, c.master_pid, workers))
+    return Heal(master_restarted, dead)
 
 
 def _save(c: Cluster) -> None:

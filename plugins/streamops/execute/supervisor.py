@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from streamops import processes, registry, spark_cluster
+from streamops import processes, registry
 from streamops.execute import replicas, watchdog
 from streamops.execute.launcher import LocalProcessLauncher, Spare, launcher_for
 from streamops.paths import state_dir
@@ -165,8 +165,7 @@ class Supervisor:
 
     def housekeeping(self) -> None:
         watchdog.close_late_failures(self.progress)
-        for i in spark_cluster.heal():
-            self.progress(f"action=heal Spark worker-{i} had died: restarted")
+        watchdog.heal_cluster("supervisor", self.progress)
         done = replicas.reconcile(self.reg, progress=self.progress)
         for item in done.started + done.stopped + done.refused:
             self.progress(f"action=replicas {item}")

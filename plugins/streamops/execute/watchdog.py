@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 
 from streamops import registry, spark_cluster
 from streamops.execute import mechanisms, reconfigure, replicas, stages
@@ -194,10 +194,8 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
     """One watchdog pass: finish reconfigurations a dead executor left, then recover failed stages."""
     reg = reg or registry.load()
     report = WatchdogReport()
-    # A dead worker of the embedded cluster first: the stages on it wait for its executors.
-    report.workers_restarted = spark_cluster.heal()
-    for i in report.workers_restarted:
-        progress(f"action=heal Spark worker-{i} had died: restarted")
+    # The embedded cluster first: the stages on it wait for its master and executors.
+    report.workers_restarted = heal_cluster("watchdog", progress).workers
     close_late_failures(progress)
     # A crashed executor's `running` reconfiguration first: its rollback may be the recovery.
     report.reconfigurations = reconfigure.resume(reg, progress=progress, statuses=("running",))
@@ -226,8 +224,37 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
     return report
 
 
+def heal_cluster(detected_by: str, progress=lambda _: None) -> spark_cluster.Heal:
+    """Restart the embedded cluster's dead master or workers (`spark_cluster.heal`), and record
+    one failure for each stage running on it: its run lives, but it lost its executors or its
+    scheduler for a while. Each is closed at the stage's first commit after the heal."""
+    healed = spark_cluster.heal()
+    if healed.error:
+        progress(f"action=heal the Spark master did not come back: {healed.error.splitlines()[0]}")
+    if not healed:
+        return healed
+    lost = (["the Spark master"] if healed.master_restarted else []) + [f"Spark worker-{i}" for i in healed.workers]
+    what = " and ".join(lost) + (" were" if len(lost) > 1 else " was") + " dead and restarted"
+    kind = "master_lost" if healed.master_restarted else "worker_lost"
+    progress(f"action=heal {what}")
+    now = datetime.now(timezone.utc)
+    for c in failures.watchdog_candidates():
+        if c.master != "embedded" or c.status != "running":
+            continue
+        fid, _, created = failures.open_failure(c.stage_id, c.app, c.id, kind, f"{what}; the run went on", now,
+                                                role=c.role, detected_by=detected_by)
+        if created:
+            log.warning("stage %s: action=heal role=%s failure=%d kind=%s: %s", c.stage_id, c.role, fid, kind, what)
+    return healed
+
+
 def close_late_failures(progress=lambda _: None) -> None:
-    """Failures left open by a restart that committed only after its recovery stopped waiting."""
+    """Failures left open by a restart that committed only after its recovery stopped waiting,
+    and the cluster's failures once their stage committed after the heal."""
+    for r in failures.close_healed():
+        log.info("stage %s: action=recovered role=%s failure=%d kind=%s mttr=%.1fs", r.stage_id, r.role, r.id,
+                 r.kind, (r.mttr_ms or 0) / 1000)
+        progress(f"{r.stage_id}: failure {r.id} ({r.kind}) closed at its first commit after the heal")
     for r in failures.close_late():
         log.info("stage %s: action=recovered role=%s failure=%d mttr=%.1fs (its restart committed late)",
                  r.stage_id, r.role, r.id, (r.mttr_ms or 0) / 1000)

@@ -51,6 +51,13 @@ def close_late() -> list[Row]:
         return conn.execute(db.query("failures_close_late")).all()
 
 
+def close_healed() -> list[Row]:
+    """Close the embedded cluster's failures (a master or worker restarted under a living run) at
+    the stage's first commit after the heal: (id, stage_id, role, kind, mttr_ms) of each."""
+    with db.transaction() as conn:
+        return conn.execute(db.query("failures_close_healed")).all()
+
+
 def give_up(failure_id: int, reason: str) -> None:
     """Close the failure as given up and mark its stage `failed`."""
     db.write("failure_give_up", id=failure_id, reason=reason[:2000])

@@ -1,0 +1,16 @@
+-- Failures of the embedded cluster (its master or a worker died and was restarted; the run went
+-- on), closed at the stage's first commit after the heal, which is when the failure was recorded.
+WITH healed AS (
+    SELECT f.id,
+           (SELECT min(c.committed_at) FROM sink_commits c
+            WHERE c.stage_id = f.stage_id AND c.committed_at > f.detected_at) AS at
+    FROM failures f
+    WHERE f.status = 'recovering' AND f.kind IN ('master_lost', 'worker_lost')
+)
+UPDATE failures f SET status = 'recovered', closed_at = now(), recovered_at = h.at,
+       mttr_ms = EXTRACT(EPOCH FROM h.at - f.failed_at) * 1000,
+       downtime_ms = EXTRACT(EPOCH FROM h.at - COALESCE(f.last_commit_at, f.failed_at)) * 1000,
+       recovery_deployment_id = f.deployment_id
+FROM healed h
+WHERE f.id = h.id AND h.at IS NOT NULL AND f.status = 'recovering'
+RETURNING f.id, f.stage_id, f.role, f.kind, f.mttr_ms
