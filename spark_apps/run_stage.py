@@ -18,19 +18,21 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from streamops.agent.agent import StageAgent
 from streamops.agent.faults import BatchPause, FaultInjector
 from streamops.agent.input_watch import Landing
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.errors import is_transient
-from streamops.agent.poison import FailedBatch, PoisonBook, error_signature
+from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, isolate
 from streamops import checkpoint_layout as checkpoint
 from streamops.checkpoint_layout import QUERIES, query_checkpoint
 from streamops.registry import Stage, resolve_path
 from streamops.spark_cluster import RUN_MASTER_ENV
 from streamops.store import db, ledger
 from streamops.store import reconfigurations as rstore
+from streamops.waiting import wait_until
 
 log = logging.getLogger("streamops.run_stage")
 
@@ -42,8 +44,10 @@ class QuerySupervisor:
 
     GENERIC_LIMIT = 3  # failures in a row that no batch can be blamed for
 
-    def __init__(self, stage: Stage, ckpt: Path, book: PoisonBook, restart, stopping: threading.Event):
+    def __init__(self, stage: Stage, ckpt: Path, book: PoisonBook, restart, stopping: threading.Event,
+                 fails_alone: Callable[[tuple[str, ...]], str | None] | None = None):
         self.stage, self.ckpt, self.book, self.restart, self.stopping = stage, ckpt, book, restart, stopping
+        self.fails_alone = fails_alone  # a dry run of some of a batch's files: its error, or None
         self.excluded = book.excluded_files()
         self.failures_in_a_row = 0
         self.open: dict[str, int] = {}  # query → the failed batch awaiting its commit
@@ -86,8 +90,13 @@ class QuerySupervisor:
         if verdict.action == "fail":
             return f"{error} (batch {planned}: {verdict.why})", 0
         if verdict.action == "quarantine":
-            self.book.quarantine_whole(fb, verdict.attempts)
-            self.excluded[which] = sorted(set(self.excluded[which]) | set(fb.files))
+            blamed = fb.files
+            if which == "main" and self.fails_alone is not None:
+                blamed = isolate(fb.files, error, self.fails_alone)
+                log.info("action=isolate batch=%d blamed %d of %d file(s): %s", planned, len(blamed), len(fb.files),
+                         ", ".join(Path(f).name for f in blamed))
+            self.book.quarantine(fb, verdict.attempts, blamed)
+            self.excluded[which] = sorted(set(self.excluded[which]) | set(blamed))
             return None, 0  # the cause is gone: restart at once
         return None, backoff_s
 
@@ -334,6 +343,15 @@ def standby(stage_id: str, cores: int, ready_file: str) -> int:
     return run(int(line), spark=spark)
 
 
+def quiesce(spark, timeout_s: float = 10.0) -> None:
+    """Cancel the jobs a stop past its deadline left running and wait for them to end: stopping
+    the context under running tasks makes Spark log ERRORs (a task result arriving at a closed
+    pool, a shuffle fetch cut off) for what is a planned stop."""
+    sc = spark.sparkContext
+    sc.cancelAllJobs()
+    wait_until(lambda: not sc.statusTracker().getActiveJobsIds(), timeout_s, interval_s=0.1)
+
+
 def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
     dep = ledger.deployment(deployment_id)
     stage = Stage.model_validate(dep.config["spec"])
@@ -349,7 +367,7 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
     log.info("action=start cores=%d partitions=%d input=%s checkpoint=%s", dep.cores, dep.state_partitions, input_dir, ckpt)
 
     # Imported here: the JVM start is the slow part and is logged as such.
-    from spark_apps.stage import build_session, start_query
+    from spark_apps.stage import build_session, fails_alone, start_query
 
     pool = dep.config.get("pool") or {}
     master = os.environ.get(RUN_MASTER_ENV)  # set by a standalone pool's launcher
@@ -391,7 +409,9 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
         agent.on_commit(stats)
         supervisor.on_commit(stats.batch_id)
 
-    supervisor = QuerySupervisor(stage, ckpt, book, restart, agent.stop_requested)
+    supervisor = QuerySupervisor(stage, ckpt, book, restart, agent.stop_requested,
+                                 fails_alone=lambda files: fails_alone(spark, stage, agent.ctx, files,
+                                                                       dep.config.get("fault")))
     in_driver = InDriverChange(spark, agent, stage, ckpt, deployment_id, restart, supervisor, executor_cores,
                                standalone=bool(master))
     status, reason, code = "stopped", None, 0
@@ -434,6 +454,7 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
                 ledger.command_done(agent.stop_command_id, reason)
         except Exception as e:
             log.warning("action=exit could not record the outcome: %s", str(e).splitlines()[0])
+        quiesce(spark)
         spark.stop()
     log.info("action=exit status=%s reason=%s", status, reason)
     return code

@@ -157,15 +157,44 @@ QUARANTINE_TRIGGER_FACTOR = 5
 
 
 def _poison_on_marker(sink):
-    """Fault injector (tests): a batch whose output holds the word POISON fails, every time it is
-    run: a record that deterministically breaks the sink, as a NUL byte once did."""
+    """Fault injector (tests): an output row whose key holds the word POISON carries a value
+    PostgreSQL refuses (not JSON), every time it is run: a record that deterministically breaks
+    the sink, as a NUL byte once did. Only the partition holding that key fails, in the executor,
+    after the batch's other partitions wrote theirs."""
 
-    def fail(df, batch_id: int) -> None:
-        if df.where(F.col("key").contains(POISON_MARKER)).limit(1).count():
-            raise RuntimeError(f"injected fault: batch {batch_id} holds a poison record")
-        sink(df, batch_id)
+    def poison(df, batch_id: int) -> None:
+        sink(df.withColumn("value", F.when(F.col("key").contains(POISON_MARKER), F.lit("{not json"))
+                           .otherwise(F.col("value"))), batch_id)
 
-    return fail
+    return poison
+
+
+SINK_FAULTS = {"fail_batches": _failing, "slow_batches": _slow, "negative_counts": _negative_counts,
+               "poison_marker": _poison_on_marker}
+
+
+def fails_alone(spark: SparkSession, stage: Stage, ctx: StageContext, files: tuple[str, ...],
+                fault: str | None = None) -> str | None:
+    """A dry run of the main query's output for these input files alone (a batch job over the
+    same parse, workload and sink write, taken back before it reaches the sink): the error
+    signature it raised, or None. The poison book bisects a failing batch with it. Only the
+    PostgreSQL sink has a dry run; other sinks answer None (the whole batch is quarantined)."""
+    from streamops.agent.poison import error_signature
+
+    if stage.sink.kind == "parquet":
+        return None
+    workload = WORKLOADS[stage.workload]
+    lines = spark.read.format("text").load(list(files))
+    records = parse_records(lines, workload.input_kind, stage.max_record_bytes, None)
+    valid = burn_cpu(records.where(F.col("reason").isNull()), int(stage.params.get("cpu_cost", 0)))
+    sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id).dry_run
+    if fault in SINK_FAULTS:
+        sink = SINK_FAULTS[fault](sink)
+    try:
+        sink(workload.build(valid, stage.params), PostgresUpsertSink.DRY_RUN_BATCH)
+    except Exception as e:  # noqa: BLE001 - whatever the batch raised is the answer
+        return error_signature(str(e))
+    return None
 
 
 def start_stage_queries(
@@ -251,10 +280,8 @@ def start_query(
         sink = ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit, abort)
     else:
         sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)
-    faults = {"fail_batches": _failing, "slow_batches": _slow, "negative_counts": _negative_counts,
-              "poison_marker": _poison_on_marker}
-    if fault in faults:
-        sink = faults[fault](sink)
+    if fault in SINK_FAULTS:
+        sink = SINK_FAULTS[fault](sink)
     if pause is not None:  # the fault injector's slow batches
         sink = _paused(sink, pause)
     return trigger(

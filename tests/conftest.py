@@ -175,7 +175,7 @@ def clean_db(engine):
         conn.execute(text(
             "TRUNCATE pools, apps, stages, deployments, heartbeats, stage_commands, quarantine, requests, decisions, "
             "reconfigurations, app_control, operator_state, "
-            "stage_metrics, sink_outputs, sink_commits CASCADE"
+            "stage_metrics, sink_outputs, sink_staging, sink_commits CASCADE"
         ))
     return engine
 

@@ -53,9 +53,9 @@ def test_only_transient_errors_are_retried():
 
 @pytest.mark.db
 def test_concurrent_writers_of_the_same_keys_never_deadlock(clean_db):
-    """A primary and its active backup upsert the same keys at once, each batch partition in its
-    own transaction. Fed in opposite orders, unsorted writers deadlock; the sink's writers lock in
-    key order, so both finish and the newest version of every key wins."""
+    """A primary and its active backup write the same keys at once. Each stages its batch (fed
+    in opposite orders) and applies it in one transaction; the apply locks rows in key order, so
+    both finish and the newest version of every key wins."""
     import threading
 
     from sqlalchemy import text
@@ -65,24 +65,24 @@ def test_concurrent_writers_of_the_same_keys_never_deadlock(clean_db):
 
     keys = [f"k{i:05d}" for i in range(6000)]
     url = db.libpq_url(db.database_url())
-
-    def writer(version: int):
-        return _execute_values_partition(url, db.query("sink_upsert").text, "(%s, %s, %s::jsonb, %s, %s, %s)",
-                                         lambda k: ("dl.s", k, f'{{"v": {version}}}', None, version, version),
-                                         conflict_key=lambda t: t[1])
-
     errors, start = [], threading.Barrier(2)
 
-    def run(version: int, rows: list[str]) -> None:
-        start.wait()
+    def run(run_id: int, version: int, rows: list[str]) -> None:
+        batch = {"stage_id": "dl.s", "deployment_id": run_id, "batch_id": version}
         try:
-            writer(version)(iter(rows))
+            _execute_values_partition(url, db.query("sink_stage").text, "(%s, %s, %s, %s, %s::jsonb, %s, %s)",
+                                      lambda k: ("dl.s", run_id, version, k, f'{{"v": {version}}}', None, version),
+                                      conflict_key=lambda t: t[3])(iter(rows))
+            start.wait()
+            with db.transaction() as conn:
+                got = conn.execute(db.query("sink_apply"), batch).one()
+            assert got.staged == len(rows)
         except Exception as e:  # noqa: BLE001 - the test reports whatever a writer raised
             errors.append(e)
 
     for rnd in range(3):
-        threads = [threading.Thread(target=run, args=(2 * rnd + 1, keys)),
-                   threading.Thread(target=run, args=(2 * rnd + 2, keys[::-1]))]
+        threads = [threading.Thread(target=run, args=(1, 2 * rnd + 1, keys)),
+                   threading.Thread(target=run, args=(2, 2 * rnd + 2, keys[::-1]))]
         for t in threads:
             t.start()
         for t in threads:
@@ -91,7 +91,8 @@ def test_concurrent_writers_of_the_same_keys_never_deadlock(clean_db):
     with clean_db.connect() as conn:
         versions = conn.execute(text("SELECT min(version), max(version), count(*) FROM sink_outputs "
                                      "WHERE stage_id = 'dl.s'")).one()
-    assert tuple(versions) == (6, 6, len(keys))
+        staged = conn.execute(text("SELECT count(*) FROM sink_staging WHERE stage_id = 'dl.s'")).scalar_one()
+    assert tuple(versions) == (6, 6, len(keys)) and staged == 0, "every staged row applied once"
 
 
 def test_a_rolled_back_transaction_is_retried():
@@ -190,3 +191,34 @@ def test_liveness_is_the_host_and_the_process_start_time_not_only_a_pid():
     assert not is_alive(SimpleNamespace(**{**run, "pid_started_at": started - 3600})), "a reused pid is not the driver"
     assert is_alive(SimpleNamespace(**{**run, "pid": 2 ** 22 + 1, "host": "elsewhere"})), "another host: the heartbeat decides"
     assert not is_alive(SimpleNamespace(**{**run, "pid": 2 ** 22 + 1}))
+
+
+@pytest.mark.parametrize("poison, expected_runs", [
+    ({"f3"}, 6),            # one file of eight: found by halving
+    ({"f0", "f7"}, 10),     # two, in both halves
+    (set(), 2),             # none fails alone (the batch fails only together): the whole batch
+])
+def test_a_failed_batch_is_bisected_to_the_files_that_fail_alone(poison, expected_runs):
+    from streamops.agent.poison import isolate
+
+    files = tuple(f"f{i}" for i in range(8))
+    runs = []
+
+    def fails_alone(subset):
+        runs.append(subset)
+        return "ValueError: bad" if poison & set(subset) else None
+
+    blamed = isolate(files, "ValueError: bad", fails_alone)
+    assert set(blamed) == (poison or set(files))
+    assert len(runs) == expected_runs
+
+
+def test_bisecting_blames_only_the_batch_s_own_error_and_stops_at_its_budget():
+    from streamops.agent.poison import isolate
+
+    files = tuple(f"f{i}" for i in range(8))
+    assert isolate(files, "ValueError: bad", lambda s: "OtherError: x" if "f3" in s else None) == files, \
+        "a file that fails differently alone is not this batch's poison"
+    assert isolate(files, "ValueError: bad", lambda s: "ValueError: bad", budget=3) == files, \
+        "past the budget of dry runs: the whole batch"
+    assert isolate(("only",), "ValueError: bad", lambda s: None) == ("only",)

@@ -212,47 +212,69 @@ def test_a_file_of_bad_lines_leaves_a_running_stage_committing(clean_db):
     stages.stop_stage(sid, reg, deadline_s=30)
 
 
+# Words of the poison batch beside POISON: some land in the state partitions that do not fail.
+BYSTANDERS = [f"bystander{i}" for i in range(12)]
+
+
 @pytest.mark.e2e
-def test_a_batch_that_always_fails_is_quarantined_whole_and_the_stage_moves_on(clean_db):
-    """The injected fault fails every batch whose output holds the word POISON, as a NUL byte once
-    failed the sink: the batch is retried, then quarantined whole, and later files are counted."""
+def test_a_batch_that_always_fails_is_bisected_its_poison_file_quarantined_and_the_stage_moves_on(clean_db):
+    """The injected fault gives the output key POISONa a value PostgreSQL refuses, as a NUL byte
+    once did: that partition's write fails in the executor after the other partition wrote its
+    rows. The first batch holds a valid companion file and the poison file. It is retried, then
+    bisected by dry runs: only the poison file is quarantined, the companion is counted, later
+    files are counted, and the poison file's bystander words are not in the sink.
+    Before, the failed tries' first partition stayed in the sink (bystanders counted, and their
+    inflated counts outranked the replay's), and the companion file was quarantined with the pill."""
     from streamops.cli import status_table
     from streamops.execute import stages
 
     reg, sid = _registry("pill"), "poison.pill"
     inputs = registry.resolve_path("poison/pill")
+    inputs.mkdir(parents=True, exist_ok=True)
+    companion = _drop(inputs, "aa-companion.json", [json.dumps({**VALID, "id": "c-1", "words": "companion word"}).encode()])
+    # POISONa hashes to the second of the 2 state partitions: on one core the first partition,
+    # with bystanders 1, 2, 3, 8 and 11, is written before the failure.
+    pill = _drop(inputs, "ab-pill.json", [json.dumps({**VALID, "id": "pill-1", "words": "POISONa pill"}).encode(),
+                                          json.dumps({**VALID, "id": "pill-2", "words": " ".join(BYSTANDERS)}).encode()])
+    then = datetime.now().timestamp() - 600  # the two oldest files: the first batch (2 files per trigger)
+    os.utime(companion, (then, then))
+    os.utime(pill, (then + 1, then + 1))
     generator.generate(inputs, "web", "constant:rate=100", seed=32, duration_s=4, realtime=False)
     run = stages.start_stage(sid, reg, fault="poison_marker")
-    eventually(lambda: _commits(clean_db, sid) >= 2, 120, "the first commits")
-    pill = _drop(inputs, "zz-pill.json", [json.dumps({**VALID, "id": "pill-1", "words": "POISON pill"}).encode(),
-                                           json.dumps({**VALID, "id": "pill-2", "words": "innocent bystander"}).encode()])
 
     def quarantined():
         with clean_db.connect() as conn:
             return conn.execute(text("SELECT * FROM batch_failures WHERE stage_id = :s "
                                      "AND status = 'quarantined'"), {"s": sid}).first()
-    bf = eventually(quarantined, 120, "the poison batch to be quarantined whole")
+    bf = eventually(quarantined, 180, "the poison batch to be quarantined")
     generator.generate(inputs, "web", "constant:rate=100", seed=32, duration_s=10, realtime=False)  # later files
 
-    poisoned = {Path(f).name for f in bf.files}
-    assert pill.name in poisoned and bf.attempts == 3 and "holds a poison record" in bf.error
+    poisoned = {Path(f).name for f in (bf.quarantined_files or bf.files)}
     valid = [json.loads(line) for f in sorted(inputs.glob("*.json")) if f.name not in poisoned
              for line in f.read_bytes().splitlines() if check_line("web", line).valid]
     want = oracles.expected("wordcount", valid)
     eventually(lambda: oracles.actual(clean_db, sid, "wordcount") == want, 180,
-               "the sink to equal the ground truth without the quarantined batch")
+               "the sink to equal the ground truth without the quarantined file")
+    with clean_db.connect() as conn:
+        left = conn.execute(text("SELECT key FROM sink_outputs WHERE stage_id = :s AND key LIKE 'bystander%'"),
+                            {"s": sid}).scalars().all()
+    assert left == [], "a failed try's partitions left their rows in the sink"
+    assert {Path(f).name for f in bf.files} == {companion.name, pill.name}, "the first batch held both files"
+    assert poisoned == {pill.name}, "only the file that fails alone is quarantined"
+    assert bf.attempts == 3 and "type json" in bf.error
     with clean_db.connect() as conn:
         q = conn.execute(text("SELECT reason_kind, reason, source_file FROM quarantine WHERE stage_id = :s "
                               "AND reason_kind = 'batch failed'"), {"s": sid}).all()
         failure = conn.execute(text("SELECT kind, status, attempts, detail, mttr_ms FROM failures "
                                     "WHERE stage_id = :s"), {"s": sid}).one()
         dep = conn.execute(text("SELECT status FROM deployments WHERE id = :i"), {"i": run.deployment_id}).scalar_one()
-    lines_in_batch = sum(len(Path(f).read_bytes().splitlines()) for f in bf.files)
-    assert len(q) == lines_in_batch == bf.quarantined_rows, "every line of the batch, once"
-    assert all("failed 3 times" in r.reason and "holds a poison record" in r.reason for r in q)
+    assert len(q) == 2 == bf.quarantined_rows and {Path(r.source_file).name for r in q} == {pill.name}, \
+        "every line of the poison file, once, and none of its companion's"
+    assert all("failed 3 times" in r.reason and "type json" in r.reason and "failed the same way alone" in r.reason
+               for r in q)
     assert failure.kind == "batch_failed" and failure.status == "recovered" and failure.mttr_ms > 0, failure
     assert dep == "running", "the driver retried and moved on by itself: no watchdog restart"
-    assert "quarantined whole" in str(status_table().caption)
+    assert "1 of its 2 file(s) quarantined" in str(status_table().caption)
     stages.stop_stage(sid, reg, deadline_s=30)
 
 

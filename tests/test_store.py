@@ -197,3 +197,52 @@ def test_a_stale_run_s_commit_is_refused_and_a_replay_of_the_current_run_s_is_no
     assert commit(new) is not None and commit(new) is not None, "a replay by the current run is not a fence"
     assert store.value("run_is_current", deployment_id=old) is False
     assert store.value("run_is_current", deployment_id=None) is True
+
+
+@pytest.mark.db
+def test_a_batch_reaches_the_sink_whole_with_its_commit_or_not_at_all(clean_db):
+    """The sink's apply (staged rows → sink_outputs, plus the commit row, in one transaction):
+    applied whole by the current run; by a fenced run, nothing; with staged rows missing (an
+    unlogged table a crash emptied), nothing, and a transient error so the batch is written again.
+    A failed try's staged rows never reach the sink, so its counts cannot outrank the replay's."""
+    from streamops.agent.errors import TransientError, is_transient
+    from streamops.agent.sinks import PostgresUpsertSink, _execute_values_partition
+    from streamops.store import db as store
+
+    test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)  # stage r.s, registered
+    with clean_db.begin() as conn:
+        old, new = [conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status) "
+            "VALUES ('r.s', 'p', 1, 2, '{}', 'local', '/c', :st) RETURNING id"), {"st": st}).scalar_one()
+            for st in ("failed", "running")]
+
+    def stage(dep: int, batch_id: int, counts: dict[str, int]) -> int:
+        rows = [("r.s", dep, batch_id, k, f'{{"count": {c}}}', None, c) for k, c in counts.items()]
+        _execute_values_partition(store.libpq_url(store.database_url()), store.query("sink_stage").text,
+                                  "(%s, %s, %s, %s, %s::jsonb, %s, %s)", lambda t: t, conflict_key=lambda t: t[3])(rows)
+        return len(rows)
+
+    def sink() -> dict[str, float]:
+        with clean_db.connect() as conn:
+            return dict(conn.execute(text("SELECT key, version FROM sink_outputs WHERE stage_id = 'r.s'")).all())
+
+    def commits(dep: int) -> int:
+        with clean_db.connect() as conn:
+            return conn.execute(text("SELECT count(*) FROM sink_commits WHERE deployment_id = :d"), {"d": dep}).scalar_one()
+
+    # A failed try of batch 3 staged inflated counts and never applied them; the replay applies its own.
+    stage(new, 3, {"a": 9, "b": 9})
+    with clean_db.begin() as conn:
+        conn.execute(store.query("sink_staged_clear"), {"stage_id": "r.s", "deployment_id": new, "batch_id": 3})
+    n = stage(new, 3, {"a": 2, "b": 1})
+    assert PostgresUpsertSink("r.s", new).apply_and_commit(3, n, n) is not None
+    assert sink() == {"a": 2, "b": 1} and commits(new) == 1
+
+    stage(old, 4, {"a": 5, "c": 5})
+    assert PostgresUpsertSink("r.s", old).apply_and_commit(4, 2, 2) is None, "the replaced run is fenced"
+    assert sink() == {"a": 2, "b": 1} and commits(old) == 0, "the fenced run's batch left nothing"
+
+    stage(new, 4, {"a": 3})
+    with pytest.raises(TransientError) as lost:
+        PostgresUpsertSink("r.s", new).apply_and_commit(4, 2, 2)
+    assert is_transient(lost.value) and sink() == {"a": 2, "b": 1} and commits(new) == 1

@@ -177,7 +177,8 @@ class Stage(_Frozen):
     params: dict[str, Any] = Field(default_factory=dict, description="workload knobs, e.g. cpu_cost")
     poison_after_failures: int = Field(
         default=3, ge=0, description="a batch that fails this many times in a row with the same error is "
-                                     "quarantined whole and the stage moves on (0: never; the stage fails instead)")
+                                     "bisected by file; the files that fail alone (else all) are quarantined "
+                                     "and the stage moves on (0: never; the stage fails instead)")
     replicas: int = Field(default=1, ge=1, le=4, description=(
         "drivers that run the stage at once, each with its own checkpoint, in another pool when one "
         "exists; the sink keeps one result per key whichever writes first"))

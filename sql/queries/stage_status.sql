@@ -59,7 +59,11 @@ SELECT s.stage_id, s.app, s.workload, COALESCE(r.pool, s.pool) AS pool,  -- wher
        s.health, s.health_reason,
        s.replicas, COALESCE(rp.live_replicas, 0) AS live_replicas, rp.leader,
        (SELECT count(*) FROM failures f WHERE f.stage_id = s.stage_id AND f.detected_at > now() - interval '1 day') AS failures_24h,
-       (SELECT string_agg(format('batch %s quarantined whole: %s', bf.batch_id, bf.error), '; ' ORDER BY bf.batch_id)
+       (SELECT string_agg(CASE WHEN bf.quarantined_files IS NULL
+                               THEN format('batch %s quarantined whole: %s', bf.batch_id, bf.error)
+                               ELSE format('batch %s: %s of its %s file(s) quarantined: %s', bf.batch_id,
+                                           cardinality(bf.quarantined_files), cardinality(bf.files), bf.error) END,
+                          '; ' ORDER BY bf.batch_id)
         FROM batch_failures bf WHERE bf.stage_id = s.stage_id AND bf.status = 'quarantined'
         AND bf.quarantined_at > now() - interval '1 day') AS poison_24h,
        (SELECT string_agg(format('%s %s', CASE ia.kind WHEN 'subdirectory' THEN 'sub-directory not read:'

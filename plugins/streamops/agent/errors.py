@@ -31,6 +31,10 @@ _TRANSIENT_TEXT = ("ExecutorLostFailure", "FetchFailed", "Python worker exited u
                    "injected database outage", "deadlock detected", "could not serialize access")
 
 
+class TransientError(RuntimeError):
+    """A failure streamops itself found to be the infrastructure's (staged rows a crash lost)."""
+
+
 def tag_sqlstate(e: BaseException) -> str:
     """A database error's text for the trip through the JVM: its SQLSTATE, type and message."""
     return f"streamops-sqlstate={getattr(e, 'pgcode', None) or 'none'} {type(e).__name__}: {e}"
@@ -58,6 +62,8 @@ def is_transient(e: BaseException | str) -> bool:
         import psycopg2
 
         orig = getattr(e, "orig", e)
+        if isinstance(e, TransientError):
+            return True
         if isinstance(orig, psycopg2.OperationalError) and not getattr(orig, "pgcode", None):
             return True  # the server never answered
         if isinstance(orig, (ConnectionError, TimeoutError)):

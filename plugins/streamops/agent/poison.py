@@ -4,8 +4,9 @@ same way, so that no input file can stop a stage for good.
 A batch that fails is replayed by every restart with the same files, so a deterministic failure
 (a value no sink accepts, a record that crashes the code) would fail every run forever: a poison
 pill. The driver counts failures per batch and error (`batch_failures`); at the stage's
-`poison_after_failures` the batch's files are written to `quarantine` line by line with the
-error as the reason, and the restarted query leaves those files out.
+`poison_after_failures` the batch is bisected by file with dry runs (`isolate`), the files that
+fail alone are written to `quarantine` line by line with the error as the reason (the whole
+batch when none does), and the restarted query leaves those files out.
 
 Two guards keep a broken *run* from quarantining good data:
 - a configuration that has never committed (a reconfiguration's new run on trial, when another
@@ -20,6 +21,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from sqlalchemy import Engine
 
@@ -109,13 +111,18 @@ class PoisonBook:
                     fb.query, fb.batch_id, attempts, verdict.action, fb.error)
         return verdict
 
-    def quarantine_whole(self, fb: FailedBatch, attempts: int) -> int:
-        """Write the batch's lines to `quarantine`: every line for the main query (none of them
-        reached the sink), the invalid ones only for the quarantine query (the valid ones did).
-        Returns the rows added."""
-        reason = f"{BATCH_FAILED}: batch {fb.batch_id} of the {fb.query} query failed {attempts} times: {fb.error}"
+    def quarantine(self, fb: FailedBatch, attempts: int, files: tuple[str, ...] | None = None) -> int:
+        """Write the lines of the batch's `files` (default: all of them; `isolate` finds the ones
+        to blame) to `quarantine`: every line for the main query (none of them reached the sink),
+        the invalid ones only for the quarantine query (the valid ones did). Every run then
+        leaves those files out. Returns the rows written."""
+        files = tuple(files or fb.files)
+        whole = set(files) == set(fb.files)
+        reason = (f"{BATCH_FAILED}: batch {fb.batch_id} of the {fb.query} query failed {attempts} times: {fb.error}"
+                  + ("" if whole else f" (this file failed the same way alone; {len(fb.files) - len(files)} other "
+                                      f"file(s) of the batch were not to blame)"))
         rows = []
-        for f in fb.files:
+        for f in files:
             seen: dict[bytes, int] = {}
             for raw in _lines(Path(f)):
                 seen[raw] = seen.get(raw, 0) + 1
@@ -132,9 +139,9 @@ class PoisonBook:
         with db.transaction(self.engine) as conn:
             conn.execute(db.query("batch_failure_quarantined"), {"stage_id": self.stage_id, "role": self.role,
                                                                  "query": fb.query, "batch_id": fb.batch_id,
-                                                                 "rows": len(rows)})
-        log.warning("stage %s: action=quarantine-batch query=%s batch=%d files=%d lines=%d (new %d): %s",
-                    self.stage_id, fb.query, fb.batch_id, len(fb.files), len(rows), added, fb.error)
+                                                                 "rows": len(rows), "files": None if whole else list(files)})
+        log.warning("stage %s: action=quarantine-batch query=%s batch=%d files=%d of %d lines=%d (new %d): %s",
+                    self.stage_id, fb.query, fb.batch_id, len(files), len(fb.files), len(rows), added, fb.error)
         return len(rows)
 
     def committed(self, query: str, batch_id: int) -> None:
@@ -149,6 +156,41 @@ class PoisonBook:
                     log.info("stage %s: action=recovered failure=%d mttr=%.1fs", self.stage_id, self.failure_id,
                              (r.mttr_ms or 0) / 1000)
         self.failure_id = None
+
+
+def isolate(files: tuple[str, ...], error: str, fails_alone: Callable[[tuple[str, ...]], str | None],
+            budget: int = 32) -> tuple[str, ...]:
+    """The files of a failed batch to blame: bisect them, asking `fails_alone(subset)` (a dry run
+    of those files' output; the error signature it raised, or None) and keeping the subsets that
+    fail with the batch's own `error`. A file is blamed only when it fails alone. If none does
+    (the failure needs files together, or the state of earlier batches), or the dry runs pass
+    `budget`, the whole batch is to blame, as before bisection."""
+    runs = 0
+
+    def blame(subset: tuple[str, ...]) -> tuple[str, ...]:
+        nonlocal runs
+        if runs >= budget:
+            raise _OverBudget
+        runs += 1
+        if fails_alone(subset) != error:
+            return ()
+        if len(subset) == 1:
+            return subset
+        half = len(subset) // 2
+        return blame(subset[:half]) + blame(subset[half:])
+
+    if len(files) <= 1:
+        return files
+    try:
+        found = blame(files[: len(files) // 2]) + blame(files[len(files) // 2:])
+    except _OverBudget:
+        log.warning("action=isolate gave up after %d dry runs: the whole batch is quarantined", runs)
+        return files
+    return found or files
+
+
+class _OverBudget(Exception):
+    pass
 
 
 def _lines(path: Path):

@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from streamops.agent.errors import is_transient, tag_sqlstate
+from streamops.agent.errors import TransientError, is_transient, tag_sqlstate
 from streamops.agent.fencing import exit_fenced, fence
 from streamops.agent.metrics import SinkStats, latency_from_event_times
 from streamops.store import db
@@ -117,7 +117,7 @@ def newest_per_key(tuples: list[tuple], key: Callable, version: Callable) -> lis
 
 def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple: Callable,
                               conflict_key: Callable, weigh: Callable | None = None,
-                              version: Callable | None = None) -> Callable:
+                              version: Callable | None = None, written=None) -> Callable:
     """A foreachPartition function: one connection per partition, pages of `execute_values`.
     Runs in the executors' Python workers, so it carries only picklable strings.
 
@@ -139,6 +139,8 @@ def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple
                         execute_values(cur, sql, chunk, template=template, page_size=WRITE_PAGE)
             finally:
                 conn.close()
+            if written is not None:  # an accumulator: Spark counts a successful task's update once
+                written.add(len(tuples))
         except psycopg2.Error as e:  # only text crosses the JVM: keep the SQLSTATE in it for the driver
             raise RuntimeError(tag_sqlstate(e)) from e
 
@@ -163,17 +165,17 @@ def _event_time_stats(df: DataFrame) -> tuple[int, float | None, float | None, f
     return int(r["n"]), q[0], q[1], r["lo"]
 
 
-def retry_idempotent(action: Callable[[], None], what: str, budget_s: float = 300.0,
-                     abort: threading.Event | None = None) -> None:
+def retry_idempotent(action: Callable[[], Any], what: str, budget_s: float = 300.0,
+                     abort: threading.Event | None = None) -> Any:
     """Retry an idempotent write with backoff while the database is away: a database restart
     delays the batch (backpressure) instead of failing the stage. Other errors fail at once,
-    and so does every error once `abort` is set (a stop must not wait out the retry budget)."""
+    and so does every error once `abort` is set (a stop must not wait out the retry budget).
+    Returns what `action` returns."""
     deadline, backoff = time.monotonic() + budget_s, 1.0
     while True:
         try:
             db.check_outage()  # an injected outage reaches the executors' writes through here
-            action()
-            return
+            return action()
         except Exception as e:
             if not is_transient(e) or time.monotonic() + backoff > deadline or (abort and abort.is_set()):
                 raise
@@ -205,33 +207,90 @@ class BatchSink:
         df = df.persist()
         try:
             n, p05, p50, lo = _event_time_stats(df)
-            if n:
-                retry_idempotent(lambda: self.write(df, batch_id), f"stage {self.stage_id}: batch {batch_id} sink write",
-                                 abort=self.abort)
+            committed = retry_idempotent(lambda: self.write_and_commit(df, batch_id, n),
+                                         f"stage {self.stage_id}: batch {batch_id} sink write", abort=self.abort)
         finally:
             df.unpersist()
-        committed = datetime.now(timezone.utc)
+        if committed is None:
+            exit_fenced(self.stage_id, self.deployment_id, f"the commit of batch {batch_id}")
         p50_ms, p95_ms, max_ms = latency_from_event_times(committed.timestamp() * 1000, p05, p50, lo)
         stats = SinkStats(batch_id, n, committed, p50_ms, p95_ms, max_ms)
-        if db.write("sink_commit", stage_id=self.stage_id, deployment_id=self.deployment_id or 0, batch_id=batch_id,
-                    rows=n, committed_at=committed) is None and self.deployment_id:
-            exit_fenced(self.stage_id, self.deployment_id, f"the commit of batch {batch_id}")
         if self.on_commit:
             self.on_commit(stats)
 
+    def write_and_commit(self, df: DataFrame, batch_id: int, n: int) -> datetime | None:
+        """Write the batch's `n` rows, then its `sink_commits` row: the commit time, or None when
+        the run is fenced (a newer run of its stage and role was admitted)."""
+        if n:
+            self.write(df, batch_id)
+        committed = datetime.now(timezone.utc)
+        with db.transaction() as conn:
+            return committed if self._commit(conn, batch_id, n, committed) else None
+
+    def _commit(self, conn, batch_id: int, n: int, committed: datetime) -> bool:
+        """The batch's `sink_commits` row, in `conn`'s transaction; False when the run is fenced."""
+        return conn.execute(db.query("sink_commit"), {
+            "stage_id": self.stage_id, "deployment_id": self.deployment_id or 0, "batch_id": batch_id, "rows": n,
+            "committed_at": committed}).first() is not None or not self.deployment_id
+
+
+class _Fenced(Exception):
+    """Raised inside the apply's transaction to roll it back."""
+
 
 class PostgresUpsertSink(BatchSink):
-    """`sink_outputs`, upserted from the executors; the newest `version` per key wins (ties: the last write)."""
+    """`sink_outputs`; the newest `version` per key wins (ties: the last write). Atomic per batch:
+    the executors stage the batch's rows (`sink_staging`), and the driver applies them in the
+    transaction that writes the batch's commit, so a batch that fails half-way leaves nothing
+    behind, and a fenced run's batch is rolled back whole."""
 
-    def write(self, df: DataFrame, batch_id: int) -> None:
-        stage_id = self.stage_id
-        sql = db.query("sink_upsert").text
+    DRY_RUN_BATCH = -1  # staged by `dry_run` only: no batch of a query has a negative id
+
+    def write_and_commit(self, df: DataFrame, batch_id: int, n: int) -> datetime | None:
+        return self.apply_and_commit(batch_id, n, self.stage(df, batch_id) if n else 0)
+
+    def stage(self, df: DataFrame, batch_id: int) -> int:
+        """Stage the batch's rows from the executors (after clearing an earlier try's); the rows staged."""
+        stage_id, dep = self.stage_id, self.deployment_id or 0
+        with db.transaction() as conn:
+            conn.execute(db.query("sink_staged_clear"), {"stage_id": stage_id, "deployment_id": dep, "batch_id": batch_id})
+        acc = df.sparkSession.sparkContext.accumulator(0)
         fn = _execute_values_partition(
-            self.url, sql, "(%s, %s, %s::jsonb, %s, %s, %s)",
-            lambda r: (stage_id, pg_key(r["key"]), pg_json(r["value"]), _utc(r["event_ts"]), r["version"], batch_id),
-            conflict_key=lambda t: t[1], version=lambda t: t[4],
+            self.url, db.query("sink_stage").text, "(%s, %s, %s, %s, %s::jsonb, %s, %s)",
+            lambda r: (stage_id, dep, batch_id, pg_key(r["key"]), pg_json(r["value"]), _utc(r["event_ts"]),
+                       r["version"]),
+            conflict_key=lambda t: t[3], version=lambda t: t[6], written=acc,
         )
         df.select("key", "value", "event_ts", "version").foreachPartition(fn)
+        return acc.value
+
+    def dry_run(self, df: DataFrame, _batch_id: int = DRY_RUN_BATCH) -> None:
+        """Write `df` as far as the staging table and take it back: raises what the real write
+        would (a value the database refuses), and leaves the sink untouched."""
+        try:
+            self.stage(df, self.DRY_RUN_BATCH)
+        finally:
+            with db.transaction() as conn:
+                conn.execute(db.query("sink_staged_clear"), {"stage_id": self.stage_id,
+                                                             "deployment_id": self.deployment_id or 0,
+                                                             "batch_id": self.DRY_RUN_BATCH})
+
+    def apply_and_commit(self, batch_id: int, n: int, staged: int) -> datetime | None:
+        """One transaction: the batch's staged rows into the sink, and its commit row. Raises
+        TransientError when fewer than `staged` rows are found; returns None (and applies
+        nothing) when the run is fenced."""
+        batch = {"stage_id": self.stage_id, "deployment_id": self.deployment_id or 0, "batch_id": batch_id}
+        committed = datetime.now(timezone.utc)
+        try:
+            with db.transaction() as conn:
+                got = conn.execute(db.query("sink_apply"), batch).one()
+                if got.staged < staged:  # the unlogged table emptied by a crash: write the batch again
+                    raise TransientError(f"batch {batch_id}: {got.staged} of {staged} staged rows found at the apply")
+                if not self._commit(conn, batch_id, n, committed):
+                    raise _Fenced
+        except _Fenced:  # rolled back: the stale run's rows never reach the sink
+            return None
+        return committed
 
 
 class ParquetSink(BatchSink):

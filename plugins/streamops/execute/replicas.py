@@ -2,7 +2,7 @@
 replayable source, all writing the same sink.
 
 The sink keeps one row per output key and a newer version never loses to an older one
-(`sink_upsert.sql`), so whichever replica writes a key first sets it and the other's identical
+(`sink_apply.sql`), so whichever replica writes a key first sets it and the other's identical
 write changes nothing: the output is the output of one failure-free run (replication
 transparency [004]). When one replica dies the others keep committing; the dead one is restarted
 from its own checkpoint (the watchdog's recovery, per role), replays what it missed and rejoins.
