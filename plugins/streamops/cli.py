@@ -606,25 +606,29 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
 
 
 @app.command()
-def bench(what: str = typer.Argument("all", help="policies | suite | scale | reconfig | reporting | ha | all"),
+def bench(what: str = typer.Argument("all", help="policies | suite | scale | reconfig | reporting | sink | ha | "
+                                                  "soak | all (soak is not in all: it takes an hour)"),
           quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only")) -> None:
     """Benchmarks: the policy comparison in the simulator, the trace suite (tuned on training
     seeds, reported on test seeds), one control cycle over 10 000 stages
-    in PostgreSQL, reconfiguration downtime per mechanism and state size, and failover and
-    replicas under injected faults (the last two long: real drivers). Results go to
-    bench/results/*.json; a table is printed."""
+    in PostgreSQL, reconfiguration downtime per mechanism and state size, the sink's staged
+    write against a direct upsert, and failover and replicas under injected faults (the last
+    two long: real drivers). `soak` runs two stages on the embedded cluster for an hour of
+    random real faults (--quick: 5 minutes). Results go to bench/results/*.json; a table is printed."""
     from streamops.paths import REPO_ROOT
 
     scripts = {"policies": ["bench/policies.py"] + (["--seeds", "1"] if quick else []),
                "scale": ["bench/scale.py"] + (["--apps", "100", "--runs", "3"] if quick else []),
                "reconfig": ["bench/reconfig.py"] + (["--quick"] if quick else []),
                "reporting": ["bench/reporting.py"] + (["--stages", "10,50", "--runs", "1"] if quick else []),
+               "sink": ["bench/sink.py"] + (["--sizes", "2000,20000"] if quick else []),
                "ha": ["bench/ha.py"] + (["--quick"] if quick else []),
-               "suite": ["bench/suite.py"] + (["--quick"] if quick else [])}
+               "suite": ["bench/suite.py"] + (["--quick"] if quick else []),
+               "soak": ["bench/soak.py"] + (["--minutes", "5", "--fault-every", "40"] if quick else [])}
     if what not in (*scripts, "all"):
         _fail(f"unknown benchmark {what!r}; choose {', '.join(scripts)} or all", 2)
     for name, cmd in scripts.items():
-        if what in (name, "all"):
+        if what == name or (what == "all" and name != "soak"):
             rc = subprocess.call([sys.executable, *cmd], cwd=REPO_ROOT)
             if rc:
                 raise typer.Exit(rc)

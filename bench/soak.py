@@ -1,0 +1,252 @@
+"""A soak: stages run for `--minutes` on the embedded Spark cluster while random real faults of
+every kind hit them, then the sinks are compared with the ground truth (issue 25).
+
+Everything is private to the soak: a temporary STREAMOPS_HOME with its own embedded PostgreSQL
+(so the soak may stop it) and its own embedded Spark cluster (1 worker, 2 cores). Two wordcount
+stages are fed in real time (`--rate` rows/s each): `soak.cl` on the cluster pool and `soak.lo`
+on a local pool (warm spares). The supervisor runs in this process, and a watchdog pass every
+60 s stands in for the watchdog DAG.
+
+Faults, one at a time, at exponential gaps (mean `--fault-every` s, at least 20 s), the kind
+drawn uniformly from:
+  the injector's kinds, sent to a random stage: slow_batch (3 s), driver_kill, executor_kill
+  (cluster stage), heartbeat_cut (20 s), db_outage (10 s);
+  pg_stop: the embedded PostgreSQL stopped for 30 s, then started;
+  master_kill / worker_kill: kill -9 of the Spark master / worker JVM;
+  sigstop: a random stage's driver SIGSTOPped for 40 s, then SIGCONT.
+
+At the end the feeds stop, and each sink must equal the oracle of its input files: rows lost
+(keys missing or counted short) and doubled (counted over) are reported, with the stages given
+up, the failures by kind (MTTR and output gap medians, any left open) and availability: the
+share of 1-second windows in which the stage's last commit was at most R_max (5 s) old.
+
+    .venv/bin/python bench/soak.py [--minutes 60] [--fault-every 90] [--rate 20] [--seed 11]
+
+Writes bench/results/soak.json (soak_quick.json for runs under 10 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.reconfig import machine_notes  # noqa: E402
+from streamops import generator, processes, registry, spark_cluster  # noqa: E402
+from streamops.execute import faults, stages, supervisor, watchdog  # noqa: E402
+from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
+from streamops.paths import REPO_ROOT  # noqa: E402
+from streamops.store import db, embedded, ledger, migrate  # noqa: E402
+from tests import oracles  # noqa: E402
+
+RESULTS = REPO_ROOT / "bench" / "results"
+R_MAX_MS = 5000
+STAGES = {"soak.cl": "soak/cl", "soak.lo": "soak/lo"}
+FAULT_KINDS = ("slow_batch", "driver_kill", "executor_kill", "heartbeat_cut", "db_outage",
+               "pg_stop", "master_kill", "worker_kill", "sigstop")
+console = Console(width=170)
+
+
+def say(msg: str) -> None:
+    console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {msg}")
+
+
+def soak_registry() -> registry.Registry:
+    def stage(path: str, pool: str) -> dict:
+        return {"workload": "wordcount", "source": {"kind": "files", "path": path, "max_files_per_trigger": 4},
+                "cores": {"initial": 1, "max": 1}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": pool}
+    return registry.parse({
+        "pools": {"cluster": {"master": "embedded", "cores": 2, "executor_cores": 1, "executor_memory": "512m"},
+                  "local": {"cores": 2}},
+        "apps": {"soak": {"r_max_ms": R_MAX_MS, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                          "stages": {"cl": stage(STAGES["soak.cl"], "cluster"),
+                                     "lo": stage(STAGES["soak.lo"], "local")}}},
+    })
+
+
+def q(sql: str, **params):
+    with db.engine().connect() as conn:
+        return conn.execute(text(sql), params).all()
+
+
+def live_pid(sid: str) -> int | None:
+    run = ledger.latest_run(sid, live=True)
+    return run.pid if run is not None and run.status == "running" and run.pid else None
+
+
+def inject(kind: str, rng: random.Random) -> str:
+    """Cause one fault; returns what was done."""
+    sid = rng.choice(sorted(STAGES)) if kind != "executor_kill" else "soak.cl"
+    if kind in ("slow_batch", "driver_kill", "executor_kill", "heartbeat_cut", "db_outage"):
+        magnitude = {"slow_batch": 3.0, "heartbeat_cut": 20.0, "db_outage": 10.0}.get(kind)
+        return f"{sid}: {faults.send(sid, kind, magnitude, rng=rng, source='soak').outcome}"
+    if kind == "pg_stop":
+        embedded.down()
+        time.sleep(30)
+        embedded.up()
+        return "PostgreSQL stopped for 30 s"
+    c = spark_cluster.load_record()
+    if kind == "master_kill":
+        os.kill(c.master_pid, signal.SIGKILL)
+        return f"kill -9 of the Spark master (pid {c.master_pid})"
+    if kind == "worker_kill":
+        os.kill(c.workers[0].pid, signal.SIGKILL)
+        return f"kill -9 of Spark worker-0 (pid {c.workers[0].pid})"
+    pid = live_pid(sid)
+    if pid is None:
+        return f"{sid}: no running driver to SIGSTOP"
+    os.killpg(pid, signal.SIGSTOP)  # the driver's process group: its JVM too
+    time.sleep(40)
+    try:
+        os.killpg(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        return f"{sid}: driver {pid} SIGSTOPped for 40 s; replaced and killed meanwhile"
+    return f"{sid}: driver {pid} SIGSTOPped for 40 s, then SIGCONT"
+
+
+def watchdog_loop(reg: registry.Registry, stop: threading.Event) -> None:
+    """The watchdog DAG's minute: a pass, and the supervisor restarted if it died."""
+    while not stop.wait(60):
+        try:
+            watchdog.cycle(reg, wait_s=120)
+        except Exception as e:  # noqa: BLE001 - the DAG's next run tries again
+            say(f"watchdog pass failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+
+def availability(sid: str, t0: datetime, t1: datetime) -> float:
+    """Share of 1-second windows in [t0, t1) whose last commit of `sid` was at most R_max old."""
+    commits = [float(r.at_s) for r in q("SELECT extract(epoch FROM committed_at) AS at_s FROM sink_commits "
+                                        "WHERE stage_id = :s AND committed_at < :b ORDER BY 1", s=sid, b=t1)]
+    ok, j, last = 0, 0, None
+    start, end = int(t0.timestamp()), int(t1.timestamp())
+    for s in range(start, end):
+        while j < len(commits) and commits[j] < s + 1:
+            last, j = commits[j], j + 1
+        ok += last is not None and (s + 1 - last) * 1000 <= R_MAX_MS
+    return ok / max(1, end - start)
+
+
+def compare(sid: str) -> dict:
+    want = oracles.expected("wordcount", generator.read_valid_records(registry.resolve_path(STAGES[sid])))
+    got = oracles.actual(db.engine(), sid, "wordcount")
+    lost = sum(max(0, n - got.get(k, 0)) for k, n in want.items())
+    doubled = sum(max(0, n - want.get(k, 0)) for k, n in got.items())
+    return {"keys": len(want), "rows": sum(want.values()), "lost": lost, "doubled": doubled, "exact": got == want}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--minutes", type=float, default=60)
+    p.add_argument("--fault-every", type=float, default=90, help="mean seconds between faults")
+    p.add_argument("--rate", type=int, default=20, help="rows per second fed to each stage")
+    p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--settle", type=float, default=600, help="seconds the sinks get to catch up at the end")
+    args = p.parse_args(argv)
+    home = Path(tempfile.mkdtemp(prefix="streamops-soak-"))
+    os.environ["STREAMOPS_HOME"] = str(home)
+    os.environ.pop("STREAMOPS_DATABASE_URL", None)
+    os.environ.pop(spark_cluster.ENV_MASTER, None)
+    pg, _ = embedded.up()
+    os.environ["STREAMOPS_DATABASE_URL"] = pg.url("streamops")
+    db.engine.cache_clear()
+    migrate.apply(db.engine())
+    spark_cluster.up(workers=1, cores_per_worker=2, memory_per_worker="3g", progress=say)
+    reg = soak_registry()
+    rng = random.Random(args.seed)
+    stop_feed, stop_dog = threading.Event(), threading.Event()
+    feeders = [threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
+        out_dir=registry.resolve_path(path), kind="web", trace=f"constant:rate={args.rate}", seed=i + 1,
+        duration_s=args.minutes * 60 + 60, stop_event=stop_feed)) for i, path in enumerate(STAGES.values())]
+    out: dict = {"machine": machine_notes(cluster=True), "args": vars(args), "faults": []}
+    sup_stop = sup_thread = None
+    try:
+        for t in feeders:
+            t.start()
+        for sid in STAGES:
+            stages.start_stage(sid, reg, wait_s=180)
+            say(f"{sid}: running")
+        _, sup_stop, sup_thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120), say)
+        dog = threading.Thread(target=watchdog_loop, args=(reg, stop_dog), daemon=True)
+        dog.start()
+        t0 = datetime.now(timezone.utc)
+        ends = time.monotonic() + args.minutes * 60
+        while True:
+            gap = max(20.0, rng.expovariate(1 / args.fault_every))
+            if time.monotonic() + gap >= ends:
+                break
+            time.sleep(gap)
+            kind = rng.choice(FAULT_KINDS)
+            at = (datetime.now(timezone.utc) - t0).total_seconds()
+            try:
+                did = inject(kind, rng)
+            except Exception as e:  # noqa: BLE001 - a fault that could not be caused is reported, not fatal
+                did = f"not caused: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            out["faults"].append({"at_s": round(at), "kind": kind, "did": did})
+            say(f"fault {len(out['faults'])} at {at / 60:.1f} min: {kind}: {did}")
+        time.sleep(max(0.0, ends - time.monotonic()))
+        t1 = datetime.now(timezone.utc)
+        stop_feed.set()
+        for t in feeders:
+            t.join(30)
+        say("feeds stopped; waiting for the sinks to catch up")
+        settle_ends = time.monotonic() + args.settle
+        while time.monotonic() < settle_ends and not all(compare(sid)["exact"] for sid in STAGES):
+            time.sleep(10)
+        out["stages"] = {sid: {**compare(sid), "availability": round(availability(sid, t0, t1), 5)} for sid in STAGES}
+        fails = q("SELECT stage_id, kind, status, mttr_ms, downtime_ms FROM failures WHERE detected_at >= :a", a=t0)
+        out["failures"] = {
+            "by_kind": dict(Counter(f.kind for f in fails)),
+            "open": sum(1 for f in fails if f.status == "recovering"),
+            "gave_up": sum(1 for f in fails if f.status == "gave_up"),
+            "mttr_median_s": statistics.median(f.mttr_ms / 1000 for f in fails if f.mttr_ms) if fails else None,
+            "gap_median_s": statistics.median(f.downtime_ms / 1000 for f in fails if f.downtime_ms) if fails else None,
+        }
+        out["stages_given_up"] = [r.stage_id for r in q("SELECT stage_id FROM stages WHERE health = 'failed'")]
+        out["minutes"] = round((t1 - t0).total_seconds() / 60, 1)
+    finally:
+        stop_dog.set()
+        stop_feed.set()
+        if sup_stop is not None:
+            sup_stop.set()
+            sup_thread.join(120)
+        terminate_all_drivers()
+        db.engine().dispose()
+        spark_cluster.down()
+        embedded.down()
+        shutil.rmtree(home, ignore_errors=True)
+    RESULTS.mkdir(exist_ok=True)
+    name = "soak.json" if args.minutes >= 10 else "soak_quick.json"
+    (RESULTS / name).write_text(json.dumps(out, indent=2, default=str))
+    table = Table(title=f"Soak: {out['minutes']} min, {len(out['faults'])} faults "
+                        f"({', '.join(f'{k} {n}' for k, n in sorted(Counter(f['kind'] for f in out['faults']).items()))})")
+    for c in ("stage", "rows", "lost", "doubled", "sink = truth", "availability"):
+        table.add_column(c)
+    for sid, r in out["stages"].items():
+        table.add_row(sid, str(r["rows"]), str(r["lost"]), str(r["doubled"]), str(r["exact"]),
+                      f"{r['availability'] * 100:.2f} %")
+    console.print(table)
+    f = out["failures"]
+    console.print(f"failures: {f['by_kind']}; open at the end {f['open']}, given up {f['gave_up']}; "
+                  f"MTTR median {f['mttr_median_s'] or 0:.1f}s, output gap median {f['gap_median_s'] or 0:.1f}s; "
+                  f"stages given up: {out['stages_given_up'] or 'none'}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
