@@ -57,7 +57,7 @@ def streamops_nightly_report():
         from streamops.execute import housekeeping
 
         c = housekeeping.collect()
-        return {"checkpoints": c.checkpoints, "logs": len(c.logs), "bytes": c.bytes}
+        return {"checkpoints": c.checkpoints, "logs": len(c.logs), "rotated": c.rotated, "bytes": c.bytes}
 
     @task
     def report(params: dict | None = None, data_interval_start=None, dag_run=None) -> str:

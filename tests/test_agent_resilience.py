@@ -222,3 +222,30 @@ def test_bisecting_blames_only_the_batch_s_own_error_and_stops_at_its_budget():
     assert isolate(files, "ValueError: bad", lambda s: "ValueError: bad", budget=3) == files, \
         "past the budget of dry runs: the whole batch"
     assert isolate(("only",), "ValueError: bad", lambda s: None) == ("only",)
+
+
+def test_a_live_log_is_rotated_in_place_and_its_writer_goes_on_at_the_new_end(tmp_path):
+    """A process appending to its log (as every driver, JVM and PostgreSQL here does) keeps
+    writing after the rotation: the old lines are in `.1`, the live file starts again from its
+    beginning, without the hole of NUL bytes a writer without O_APPEND would leave."""
+    import sys
+
+    from streamops import processes
+    from streamops.execute.housekeeping import rotate_logs
+    from streamops.waiting import wait_until
+
+    log = tmp_path / "writer.log"
+    proc = processes.spawn_detached([sys.executable, "-u", "-c", "import time\nfor i in range(100000):\n"
+                                     "    print(f'line {i:06d} ' + 'x' * 100)\n    time.sleep(0.001)"], log_path=log)
+    try:
+        assert wait_until(lambda: log.stat().st_size > 20_000, 30, 0.05)
+        assert rotate_logs(max_bytes=10_000, files=[log]) == [str(log)]
+        kept = (tmp_path / "writer.log.1").read_bytes()
+        assert kept.startswith(b"line 000000 ")
+        assert wait_until(lambda: log.stat().st_size > 5_000, 30, 0.05), "the writer goes on"
+        live = log.read_bytes()
+        assert not live.startswith(b"\x00") and b"line 000000 " not in live
+        assert rotate_logs(max_bytes=10**9, files=[log]) == [], "under the limit: left alone"
+    finally:
+        proc.kill()
+        proc.wait()

@@ -797,6 +797,7 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="list what would go
                 t.add_row(f"{table} rows older than {r.records_keep_days} days deleted", f"{n:,}")
         t.add_row("checkpoint directories no run needs", str(len(files.checkpoints)))
         t.add_row(f"driver logs older than {log_days:g} days", str(len(files.logs)))
+        t.add_row("live logs rotated (over 64 MB)", str(len(files.rotated)))
         t.add_row("disk freed" if not dry_run else "disk to free", f"{files.bytes / 1e6:,.1f} MB")
     except db.DatabaseUnavailable as e:
         _fail(str(e))

@@ -7,6 +7,12 @@
   the rollback copies of finished changes, the checkpoints a pre-staged or active-backup switch
   left behind, and copies a crash left half-written.
 - Driver logs: those of runs that ended more than `log_keep_days` ago (a live run's log stays).
+- Live logs (drivers, the supervisor, the Spark master and workers, PostgreSQL) rotated once
+  past `max_bytes`: copied to `<name>.1` (older copies shift up to `keep`), then truncated in
+  place. Every one of these processes writes its log with O_APPEND (`processes.spawn_detached`,
+  `pg_ctl -l`), so it goes on at the new end of the file; lines written between the copy and
+  the truncation are lost, as with logrotate's copytruncate. Signalling each writer to reopen
+  its log would need a handler in every process, the JVMs' included.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ from streamops.store import db
 
 log = logging.getLogger("streamops.housekeeping")
 
+DEFAULT_LOG_MAX_BYTES = 64 << 20
+
 
 @dataclass
 class Collected:
     checkpoints: list[str] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
+    rotated: list[str] = field(default_factory=list)  # live logs rotated past the size limit
     bytes: int = 0
 
 
@@ -43,8 +52,10 @@ def _stage_of(name: str, stages: set[str]) -> str | None:
                 None)
 
 
-def collect(min_age_s: float = 3600.0, log_keep_days: float = 14.0, dry_run: bool = False) -> Collected:
-    """Remove (or with `dry_run` only list) the checkpoints and logs nothing needs any more."""
+def collect(min_age_s: float = 3600.0, log_keep_days: float = 14.0, dry_run: bool = False,
+            log_max_bytes: int = DEFAULT_LOG_MAX_BYTES) -> Collected:
+    """Remove (or with `dry_run` only list) the checkpoints and logs nothing needs any more, and
+    rotate the live logs past `log_max_bytes`."""
     from streamops.checkpoint_layout import quarantine_checkpoint
 
     out = Collected()
@@ -73,6 +84,47 @@ def collect(min_age_s: float = 3600.0, log_keep_days: float = 14.0, dry_run: boo
         out.bytes += f.stat().st_size
         if not dry_run:
             f.unlink(missing_ok=True)
-    log.info("action=gc %s %d checkpoint(s) and %d log(s), %.1f MB", "would remove" if dry_run else "removed",
-             len(out.checkpoints), len(out.logs), out.bytes / 1e6)
+    out.rotated = [str(f) for f in live_log_files() if f.stat().st_size > log_max_bytes] if dry_run \
+        else rotate_logs(log_max_bytes)
+    log.info("action=gc %s %d checkpoint(s) and %d log(s), %.1f MB; %d live log(s) rotated",
+             "would remove" if dry_run else "removed", len(out.checkpoints), len(out.logs), out.bytes / 1e6,
+             len(out.rotated))
     return out
+
+
+
+def live_log_files() -> list[Path]:
+    """The logs our processes append to: `.streamops/logs/` (drivers, spares, the supervisor),
+    `.streamops/spark/logs/` (the master and workers) and the embedded PostgreSQL's, wherever
+    its data directory is. Airflow rotates its own."""
+    from streamops.store import embedded
+
+    files = [f for d in (state_dir() / "logs", state_dir() / "spark" / "logs") if d.is_dir() for f in d.glob("*.log")]
+    c = embedded.load_record()
+    if c is not None and Path(c.logfile).is_file():
+        files.append(Path(c.logfile))
+    return sorted(set(files))
+
+
+def rotate_logs(max_bytes: int = DEFAULT_LOG_MAX_BYTES, keep: int = 2, files: list[Path] | None = None) -> list[str]:
+    """Rotate every live log larger than `max_bytes` (copy, then truncate in place); returns the
+    rotated paths."""
+    rotated = []
+    for f in live_log_files() if files is None else files:
+        try:
+            if f.stat().st_size <= max_bytes:
+                continue
+            for i in range(keep - 1, 0, -1):  # name.1 → name.2 …; the oldest falls off
+                older = f.with_name(f"{f.name}.{i}")
+                if older.exists():
+                    older.replace(f.with_name(f"{f.name}.{i + 1}"))
+            shutil.copyfile(f, f.with_name(f"{f.name}.1"))
+            with open(f, "r+b") as live:
+                live.truncate(0)
+        except OSError as e:  # a log removed or unreadable meanwhile: the next pass looks again
+            log.warning("action=rotate-log %s: %s", f, e)
+            continue
+        rotated.append(str(f))
+        log.info("action=rotate-log %s (over %.0f MB): kept as %s.1", f, max_bytes / 1e6, f.name)
+    return rotated
+

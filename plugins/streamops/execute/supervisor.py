@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from streamops import processes, registry
-from streamops.execute import replicas, watchdog
+from streamops.execute import housekeeping, replicas, watchdog
 from streamops.execute.launcher import LocalProcessLauncher, Spare, launcher_for
 from streamops.paths import state_dir
 from streamops.store import db, failures
@@ -60,7 +60,7 @@ class Supervisor:
         self._seen_alive: dict[int, datetime] = {}
         self._busy: dict[tuple[str, str], Future] = {}
         self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recover")
-        self._last_housekeeping = 0.0
+        self._last_housekeeping = self._last_rotation = 0.0
         self._spares: dict[str, Spare] = {}
         self._spares_lock = threading.Lock()
         self._quiet_until = 0.0
@@ -165,6 +165,9 @@ class Supervisor:
 
     def housekeeping(self) -> None:
         watchdog.close_late_failures(self.progress)
+        if time.monotonic() - self._last_rotation >= 60:  # a stat per log file: cheap, but not every 5 s
+            self._last_rotation = time.monotonic()
+            housekeeping.rotate_logs()
         watchdog.heal_cluster("supervisor", self.progress)
         done = replicas.reconcile(self.reg, progress=self.progress)
         for item in done.started + done.stopped + done.refused:
