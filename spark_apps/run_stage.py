@@ -204,7 +204,8 @@ def scale_executors(spark, agent: StageAgent, args: dict, executor_cores: int) -
 class ExecutorKeeper:
     """Keeps a standalone run at its own executor count. A master restarted after a crash
     recovers the application but not the executor limit it had set (the master resets it), and
-    launches executors up to spark.cores.max: cores the pool never granted. Seen twice in a row
+    launches executors up to spark.cores.max: cores the pool never granted. An executor the
+    master launched before the start's trim can also register after it. Seen twice in a row
     (executors come and go for a moment during a kill), the surplus is trimmed."""
 
     def __init__(self, spark, agent: StageAgent, executor_cores: int, every_s: float = 5.0):
@@ -221,8 +222,9 @@ class ExecutorKeeper:
             want, have = self.agent.ctx.cores // self.executor_cores, len(executor_ids(self.spark.sparkContext))
             self._over = self._over + 1 if have > want else 0
             if self._over >= 2:
-                log.warning("action=executors %d executors for %d cores (a restarted master forgot the limit): %s",
-                            have, self.agent.ctx.cores, scale_to(self.spark.sparkContext, want, wait=False))
+                log.warning("action=executors %d executors for %d cores (one registered late, or a restarted "
+                            "master forgot the limit): %s", have, self.agent.ctx.cores,
+                            scale_to(self.spark.sparkContext, want, wait=False))
                 self._over = 0
         finally:
             SCALING.release()
@@ -419,6 +421,7 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
     try:
         prepare_state(spark, stage, ctx, ckpt, agent, supervisor.excluded, dep.state_partitions, reconfiguration_id)
         agent.queries = [restart(q, supervisor.excluded[q]) for q in QUERIES]
+        agent.queries_started()
         if reconfiguration_id:
             _stamp(reconfiguration_id, "restarted")
         ledger.mark_running(deployment_id, spark.sparkContext.applicationId, os.getpid(), socket.gethostname())

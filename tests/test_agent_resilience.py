@@ -249,3 +249,27 @@ def test_a_live_log_is_rotated_in_place_and_its_writer_goes_on_at_the_new_end(tm
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_beating_driver_that_commits_nothing_while_input_waits_is_stalled():
+    """Liveness is progress, not only a beat: a driver whose last beat says input waits and it
+    has committed nothing for longer than the limit is stalled. Not when no input waits (idle),
+    not while it stops, not within the limit."""
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from streamops.execute.watchdog import detect
+
+    def run(**info):
+        return SimpleNamespace(health="ok", status="running", pid=None, silent_s=2.0, server_up_s=3600,
+                               beat_at=datetime.now(timezone.utc), running_at=None, started_at=datetime.now(timezone.utc),
+                               stage_id="a.s", id=1, role="primary", stop_reason=None, stopped_at=None,
+                               beat_info={"backlog_files": 3, "since_progress_s": 200.0, "stop_requested": False, **info})
+
+    [f] = detect(15, candidates=[run()], stall_s=180)
+    assert f.kind == "stalled" and "no commit for 202s while 3 input file(s) wait" in f.detail
+    assert detect(15, candidates=[run(backlog_files=0)], stall_s=180) == [], "idle: nothing to commit"
+    assert detect(15, candidates=[run(stop_requested=True)], stall_s=180) == [], "stopping"
+    assert detect(15, candidates=[run(since_progress_s=100.0)], stall_s=180) == [], "within the limit"
+    assert detect(15, candidates=[run()], stall_s=None) == [], "the check off"
+    assert detect(15, candidates=[run(since_progress_s=None)], stall_s=180) == [], "a driver that does not say"

@@ -233,6 +233,52 @@ def test_a_driver_that_wakes_after_it_was_replaced_writes_nothing_and_exits(clea
     stages.stop_stage("chaos.s", reg, deadline_s=30)
 
 
+def test_a_driver_that_beats_but_commits_nothing_while_input_waits_is_restarted(clean_db):
+    """Liveness is progress: a lock held on the sink's staging table blocks the driver's batch in
+    the sink while its heartbeat goes on. With input waiting and no commit past the stall limit
+    (60 s here, 180 s by default), the supervisor kills and restarts it as `stalled`; once the
+    lock is gone the new run catches up, and the sink equals the ground truth. Before, the
+    beating driver counted as healthy for as long as the lock was held."""
+    reg = _registry("chaos/stall")
+    inputs = registry.resolve_path("chaos/stall")
+    generator.generate(inputs, "web", "constant:rate=100", seed=13, duration_s=6, realtime=False)
+    first = stages.start_stage("chaos.s", reg)
+    eventually(lambda: _count("SELECT count(*) FROM sink_commits WHERE deployment_id = :d AND rows > 0",
+                              d=first.deployment_id) >= 2, 120, "the first commits")
+    _, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(stall_s=60, wait_s=120,
+                                                                                   warm_spares=False))
+    locker = db.engine().connect()
+    try:
+        locker.execute(text("LOCK TABLE sink_staging IN ACCESS EXCLUSIVE MODE"))  # held until the rollback
+        locked = time.monotonic()
+        generator.generate(inputs, "web", "constant:rate=100", seed=13, duration_s=20, realtime=False)
+        eventually(lambda: _count("SELECT count(*) FROM failures WHERE stage_id = 'chaos.s' AND kind = 'stalled'"),
+                   120, "the stall to be found")
+        found = time.monotonic() - locked
+    finally:
+        locker.rollback()
+        locker.close()
+    try:
+        want = oracles.expected("wordcount", generator.read_valid_records(inputs))
+        eventually(lambda: oracles.actual(clean_db, "chaos.s", "wordcount") == want, 180, "the sink to equal the truth")
+
+        def closed():
+            with clean_db.connect() as conn:
+                return conn.execute(text("SELECT status, mttr_ms, deployment_id FROM failures "
+                                         "WHERE stage_id = 'chaos.s' AND status = 'recovered'")).first()
+        f = eventually(closed, 120, "the failure to close")
+    finally:
+        stop.set()
+        thread.join(60)
+    assert f.deployment_id == first.deployment_id and f.status == "recovered"
+    with clean_db.connect() as conn:
+        all_ = conn.execute(text("SELECT kind, detail, status FROM failures WHERE stage_id = 'chaos.s'")).all()
+    assert len(all_) == 1, all_
+    print(f"a batch blocked in the sink: stalled found {found:.1f}s after the lock (limit 60 s), "
+          f"MTTR {f.mttr_ms / 1000:.1f}s")
+    stages.stop_stage("chaos.s", reg, deadline_s=30)
+
+
 def test_a_spare_the_failover_could_not_use_is_discarded_not_leaked(clean_db, tmp_path):
     """The supervisor takes the stage's spare for a failover, but its cores differ from the run's:
     the restart is a new driver, and the spare's process must go (one JVM leaked per failure)."""

@@ -1,8 +1,9 @@
 -- The watchdog's view of every stage: the latest run of each of its replicas (the primary and
 -- 'replica-N'; never a refused one), the pool's master (which launcher asks whether the driver
 -- lives), the stage's health and how long the run has been silent (no heartbeat since it
--- started or ran), and how long the server has been up (a restart silenced every driver at once).
-SELECT DISTINCT ON (d.stage_id, d.role) d.*, p.master, s.app, s.health, h.beat_at,
+-- started or ran), what its last beat said (its backlog, seconds since its last progress), and how
+-- long the server has been up (a restart silenced every driver at once).
+SELECT DISTINCT ON (d.stage_id, d.role) d.*, p.master, s.app, s.health, h.beat_at, h.info AS beat_info,
        EXTRACT(EPOCH FROM now() - COALESCE(h.beat_at, d.running_at, d.started_at)) AS silent_s,
        EXTRACT(EPOCH FROM now() - pg_postmaster_start_time()) AS server_up_s
 FROM deployments d

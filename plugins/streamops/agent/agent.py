@@ -146,6 +146,9 @@ class StageAgent:
         self.checkpoint = Path(checkpoint)
         self.backlog = FileSourceBacklog(input_dir, checkpoint)
         self.quarantine_backlog = FileSourceBacklog(input_dir, quarantine_checkpoint(checkpoint))
+        # Progress, for the supervisor's liveness check: the last commit, or the last time the
+        # database came back (a sink waiting out an outage is not stuck).
+        self._progress_mono = time.monotonic()
         self.landing = landing  # moves complete files from <input>/_landing/ into the source
         self.audit, self.audit_s = InputAudit(input_dir, checkpoint), audit_s
         self.writer = BufferedWriter(self.engine, ctx.stage_id)
@@ -285,6 +288,11 @@ class StageAgent:
     # -- reports ---------------------------------------------------------------------------
     def on_commit(self, stats: SinkStats) -> None:
         self._sink_stats[stats.batch_id] = stats
+        self._progress_mono = time.monotonic()
+
+    def queries_started(self) -> None:
+        """The queries run from now: the stall clock starts here, not at the JVM's start."""
+        self._progress_mono = time.monotonic()
 
     def on_progress(self, progress: dict[str, Any]) -> None:
         batch_id = int(progress["batchId"])
@@ -325,6 +333,8 @@ class StageAgent:
             "trigger_active": bool(main and main.isActive and main.status.get("isTriggerActive")),
             "last_batch_id": self.last_batch_id,
             "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped,
+                                "backlog_files": self.backlog.measure().files,
+                                "since_progress_s": round(time.monotonic() - self._progress_mono, 1),
                                 "quarantine_backlog_files": self.quarantine_backlog.measure().files}),
         }
         with db.transaction(self.engine) as conn:
@@ -337,6 +347,8 @@ class StageAgent:
         while True:
             try:
                 if time.monotonic() >= self.heartbeat_cut_until:  # the fault injector's heartbeat cut
+                    if failing:  # the database is back: the sink's wait for it was not a stall
+                        self._progress_mono = max(self._progress_mono, time.monotonic())
                     self._beat()
                     if failing:
                         log.info("stage %s: action=heartbeat resumed", self.ctx.stage_id)

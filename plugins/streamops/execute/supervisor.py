@@ -2,7 +2,8 @@
 
 One long-running process (`streamops supervise`) polls every `poll_s` (0.5 s) what the watchdog
 reads once a minute: each replica's latest run. A driver whose process is gone is found within
-one poll; a hung one when its heartbeat is older than `stale_s` (3 × the 5 s beat). Each failure
+one poll; a hung one when its heartbeat is older than `stale_s` (3 × the 5 s beat); a stalled one
+when it beats but has committed nothing for `stall_s` (180 s) while input waits. Each failure
 is recovered exactly as the watchdog does it (`watchdog.recover`: the `failures` row first, then
 a restart from the run's own checkpoint under the stage lock), in a thread of its own so that two
 failed stages restart in parallel. The `failures` row it writes wakes the `streamops_watchdog`
@@ -42,6 +43,7 @@ log = logging.getLogger("streamops.supervisor")
 class SupervisorOptions:
     poll_s: float = 0.5
     stale_s: float = 15.0  # three missed 5 s heartbeats
+    stall_s: float = watchdog.STALL_S  # beating, but no commit for this long while input waits
     max_restarts: int = 3
     wait_s: float = 120.0  # for the restarted run's first output
     housekeeping_s: float = 5.0  # dead Spark workers, replicas to start or stop, spares to build
@@ -72,7 +74,7 @@ class Supervisor:
         """One look: note who is alive, hand each new failure to a recovery thread."""
         now = datetime.now(timezone.utc)
         candidates = failures.watchdog_candidates()
-        found = watchdog.detect(self.opts.stale_s, self._seen_alive, candidates)
+        found = watchdog.detect(self.opts.stale_s, self._seen_alive, candidates, stall_s=self.opts.stall_s)
         dead = {f.deployment_id for f in found}
         for d in candidates:
             if d.status in ("starting", "running") and d.id not in dead:
@@ -102,7 +104,8 @@ class Supervisor:
             return None
         with rstore.stage_lock(f.stage_id) as free:
             # Busy (a reconfiguration, the DAG, or this stage's other replica): the next poll retries.
-            if not free or f.stage_id in rstore.active_stage_ids() or not watchdog.still_failed(f, self.opts.stale_s):
+            if (not free or f.stage_id in rstore.active_stage_ids()
+                    or not watchdog.still_failed(f, self.opts.stale_s, self.opts.stall_s)):
                 return None
             spare = self._take_spare(f.stage_id)
             try:

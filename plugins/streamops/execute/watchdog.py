@@ -83,8 +83,24 @@ def silent_too_long(silent_s: float | None, server_up_s: float | None, stale_s: 
     return silent_s is not None and silent_s > stale_s and (server_up_s is None or server_up_s > stale_s)
 
 
+# A beating driver that has committed nothing for this long while input waits is stalled (a batch
+# blocked in the sink, a wedged query): well past a slow batch, and under the 5 min statement
+# timeout that would end a blocked sink write anyway.
+STALL_S = 180.0
+
+
+def stalled_for(beat_info: dict | None, silent_s: float | None, stall_s: float | None) -> float | None:
+    """Seconds without progress while input waits, by the driver's last beat (plus the beat's own
+    age), when past `stall_s`; else None. Not while the run is stopping."""
+    info = beat_info or {}
+    if not stall_s or info.get("stop_requested") or not info.get("backlog_files") or info.get("since_progress_s") is None:
+        return None
+    idle = float(info["since_progress_s"]) + float(silent_s or 0)
+    return idle if idle > stall_s else None
+
+
 def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
-           candidates: list | None = None) -> list[Failure]:
+           candidates: list | None = None, stall_s: float | None = STALL_S) -> list[Failure]:
     """The replicas (the primary, 'replica-N') whose latest run has failed, of stages the watchdog
     has not given up on. `seen_alive`: when a caller that polls often (the supervisor) last saw
     each driver alive, a closer failure time than its last heartbeat."""
@@ -108,6 +124,10 @@ def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
             out.append(Failure(d.stage_id, d.id, "stale_heartbeat",
                                f"no heartbeat for {d.silent_s:.0f}s (limit {stale_s:.0f}s)", d.beat_at or d.running_at,
                                d.role))
+        elif d.status == "running" and (idle := stalled_for(d.beat_info, d.silent_s, stall_s)) is not None:
+            out.append(Failure(d.stage_id, d.id, "stalled",
+                               f"no commit for {idle:.0f}s while {d.beat_info['backlog_files']} input file(s) wait "
+                               f"(limit {stall_s:.0f}s)", d.beat_at, d.role))
         elif d.status == "failed" and (d.stop_reason or "").startswith(stages.LAUNCH_FAILED):
             out.append(Failure(d.stage_id, d.id, "launch_failed", d.stop_reason, d.stopped_at or d.started_at, d.role))
         elif d.status == "failed" and not (d.stop_reason or "").startswith("driver process gone"):
@@ -118,7 +138,7 @@ def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
     return out
 
 
-def still_failed(f: Failure, stale_s: float) -> bool:
+def still_failed(f: Failure, stale_s: float, stall_s: float | None = STALL_S) -> bool:
     """Under the stage lock: is `f`'s run still its replica's latest (a supervisor and the DAG
     may both have found it; the first to take the lock recovers it, the other does nothing), and
     for a hung driver, is it still silent? A recovery may wait its turn behind others (or behind
@@ -127,10 +147,14 @@ def still_failed(f: Failure, stale_s: float) -> bool:
     latest = ledger.latest_run(f.stage_id, role=f.role)
     if latest is None or latest.id != f.deployment_id:
         return False
-    if f.kind != "stale_heartbeat":
+    if f.kind not in ("stale_heartbeat", "stalled"):
         return True
     now = failures.heartbeat_silence(f.deployment_id)
-    return now is not None and silent_too_long(now.silent_s, now.server_up_s, stale_s)
+    if now is None:
+        return False
+    if f.kind == "stalled":
+        return stalled_for(now.beat_info, now.silent_s, stall_s) is not None
+    return silent_too_long(now.silent_s, now.server_up_s, stale_s)
 
 
 def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int = 3, wait_s: float = 180,
@@ -141,8 +165,8 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
         log.warning("stage %s: action=failure-detected role=%s kind=%s failure=%d by=%s: %s", f.stage_id, f.role,
                     f.kind, fid, detected_by, f.detail)
     dep = ledger.deployment(f.deployment_id)
-    if f.kind in ("stale_heartbeat", "launch_failed") and dep.pid is not None:
-        # a hung driver must not keep writing beside its successor
+    if f.kind in ("stale_heartbeat", "stalled", "launch_failed") and dep.pid is not None:
+        # a hung or stalled driver must not keep writing beside its successor
         launcher_for(dep.master).terminate(dep.pid, dep.driver_id, force=True)
     ledger.finish(f.deployment_id, "failed", f"watchdog: {f.detail}")
     if f.role != replicas.PRIMARY and replicas.index(f.role) >= replicas.wanted(f.stage_id):
@@ -190,7 +214,7 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
 
 
 def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_restarts: int = 3,
-          wait_s: float = 180, progress=lambda _: None) -> WatchdogReport:
+          wait_s: float = 180, stall_s: float | None = STALL_S, progress=lambda _: None) -> WatchdogReport:
     """One watchdog pass: finish reconfigurations a dead executor left, then recover failed stages."""
     reg = reg or registry.load()
     report = WatchdogReport()
@@ -199,7 +223,7 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
     close_late_failures(progress)
     # A crashed executor's `running` reconfiguration first: its rollback may be the recovery.
     report.reconfigurations = reconfigure.resume(reg, progress=progress, statuses=("running",))
-    found = detect(stale_s)
+    found = detect(stale_s, stall_s=stall_s)
     health = failures.stages_health()
     report.checked = sum(1 for r in health if r.health == "ok")
     running = rstore.active_stage_ids()
@@ -214,7 +238,7 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
             if not free or f.stage_id in running:
                 report.skipped.append(f"{f.who}: a reconfiguration or the supervisor is working on it")
                 continue
-            if not still_failed(f, stale_s):
+            if not still_failed(f, stale_s, stall_s):
                 report.skipped.append(f"{f.who}: already recovered")
                 continue
             report.recoveries.append(recover(f, apps[f.stage_id], reg, max_restarts=max_restarts, wait_s=wait_s,
