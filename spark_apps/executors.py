@@ -13,6 +13,7 @@ anyway and its tasks re-run. State stores reload from the checkpoint either way.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from pyspark import SparkContext
@@ -95,3 +96,47 @@ def kill_one(sc: SparkContext) -> str:
         return "no executor to kill"
     sc._jsc.sc().schedulerBackend().killExecutors(_seq(sc, have[-1:]), False, True, True)
     return f"executor {have[-1]} killed"
+
+
+# Held while the run's executor count changes on purpose (a `scale` command, an in-driver
+# change), so that `ExecutorKeeper` never trims executors a scale-out is adding.
+SCALING = threading.Lock()
+
+
+def scale_executors(spark, agent, args: dict, executor_cores: int) -> str:
+    """A `scale` command: the run's cores become `args["cores"]` (in executors) while its queries
+    keep running; later metrics rows carry the new cores (`agent.ctx`)."""
+    from dataclasses import replace
+
+    cores = int(args["cores"])
+    with SCALING:
+        outcome = scale_to(spark.sparkContext, cores // executor_cores, float(args.get("timeout_s", 60)))
+        agent.ctx = replace(agent.ctx, cores=cores)
+    return f"done: {outcome}"
+
+
+class ExecutorKeeper:
+    """Keeps a standalone run at its own executor count. A master restarted after a crash
+    recovers the application but not the executor limit it had set (the master resets it), and
+    launches executors up to spark.cores.max: cores the pool never granted. An executor the
+    master launched before the start's trim can also register after it. Seen twice in a row
+    (executors come and go for a moment during a kill), the surplus is trimmed."""
+
+    def __init__(self, spark, agent, executor_cores: int, every_s: float = 5.0):
+        self.spark, self.agent, self.executor_cores, self.every_s = spark, agent, executor_cores, every_s
+        self._next, self._over = time.monotonic() + every_s, 0
+
+    def check(self) -> None:
+        if time.monotonic() < self._next or not SCALING.acquire(blocking=False):
+            return
+        try:
+            self._next = time.monotonic() + self.every_s
+            want, have = self.agent.ctx.cores // self.executor_cores, len(executor_ids(self.spark.sparkContext))
+            self._over = self._over + 1 if have > want else 0
+            if self._over >= 2:
+                log.warning("action=executors %d executors for %d cores (one registered late, or a restarted "
+                            "master forgot the limit): %s", have, self.agent.ctx.cores,
+                            scale_to(self.spark.sparkContext, want, wait=False))
+                self._over = 0
+        finally:
+            SCALING.release()

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from spark_apps.executors import SCALING, ExecutorKeeper, scale_executors
 from streamops.agent.agent import StageAgent
 from streamops.agent.faults import BatchPause, FaultInjector
 from streamops.agent.input_watch import Landing
@@ -180,54 +181,6 @@ def operator_manager(stage_id: str) -> None:
     for r in control.request_for_stage(stage_id):
         log.info("action=request %s target=%s gain=%.3g cost=%.0fms (%s)",
                  r.action, r.target_cores or r.target_pool, r.gain, r.cost_ms, r.reason)
-
-
-# Held while the run's executor count changes on purpose (a `scale` command, an in-driver
-# change), so that `ExecutorKeeper` never trims executors a scale-out is adding.
-SCALING = threading.Lock()
-
-
-def scale_executors(spark, agent: StageAgent, args: dict, executor_cores: int) -> str:
-    """A `scale` command: the run's cores become `args["cores"]` (in executors) while its queries
-    keep running; later metrics rows carry the new cores."""
-    from dataclasses import replace
-
-    from spark_apps.executors import scale_to
-
-    cores = int(args["cores"])
-    with SCALING:
-        outcome = scale_to(spark.sparkContext, cores // executor_cores, float(args.get("timeout_s", 60)))
-        agent.ctx = replace(agent.ctx, cores=cores)
-    return f"done: {outcome}"
-
-
-class ExecutorKeeper:
-    """Keeps a standalone run at its own executor count. A master restarted after a crash
-    recovers the application but not the executor limit it had set (the master resets it), and
-    launches executors up to spark.cores.max: cores the pool never granted. An executor the
-    master launched before the start's trim can also register after it. Seen twice in a row
-    (executors come and go for a moment during a kill), the surplus is trimmed."""
-
-    def __init__(self, spark, agent: StageAgent, executor_cores: int, every_s: float = 5.0):
-        self.spark, self.agent, self.executor_cores, self.every_s = spark, agent, executor_cores, every_s
-        self._next, self._over = time.monotonic() + every_s, 0
-
-    def check(self) -> None:
-        from spark_apps.executors import executor_ids, scale_to
-
-        if time.monotonic() < self._next or not SCALING.acquire(blocking=False):
-            return
-        try:
-            self._next = time.monotonic() + self.every_s
-            want, have = self.agent.ctx.cores // self.executor_cores, len(executor_ids(self.spark.sparkContext))
-            self._over = self._over + 1 if have > want else 0
-            if self._over >= 2:
-                log.warning("action=executors %d executors for %d cores (one registered late, or a restarted "
-                            "master forgot the limit): %s", have, self.agent.ctx.cores,
-                            scale_to(self.spark.sparkContext, want, wait=False))
-                self._over = 0
-        finally:
-            SCALING.release()
 
 
 class InDriverChange:
