@@ -120,23 +120,34 @@ class ExecutorKeeper:
     recovers the application but not the executor limit it had set (the master resets it), and
     launches executors up to spark.cores.max: cores the pool never granted. An executor the
     master launched before the start's trim can also register after it. Seen twice in a row
-    (executors come and go for a moment during a kill), the surplus is trimmed."""
+    (executors come and go for a moment during a kill), the surplus is asked to go when idle;
+    asked twice and still there (a stage that is behind keeps every executor busy), it is
+    killed, and its tasks re-run."""
 
     def __init__(self, spark, agent, executor_cores: int, every_s: float = 5.0):
         self.spark, self.agent, self.executor_cores, self.every_s = spark, agent, executor_cores, every_s
-        self._next, self._over = time.monotonic() + every_s, 0
+        self._next, self._over, self._asked = time.monotonic() + every_s, 0, 0
 
     def check(self) -> None:
         if time.monotonic() < self._next or not SCALING.acquire(blocking=False):
             return
         try:
             self._next = time.monotonic() + self.every_s
-            want, have = self.agent.ctx.cores // self.executor_cores, len(executor_ids(self.spark.sparkContext))
-            self._over = self._over + 1 if have > want else 0
-            if self._over >= 2:
-                log.warning("action=executors %d executors for %d cores (one registered late, or a restarted "
-                            "master forgot the limit): %s", have, self.agent.ctx.cores,
-                            scale_to(self.spark.sparkContext, want, wait=False))
-                self._over = 0
+            sc = self.spark.sparkContext
+            want, have = self.agent.ctx.cores // self.executor_cores, executor_ids(sc)
+            self._over = self._over + 1 if len(have) > want else 0
+            self._asked = self._asked if self._over else 0
+            if self._over < 2:
+                return
+            if self._asked < 2:
+                self._asked += 1
+                outcome = scale_to(sc, want, wait=False)
+            else:
+                self._asked = 0
+                sc._jsc.sc().schedulerBackend().killExecutors(_seq(sc, have[want:]), False, False, True)
+                outcome = f"{have[want:]} still busy after two asks: killed (their tasks re-run)"
+            log.warning("action=executors %d executors for %d cores (one registered late, or a restarted master "
+                        "forgot the limit): %s", len(have), self.agent.ctx.cores, outcome)
+            self._over = 0
         finally:
             SCALING.release()

@@ -339,3 +339,18 @@ def test_a_supervisor_that_dies_is_restarted_by_the_watchdog_and_one_stopped_on_
         for pid in (first, locals().get("second")):
             if pid and processes.is_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_database_restart_under_a_held_stage_lock_ends_the_action_without_an_error(private_database):
+    """The soak found it: a recovery holding the stage lock while PostgreSQL restarted crashed on
+    releasing the lock (its session was gone). The lock died with the session; releasing it is
+    then nothing to do, and a later taker finds it free."""
+    from streamops.store import reconfigurations as rstore
+
+    with rstore.stage_lock("chaos.s") as free:
+        assert free
+        embedded.down()
+        embedded.up()
+    db.engine().dispose()
+    with rstore.stage_lock("chaos.s") as free:
+        assert free, "the lock died with the session"

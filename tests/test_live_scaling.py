@@ -201,6 +201,33 @@ def test_a_killed_master_comes_back_on_its_port_and_the_running_driver_scales_on
     stages.stop_stage("rc.mk", reg, deadline_s=30)
 
 
+@pytest.mark.chaos
+def test_a_launch_while_the_master_is_down_is_a_recorded_failure_and_starts_once_the_master_is_back(
+        clean_db, spark_standalone):
+    """The master is dead when a stage on the cluster pool starts: the launch fails at once with
+    the reason (no run left `starting` with its cores reserved). The watchdog's next pass first
+    restarts the master on its port, then launches the run again; the sink equals the truth."""
+    from streamops.execute import watchdog
+
+    if os.environ.get(spark_cluster.ENV_MASTER):
+        pytest.skip("an external cluster's master is not ours to kill")
+    reg = _registry("md")
+    c = spark_cluster.load_record()
+    os.kill(c.master_pid, signal.SIGKILL)
+    eventually(lambda: not processes.is_alive(c.master_pid), 30, "the master to die")
+    with Feeder("rc/md", seed=43) as feeder:
+        with pytest.raises(stages.LaunchFailed, match="no Spark cluster"):
+            stages.start_stage("rc.md", reg, wait_s=60)
+        [first] = _runs(clean_db, "rc.md")
+        assert first.status == "failed"
+        report = watchdog.cycle(reg, wait_s=180)
+        assert [(r.kind, r.status) for r in report.recoveries] == [("launch_failed", "recovered")], report
+        assert spark_cluster.load_record().master_port == c.master_port, "the master came back on its port"
+        _settle_and_compare(clean_db, feeder, "rc.md")
+    assert [r.status for r in _runs(clean_db, "rc.md")] == ["failed", "running"]
+    stages.stop_stage("rc.md", reg, deadline_s=30)
+
+
 @pytest.mark.reconfig_matrix
 @pytest.mark.parametrize("workload", ["wordcount", "taxi_top10"])
 def test_ten_random_live_and_in_driver_changes_in_a_row_lose_nothing(clean_db, spark_standalone, workload):

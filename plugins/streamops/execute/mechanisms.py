@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from sqlalchemy import Row
+from sqlalchemy.exc import OperationalError
 
 from streamops import registry
 from streamops.agent.metrics import FileSourceBacklog
@@ -87,10 +88,15 @@ def wait_first_output(dep_id: int, timeout_s: float, who: str = "the new run",
     half_time = time.monotonic() + timeout_s / 2
 
     def outcome():
-        first = ledger.first_commit(dep_id, after)
+        try:
+            first = ledger.first_commit(dep_id, after)
+            d = ledger.deployment(dep_id)
+        except OperationalError as e:  # the database away for a while (a restart): keep waiting
+            log.warning("action=wait-first-output deployment=%d: the database is away, still waiting: %s", dep_id,
+                        str(e.orig).strip().splitlines()[0] if str(e.orig).strip() else type(e).__name__)
+            return None
         if first is not None:
             return first, True, None
-        d = ledger.deployment(dep_id)
         if d.status in ("failed", "stopped") or (d.pid and not launcher.is_alive(d.pid, d.driver_id)):
             time.sleep(1)  # let the driver record its own reason
             return None, False, f"{who} (deployment {dep_id}) failed before its first commit: " \

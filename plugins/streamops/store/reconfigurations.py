@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterable, Iterator
 
 from sqlalchemy import Row
+from sqlalchemy.exc import OperationalError
 
 from streamops.store import db
 
@@ -29,8 +30,12 @@ def stage_lock(stage_id: str) -> Iterator[bool]:
         finally:
             if got:
                 # Explicitly: closing a pooled connection does not end its session, so the lock would outlive us.
-                conn.execute(db.query("reconfiguration_unlock"), {"stage_id": stage_id})
-                conn.commit()
+                try:
+                    conn.execute(db.query("reconfiguration_unlock"), {"stage_id": stage_id})
+                    conn.commit()
+                except OperationalError:  # the session is gone (a database restart), and its lock with it
+                    log.warning("stage %s: the stage lock's session ended with the database; nothing to release",
+                                stage_id)
 
 
 # -- rows ------------------------------------------------------------------------------------------
