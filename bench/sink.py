@@ -28,12 +28,16 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
+from pathlib import Path
+
 from rich.console import Console
 from rich.table import Table
 
-from streamops.agent import sinks
-from streamops.paths import REPO_ROOT
-from streamops.store import db, migrate
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.reconfig import drop_database, scratch_database  # noqa: E402
+from streamops.agent import sinks  # noqa: E402
+from streamops.paths import REPO_ROOT  # noqa: E402
+from streamops.store import db, migrate  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
 console = Console(width=130)
@@ -51,30 +55,6 @@ DIRECT_TEMPLATE = "(%s, %s, %s::jsonb, %s, %s, %s)"
 STAGE_TEMPLATE = "(%s, %s, %s, %s, %s::jsonb, %s, %s)"  # as PostgresUpsertSink.stage
 DEPLOYMENT = 1
 T0 = datetime(2025, 1, 15, tzinfo=timezone.utc)
-
-
-def scratch_database(name: str) -> tuple[str, str]:
-    """(url of a fresh database `name`, url of the server's `postgres` database)."""
-    import psycopg2
-
-    base = db.libpq_url(db.database_url()).rpartition("/")[0]
-    conn = psycopg2.connect(f"{base}/postgres")
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    return f"{base}/{name}", f"{base}/postgres"
-
-
-def drop_database(admin_url: str, name: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(admin_url)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
 
 
 def psycopg2_sql(sql: str) -> str:

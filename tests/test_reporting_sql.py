@@ -517,11 +517,18 @@ def test_retention_deletes_old_rows_of_every_growing_table_but_each_stage_s_last
                               "VALUES ('ra.s', 0, :b, 1, now() - make_interval(days => :d))"), {"b": days_ago, "d": days_ago})
         conn.execute(text("INSERT INTO quarantine (stage_id, batch_id, record_key, raw, raw_size, reason_kind, reason, "
                           "quarantined_at) VALUES ('ra.s', 1, 'k', 'x', 1, 'empty line', 'r', now() - interval '100 days')"))
+        for batch_id, age in ((1, "2 days"), (2, "1 minute")):  # a dead run's staged batch, and one being written
+            conn.execute(text("INSERT INTO sink_staging (stage_id, deployment_id, batch_id, key, value, version, "
+                              "staged_at) VALUES ('ra.s', 9, :b, 'k', '{}', 1, now() - CAST(:age AS interval))"),
+                         {"b": batch_id, "age": age})
     res = retention.apply_retention(keep_days=8, records_keep_days=90, engine=rdb)
     assert res.deleted["sink_commits"] == 1 and res.deleted["quarantine"] == 1, res.deleted
+    assert res.deleted["sink_staging"] == 1, res.deleted
     with rdb.begin() as conn:
         assert conn.execute(text("SELECT batch_id FROM sink_commits WHERE stage_id = 'ra.s'")).scalars().all() == [150]
+        assert conn.execute(text("SELECT batch_id FROM sink_staging WHERE stage_id = 'ra.s'")).scalars().all() == [2]
         conn.execute(text("DELETE FROM sink_commits WHERE stage_id = 'ra.s'"))
+        conn.execute(text("DELETE FROM sink_staging WHERE stage_id = 'ra.s'"))
 
 
 def test_retention_refuses_zero_days(rdb):

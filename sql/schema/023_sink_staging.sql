@@ -16,37 +16,10 @@ CREATE UNLOGGED TABLE sink_staging (
 );
 CREATE INDEX sink_staging_batch ON sink_staging (stage_id, deployment_id, batch_id);
 
--- records_retention (018) with the staged batches no run applied.
-CREATE OR REPLACE FUNCTION records_retention(keep_days integer)
-RETURNS TABLE (target text, deleted bigint) LANGUAGE plpgsql AS $$
-DECLARE
-    cutoff timestamptz := now() - make_interval(days => keep_days);
-BEGIN
-    IF keep_days < 1 THEN
-        RAISE EXCEPTION 'keep_days must be at least 1 (got %)', keep_days;
-    END IF;
-    target := 'quarantine';
-    DELETE FROM quarantine WHERE quarantined_at < cutoff;
-    GET DIAGNOSTICS deleted = ROW_COUNT; RETURN NEXT;
-    target := 'sink_commits';
-    DELETE FROM sink_commits c WHERE c.committed_at < cutoff
-        AND c.committed_at < (SELECT max(l.committed_at) FROM sink_commits l WHERE l.stage_id = c.stage_id);
-    GET DIAGNOSTICS deleted = ROW_COUNT; RETURN NEXT;
-    target := 'batch_failures';
-    DELETE FROM batch_failures WHERE last_failed_at < cutoff;
-    GET DIAGNOSTICS deleted = ROW_COUNT; RETURN NEXT;
-    target := 'injected_faults';
-    DELETE FROM injected_faults WHERE injected_at < cutoff;
-    GET DIAGNOSTICS deleted = ROW_COUNT; RETURN NEXT;
-    target := 'input_anomalies';
-    DELETE FROM input_anomalies WHERE updated_at < cutoff;
-    GET DIAGNOSTICS deleted = ROW_COUNT; RETURN NEXT;
-    -- A batch staged by a run that died before applying it: its replay staged it again. No
-    -- batch takes a day, whatever keep_days says.
-    target := 'sink_staging';
-    DELETE FROM sink_staging WHERE staged_at < now() - interval '1 day';
-    GET DIAGNOSTICS deleted = ROW_COUNT; RETURN NEXT;
-    target := 'stage_commands';
-    DELETE FROM stage_commands WHERE done_at < cutoff;
-    GET DIAGNOSTICS deleted = ROW_COUNT; RETURN NEXT;
-END $$;
+-- Batches staged by a run that died before applying them (its replay staged them again): no
+-- batch takes a day, whatever keep_days says. records_retention.sql calls it beside
+-- records_retention (018).
+CREATE FUNCTION sink_staging_retention() RETURNS bigint LANGUAGE sql AS $$
+    WITH gone AS (DELETE FROM sink_staging WHERE staged_at < now() - interval '1 day' RETURNING 1)
+    SELECT count(*) FROM gone
+$$;
