@@ -233,6 +233,7 @@ def test_a_driver_that_wakes_after_it_was_replaced_writes_nothing_and_exits(clea
     stages.stop_stage("chaos.s", reg, deadline_s=30)
 
 
+@pytest.mark.slow
 def test_a_driver_that_beats_but_commits_nothing_while_input_waits_is_restarted(clean_db):
     """Liveness is progress: a lock held on the sink's staging table blocks the driver's batch in
     the sink while its heartbeat goes on. With input waiting and no commit past the stall limit

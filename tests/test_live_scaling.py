@@ -157,6 +157,7 @@ def _failures(engine, sid: str):
 
 
 @pytest.mark.chaos
+@pytest.mark.slow
 def test_a_killed_master_comes_back_on_its_port_and_the_running_driver_scales_on_it(clean_db, spark_standalone):
     """kill -9 of the master JVM under a running stage: the executors run on, the watchdog's pass
     restarts the master on its recorded port, the master recovers the application and the worker
@@ -202,6 +203,7 @@ def test_a_killed_master_comes_back_on_its_port_and_the_running_driver_scales_on
 
 
 @pytest.mark.chaos
+@pytest.mark.slow
 def test_a_launch_while_the_master_is_down_is_a_recorded_failure_and_starts_once_the_master_is_back(
         clean_db, spark_standalone):
     """The master is dead when a stage on the cluster pool starts: the launch fails at once with
