@@ -148,8 +148,9 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
             progress(f"the Spark master was dead: restarted on {c.url}")
         for i in h.workers:
             progress(f"worker-{i} was dead: restarted")
-        if is_running(load_record() or c):
-            return load_record() or c, True
+        healed = load_record() or c
+        if is_running(healed):
+            return healed, True
     if c is not None:
         down()
     shutil.rmtree(recovery_dir(), ignore_errors=True)  # a new cluster recovers nobody's old applications
