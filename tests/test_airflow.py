@@ -405,6 +405,30 @@ def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
         with pytest.raises(AirflowAPIError) as wrong:
             AirflowClient(airflow_site.base_url, "admin", "not-the-password")
         assert wrong.value.status in (401, 403)
+
+        # kill -9 of the scheduler and the dag-processor: the keeper the supervisor runs restarts
+        # both, and Airflow is healthy again (issue 31: they died in a database stop and stayed dead).
+        import time
+
+        from streamops import processes
+
+        victims = {c: pid for c, pid in airflow_home.running(airflow_site).items() if c in ("scheduler", "dag-processor")}
+        for pid in victims.values():
+            os.kill(pid, signal.SIGKILL)
+        eventually(lambda: not any(processes.is_alive(p) for p in victims.values()), 10, "the kills")
+        killed, killed_wall = time.monotonic(), time.time()
+        assert sorted(airflow_home.ComponentKeeper(airflow_site)()) == sorted(victims)
+        assert all(airflow_home.running(airflow_site)[c] != pid for c, pid in victims.items())
+
+        def healthy() -> bool:  # beating again: a beat from after the kill (the dead one's stays "healthy" for 30 s)
+            from datetime import datetime
+
+            h = airflow_home.health(airflow_site) or {}
+            beats = [(h.get(k) or {}).get(f"latest_{k}_heartbeat") for k in ("scheduler", "dag_processor")]
+            return all(b and datetime.fromisoformat(b).timestamp() > killed_wall for b in beats)
+
+        eventually(healthy, 180, "Airflow healthy after the restarts")
+        print(f"scheduler and dag-processor healthy {time.monotonic() - killed:.1f}s after their kill")
     finally:
         airflow_home.down(airflow_site)
         _stop_quietly(reg)

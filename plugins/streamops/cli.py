@@ -315,7 +315,7 @@ def supervise(poll: float = typer.Option(0.5, help="seconds between looks at the
               no_spares: bool = typer.Option(False, "--no-spares", help="no warm spare drivers (cold restarts)")) -> None:
     """Fail over in seconds: restart any dead or hung driver (replicas too) from its checkpoint,
     keep a warm spare driver per single-replica stage of a local pool, keep each stage's replicas
-    at their wanted count, and restart dead Spark workers."""
+    at their wanted count, and restart a dead Spark master or worker and dead Airflow components."""
     import threading
 
     from streamops import processes
@@ -334,10 +334,13 @@ def supervise(poll: float = typer.Option(0.5, help="seconds between looks at the
              f"the watchdog DAG restarts it if it dies")
         return
 
+    from streamops.orchestrate import airflow_home
+
     stop_event = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
     sup = supervisor.Supervisor(_load_registry(), supervisor.SupervisorOptions(
-        poll_s=poll, stale_s=stale, warm_spares=not no_spares), progress=_say)
+        poll_s=poll, stale_s=stale, warm_spares=not no_spares), progress=_say,
+        keepers=[airflow_home.ComponentKeeper(airflow_home.site())])
     _say(f"supervising every {poll:g}s (hung after {stale:g}s without a heartbeat); Ctrl-C to stop")
     try:
         sup.run(stop_event, duration)

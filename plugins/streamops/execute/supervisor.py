@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from streamops import processes, registry
 from streamops.execute import housekeeping, replicas, watchdog
@@ -54,10 +54,14 @@ class SupervisorOptions:
 
 class Supervisor:
     def __init__(self, reg: registry.Registry | None = None, opts: SupervisorOptions = SupervisorOptions(),
-                 progress: Callable[[str], None] = lambda _: None) -> None:
+                 progress: Callable[[str], None] = lambda _: None,
+                 keepers: Sequence[Callable[[Callable[[str], None]], object]] = ()) -> None:
         self.reg = reg or registry.load()
         self.opts = opts
         self.progress = progress
+        # Other processes to keep alive each housekeeping pass (the CLI passes Airflow's
+        # ComponentKeeper): passed in, since execute/ sits below orchestrate/.
+        self.keepers = list(keepers)
         self.recoveries: list[watchdog.Recovery] = []
         self._seen_alive: dict[int, datetime] = {}
         self._busy: dict[tuple[str, str], Future] = {}
@@ -172,6 +176,11 @@ class Supervisor:
             self._last_rotation = time.monotonic()
             housekeeping.rotate_logs()
         watchdog.heal_cluster("supervisor", self.progress)
+        for keep in self.keepers:
+            try:
+                keep(self.progress)
+            except Exception:  # one keeper's failure is not the database's: heartbeats stay trusted
+                log.exception("action=keep %r failed; tried again next pass", keep)
         done = replicas.reconcile(self.reg, progress=self.progress)
         for item in done.started + done.stopped + done.refused:
             self.progress(f"action=replicas {item}")

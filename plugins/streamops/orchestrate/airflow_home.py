@@ -193,6 +193,13 @@ def health(s: AirflowSite, timeout: float = 3.0) -> dict | None:
         return None
 
 
+def _start(s: AirflowSite, component: str, env: dict[str, str]) -> int:
+    proc = processes.spawn_detached([str(Path(sys.executable).parent / "airflow"), component,
+                                     *COMPONENT_ARGS.get(component, [])],
+                                    log_path=log_file(s, component), pid_file=_pid_file(s, component), env=env, cwd=s.home)
+    return proc.pid
+
+
 def up(s: AirflowSite, wait_s: float = 240, progress=lambda _: None) -> float:
     """Start the four components in the background (each in its own session, so that `down`
     stops a component with its children) and wait until the API answers and the scheduler and
@@ -204,10 +211,8 @@ def up(s: AirflowSite, wait_s: float = 240, progress=lambda _: None) -> float:
         if c in already:
             progress(f"airflow {c} already running (pid {already[c]})")
             continue
-        log_path = log_file(s, c)
-        proc = processes.spawn_detached([str(Path(sys.executable).parent / "airflow"), c, *COMPONENT_ARGS.get(c, [])],
-                                        log_path=log_path, pid_file=_pid_file(s, c), env=env, cwd=s.home)
-        progress(f"airflow {c} started (pid {proc.pid}, log {log_path})")
+        pid = _start(s, c, env)
+        progress(f"airflow {c} started (pid {pid}, log {log_file(s, c)})")
 
     def healthy() -> bool:
         h = health(s)
@@ -231,3 +236,42 @@ def down(s: AirflowSite, timeout_s: float = 30) -> list[str]:
     for c in COMPONENTS:
         _pid_file(s, c).unlink(missing_ok=True)
     return list(procs)
+
+
+class ComponentKeeper:
+    """Airflow's own process manager: restarts a component that died (its pid file is left; `down`
+    removes them, so components stopped on purpose, or never started, are left alone). The
+    supervisor runs it every housekeeping pass, and the watchdog DAG restarts the supervisor: each
+    watches the other. A component that dies again soon after its restart (the scheduler exits
+    while the database is away) waits before the next try, doubling up to `max_s`."""
+
+    def __init__(self, s: AirflowSite, first_s: float = 5.0, max_s: float = 120.0, reset_after_s: float = 60.0,
+                 clock=time.monotonic) -> None:
+        self.site, self.first_s, self.max_s, self.reset_after_s, self.clock = s, first_s, max_s, reset_after_s, clock
+        self._delay: dict[str, float] = {}
+        self._restarted_at: dict[str, float] = {}
+
+    def __call__(self, progress=lambda _: None) -> list[str]:
+        """One pass: restart what is due. Returns the components restarted."""
+        now, done = self.clock(), []
+        for c in COMPONENTS:
+            pid = processes.read_pid(_pid_file(self.site, c))
+            if pid is None:
+                continue
+            since = now - self._restarted_at.get(c, float("-inf"))
+            if processes.is_alive(pid):
+                if since >= self.reset_after_s:
+                    self._delay.pop(c, None)  # it stayed up: the next death is restarted at once
+                continue
+            delay = self._delay.get(c, 0.0)
+            if since < delay:
+                continue
+            processes.stop(pid, grace_s=5, group=True)  # children of the dead leader (task runners, gunicorn)
+            new = _start(self.site, c, {**os.environ, **environment(self.site)})
+            self._restarted_at[c] = now
+            self._delay[c] = min(self.max_s, max(self.first_s, 2 * delay))
+            log.warning("action=restart-airflow component=%s the %s (pid %d) had died; restarted as pid %d",
+                        c, c, pid, new)
+            progress(f"action=restart-airflow airflow {c} (pid {pid}) had died; restarted as pid {new}")
+            done.append(c)
+        return done
