@@ -41,7 +41,8 @@ from rich.table import Table
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.reconfig import drop_database, machine_notes, scratch_database  # noqa: E402
+from bench.reconfig import machine_notes  # noqa: E402
+from bench.scratch import drop_database, scratch_database  # noqa: E402
 from streamops import control, generator, registry  # noqa: E402
 from streamops.execute import faults, replicas, stages, supervisor  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402

@@ -51,11 +51,13 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
 
-from streamops import generator, quality, registry
-from streamops.execute import mechanisms, reconfigure, stages, staging
-from streamops.execute.launcher import terminate_all_drivers
-from streamops.paths import REPO_ROOT
-from streamops.store import db, migrate
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.scratch import drop_database, scratch_database  # noqa: E402
+from streamops import generator, quality, registry  # noqa: E402
+from streamops.execute import mechanisms, reconfigure, stages, staging  # noqa: E402
+from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
+from streamops.paths import REPO_ROOT  # noqa: E402
+from streamops.store import db, migrate  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
 SCRATCH_DB = "streamops_bench_reconfig"
@@ -84,31 +86,6 @@ def say(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------- environment
-
-def scratch_database(name: str) -> tuple[str, str]:
-    """(url of a fresh database `name`, url of the server's `postgres` database)."""
-    import psycopg2
-
-    server = db.libpq_url(db.database_url())
-    base = server.rpartition("/")[0]
-    conn = psycopg2.connect(f"{base}/postgres")
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    return f"{base}/{name}", f"{base}/postgres"
-
-
-def drop_database(admin_url: str, name: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(admin_url)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
-
 
 def machine_notes(cluster: bool = False) -> dict:
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()

@@ -18,43 +18,21 @@ import statistics
 import sys
 import time
 from datetime import date, datetime, timezone
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
 
-from streamops.paths import REPO_ROOT
-from streamops.store import db, migrate
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.scratch import drop_database, scratch_database  # noqa: E402
+from streamops.paths import REPO_ROOT  # noqa: E402
+from streamops.store import db, migrate  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
 DAY = date(2025, 1, 15)
 VIEWS = ("sla_daily", "downtime_daily", "cost_daily", "reconfigurations")
 console = Console()
-
-
-def scratch_database(name: str) -> str:
-    import psycopg2
-
-    server = db.libpq_url(db.database_url())
-    base = server.rpartition("/")[0]
-    conn = psycopg2.connect(f"{base}/postgres")
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    return f"{base}/{name}"
-
-
-def drop_database(url: str) -> None:
-    import psycopg2
-
-    base, _, name = url.rpartition("/")
-    conn = psycopg2.connect(f"{base}/postgres")
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
 
 
 def generate(engine, stages: int, day: date = DAY) -> dict:
@@ -137,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     results, explain = [], []
     url = None
     for stages in sizes:
-        url = scratch_database("streamops_bench_reporting")
+        url, admin = scratch_database("streamops_bench_reporting")
         os.environ["STREAMOPS_DATABASE_URL"] = url
         db.engine.cache_clear()
         engine = db.engine()
@@ -157,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
                        f"{stages} stages, {gen['rows']:,} rows"] + explain_heaviest(url, heaviest)
         engine.dispose()
         if not args.keep:
-            drop_database(url)
+            drop_database(admin, "streamops_bench_reporting")
 
     result = {"benchmark": "reporting_views", "day": DAY.isoformat(), "trigger_s": 1, "runs": args.runs,
               "sizes": results, "limit_s": 10.0, "cpus": os.cpu_count(),

@@ -16,31 +16,20 @@ import statistics
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
 
-from streamops import control
-from streamops.paths import REPO_ROOT
-from streamops.store import db, migrate
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.scratch import scratch_database  # noqa: E402
+from streamops import control  # noqa: E402
+from streamops.paths import REPO_ROOT  # noqa: E402
+from streamops.store import db, migrate  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
 console = Console()
-
-
-def scratch_database(name: str) -> str:
-    import psycopg2
-
-    server = db.libpq_url(db.database_url())
-    base = server.rpartition("/")[0]
-    conn = psycopg2.connect(f"{base}/postgres")
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    return f"{base}/{name}"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -52,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--runs", type=int, default=5)
     args = p.parse_args(argv)
 
-    url = scratch_database("streamops_bench_scale")
+    url, _ = scratch_database("streamops_bench_scale")
     os.environ["STREAMOPS_DATABASE_URL"] = url
     db.engine.cache_clear()
     engine = db.engine()

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.reconfig import drop_database, scratch_database  # noqa: E402
+from bench.scratch import drop_database, scratch_database  # noqa: E402
 from streamops.agent import sinks  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db, migrate  # noqa: E402

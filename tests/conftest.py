@@ -65,8 +65,9 @@ def _server_url() -> str:
 
 
 def _with_database(url: str, name: str) -> str:
-    base, _, _ = url.rpartition("/")
-    return f"{base}/{name}"
+    from streamops.store import db
+
+    return db.with_database(url, name)
 
 
 def recreate_database(url: str, name: str) -> str:

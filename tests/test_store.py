@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import psycopg2
@@ -125,6 +126,91 @@ def test_embedded_cluster_comes_back_on_its_recorded_port(monkeypatch):
         psycopg2.connect(cluster.url("postgres")).close()
     finally:
         embedded.down()
+
+
+@pytest.fixture
+def private_cluster(monkeypatch):
+    """An embedded cluster of this test's own (its home a subdirectory of the session's)."""
+    home = Path(os.environ["STREAMOPS_HOME"]) / f"pg-private-{os.getpid()}-{time.monotonic_ns()}"
+    home.mkdir(mode=0o755)
+    monkeypatch.setenv("STREAMOPS_HOME", str(home))
+    monkeypatch.delenv("STREAMOPS_DATABASE_URL", raising=False)
+    db.engine.cache_clear()
+    try:
+        yield embedded.up()[0]
+    finally:
+        embedded.down()
+        db.engine.cache_clear()
+
+
+def _refused(url: str) -> str:
+    with pytest.raises(psycopg2.OperationalError) as e:
+        psycopg2.connect(url, connect_timeout=5).close()
+    return str(e.value)
+
+
+def _as_reader_login(cluster, sql: str):
+    conn = psycopg2.connect(cluster.url("streamops", role=embedded.READER))
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.mark.db
+def test_the_embedded_cluster_takes_scram_passwords_from_a_private_file_and_the_reader_reads_only_reporting(
+        private_cluster):
+    """Issue 25: `initdb -A trust` made any local user the superuser, and the reader role's limits
+    meant nothing. Now every role logs in with a scram password kept in a 0600 file."""
+    c = private_cluster
+    assert c.passfile and os.stat(c.passfile).st_mode & 0o777 == 0o600
+    pw = embedded.passwords(c)
+    assert set(pw) == {embedded.SUPERUSER, embedded.READER} and all(len(p) >= 24 for p in pw.values())
+    assert all(p not in c.url() for p in pw.values()), "no password in a URL"
+    bare = f"postgresql://{embedded.SUPERUSER}@127.0.0.1:{c.port}/streamops"
+    assert "password" in _refused(bare + "?passfile=/nonexistent"), "no password, no login"
+    with psycopg2.connect(c.url("postgres")) as conn, conn.cursor() as cur:
+        cur.execute("SELECT rolname FROM pg_authid WHERE rolpassword LIKE 'SCRAM-SHA-256$%' ORDER BY 1")
+        assert [r[0] for r in cur.fetchall()] == [embedded.SUPERUSER, embedded.READER]
+
+    migrate.apply(db.engine())
+    assert _as_reader_login(c, "SELECT count(*) FROM reporting.sla_daily") == [(0,)]
+    for raw in ("public.stage_metrics", "public.apps", "public.sink_outputs"):
+        with pytest.raises(psycopg2.Error, match="permission denied"):
+            _as_reader_login(c, f"SELECT * FROM {raw} LIMIT 1")
+    with pytest.raises(psycopg2.Error, match="permission denied"):
+        _as_reader_login(c, "CREATE TABLE public.mine (x int)")
+
+    out = subprocess.run([".venv/bin/streamops", "db", "status"], capture_output=True, text=True,
+                         env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert all(p not in out.stdout for p in pw.values()) and "passfile=" in out.stdout
+
+
+@pytest.mark.db
+def test_a_trust_cluster_from_before_passwords_is_converted_at_its_next_up(private_cluster):
+    c = private_cluster
+    before = embedded.passwords(c)
+    # Put it back as clusters were made before: pg_hba `trust`, and a record without a password file.
+    hba = Path(c.datadir) / "pg_hba.conf"
+    hba.write_text(hba.read_text().replace("scram-sha-256", "trust"))
+    embedded._pg_ctl(c, "reload")
+    old = embedded.Cluster(c.bindir, c.datadir, c.port, c.run_as)
+    embedded._save_record(old)
+    Path(c.passfile).unlink()
+    bare = old.url("postgres")
+    psycopg2.connect(bare).close()  # trust: anyone gets in
+
+    embedded.down()
+    again, reused = embedded.up()
+    assert not reused and again.port == c.port and again.passfile
+    assert embedded.passwords(again) != before, "new passwords"
+    assert "password" in _refused(bare + "?passfile=/nonexistent"), "trust is gone"
+    psycopg2.connect(again.url("postgres")).close()
+    assert "trust" not in "".join(ln for ln in hba.read_text().splitlines() if not ln.lstrip().startswith("#"))
+    assert _as_reader_login(again, "SELECT current_user") == [(embedded.READER,)]
 
 
 @pytest.mark.db

@@ -84,8 +84,9 @@ def db_down() -> None:
 
 @db_app.command("status")
 def db_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no output; exit 0 only if running")) -> None:
-    """Report the database and print its connection URL (for psql and reporting tools; a password
-    is printed as ***: libpq reads it from PGPASSWORD or ~/.pgpass)."""
+    """Report the database and print its connection URL for psql and reporting tools. The embedded
+    cluster's URL names its 0600 password file (`?passfile=`); an external URL's password is
+    printed as *** (libpq reads it from PGPASSWORD or ~/.pgpass)."""
     from streamops.store import db, embedded
 
     if os.environ.get("STREAMOPS_DATABASE_URL"):

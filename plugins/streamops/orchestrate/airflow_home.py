@@ -96,8 +96,7 @@ def passwords(s: AirflowSite) -> dict[str, str]:
 
 
 def metadata_url(s: AirflowSite) -> str:
-    base = db.libpq_url(db.database_url()).rsplit("/", 1)[0]
-    return db.sqlalchemy_url(f"{base}/{s.database}")
+    return db.sqlalchemy_url(db.with_database(db.database_url(), s.database))
 
 
 def environment(s: AirflowSite) -> dict[str, str]:
@@ -146,8 +145,7 @@ def _airflow(s: AirflowSite, *args: str, check: bool = True, timeout: float = 60
 
 
 def _ensure_database(s: AirflowSite) -> None:
-    base = db.libpq_url(db.database_url()).rsplit("/", 1)[0]
-    embedded.ensure_database(f"{base}/postgres", s.database)
+    embedded.ensure_database(db.with_database(db.database_url(), "postgres"), s.database)
 
 
 def init(s: AirflowSite) -> float:

@@ -43,6 +43,14 @@ def libpq_url(url: str) -> str:
     return f"{scheme.split('+')[0]}://{rest}"
 
 
+def with_database(url: str, name: str) -> str:
+    """`url` (libpq form) pointing at database `name` on the same server, its query (`passfile`,
+    timeouts) kept."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    return urlunsplit(urlsplit(libpq_url(url))._replace(path=f"/{name}"))
+
+
 def writer_dsn() -> str:
     """The process's database as a libpq URL for psycopg2.connect outside SQLAlchemy (the sinks
     in the executors), with the same timeouts as `engine()`'s connections."""

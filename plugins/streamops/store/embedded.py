@@ -3,6 +3,12 @@
 It uses the server binaries already on the machine and listens on loopback only.
 `initdb` refuses to run as root, so as root the cluster runs as the unprivileged
 `postgres` user; its data directory must then be somewhere that user can reach.
+
+Every connection authenticates with a scram-sha-256 password: the superuser's and the reader
+role's are generated once and kept in a libpq password file (`.streamops/pg.pgpass`, mode
+0600), which the cluster's URLs name (`?passfile=`), so no password is in a URL, a command line,
+an environment or a log. A cluster made before this (`initdb -A trust`) is converted at its
+next `up`.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import json
 import os
 import pwd
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -22,7 +29,9 @@ from streamops.paths import REPO_ROOT, state_dir
 
 DATABASES = ("streamops", "airflow")
 SUPERUSER = "postgres"
+READER = "streamops_reader"  # read-only: SELECT on `reporting` (sql/reports/90_grants.sql)
 RECORD_NAME = "pg.json"
+PASSFILE_NAME = "pg.pgpass"
 PG_ROOT = Path("/usr/lib/postgresql")  # Debian's layout: one bin/ per major version
 
 
@@ -36,13 +45,17 @@ class Cluster:
     datadir: str
     port: int
     run_as: str | None  # unprivileged OS user that owns the cluster, when we are root
+    passfile: str | None = None  # the roles' passwords (libpq format, 0600); None: a trust cluster not yet converted
 
     @property
     def logfile(self) -> str:
         return str(Path(self.datadir).parent / "postgres.log")
 
-    def url(self, database: str = "streamops") -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str = "streamops", role: str = SUPERUSER) -> str:
+        from urllib.parse import quote
+
+        auth = f"?passfile={quote(self.passfile)}" if self.passfile else ""
+        return f"postgresql://{role}@127.0.0.1:{self.port}/{database}{auth}"
 
 
 def find_bindir() -> Path:
@@ -166,16 +179,96 @@ def is_running(c: Cluster) -> bool:
     return Path(c.datadir).exists() and _pg_ctl(c, "status", check=False).returncode == 0
 
 
+def _write_private(path: Path, text: str, owner: str | None = None) -> None:
+    """`text` in `path`, readable by its owner only (created 0600, never wider for a moment)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+    if owner:
+        pw = pwd.getpwnam(owner)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def _new_passfile() -> Path:
+    """Generate the superuser's and the reader's passwords into a fresh libpq password file."""
+    path = state_dir() / PASSFILE_NAME
+    _write_private(path, "".join(f"127.0.0.1:*:*:{role}:{secrets.token_urlsafe(24)}\n" for role in (SUPERUSER, READER)))
+    return path
+
+
+def passwords(c: Cluster) -> dict[str, str]:
+    """Role → password, from the cluster's password file."""
+    if not c.passfile:
+        return {}
+    lines = Path(c.passfile).read_text().splitlines()
+    return {f[3]: f[4] for f in (line.split(":", 4) for line in lines) if len(f) == 5}
+
+
 def _initdb(c: Cluster) -> None:
     data = Path(c.datadir)
     data.parent.mkdir(parents=True, exist_ok=True)
     if c.run_as:
         pw = pwd.getpwnam(c.run_as)
         os.chown(data.parent, pw.pw_uid, pw.pw_gid)
-    cmd = [str(Path(c.bindir) / "initdb"), "-D", c.datadir, "-A", "trust", "-U", SUPERUSER, "-E", "UTF8", "--no-instructions"]
-    res = subprocess.run(_as_owner(cmd, c.run_as), capture_output=True, text=True)
+    pwfile = data.parent / "initdb.pw"  # initdb reads it as the cluster's owner; gone right after
+    _write_private(pwfile, passwords(c)[SUPERUSER] + "\n", c.run_as)
+    cmd = [str(Path(c.bindir) / "initdb"), "-D", c.datadir, "-A", "scram-sha-256", f"--pwfile={pwfile}",
+           "-U", SUPERUSER, "-E", "UTF8", "--no-instructions"]
+    try:
+        res = subprocess.run(_as_owner(cmd, c.run_as), capture_output=True, text=True)
+    finally:
+        pwfile.unlink(missing_ok=True)
     if res.returncode != 0:
         raise EmbeddedPgError(f"initdb failed: {res.stderr.strip()}")
+
+
+def _convert_from_trust(c: Cluster) -> None:
+    """A cluster made with `initdb -A trust` (any local user was its superuser): set the
+    superuser's password while trust still lets us in, then make every pg_hba line scram."""
+    import psycopg2
+
+    _set_password(psycopg2.connect(c.url("postgres")), SUPERUSER, passwords(c)[SUPERUSER])
+    hba = Path(c.datadir) / "pg_hba.conf"
+    lines = [re.sub(r"\btrust\s*$", "scram-sha-256", line) if not line.lstrip().startswith("#") else line
+             for line in hba.read_text().splitlines()]
+    _write_private(hba, "\n".join(lines) + "\n", c.run_as)
+    _pg_ctl(c, "reload")
+
+
+def _set_password(conn, role: str, password: str) -> None:
+    from psycopg2 import sql
+
+    from streamops.paths import sql_dir
+
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql.SQL((sql_dir() / "queries" / "role_password.sql").read_text()).format(role=sql.Identifier(role)),
+                        {"password": password})
+    finally:
+        conn.close()
+
+
+def _ensure_reader(c: Cluster) -> None:
+    """The read-only role, with its password from the file (set again on every `up`)."""
+    import psycopg2
+    from psycopg2 import sql
+
+    from streamops.paths import sql_dir
+
+    statement = lambda n: (sql_dir() / "queries" / f"{n}.sql").read_text()  # noqa: E731 - raw text: psycopg2 params
+    password = passwords(c)[READER]
+    conn = psycopg2.connect(c.url("postgres"))
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(statement("role_exists"), {"name": READER})
+        if cur.fetchone() is None:
+            cur.execute(sql.SQL(statement("reader_role_create")).format(role=sql.Identifier(READER)),
+                        {"password": password})
+            conn.close()
+            return
+    _set_password(conn, READER, password)
 
 
 def _start(c: Cluster) -> None:
@@ -217,21 +310,37 @@ def _ensure_databases(c: Cluster) -> None:
 def up() -> tuple[Cluster, bool]:
     """Start (or reuse) the embedded cluster. Returns the cluster and whether it was already running."""
     c = load_record()
-    if c and is_running(c):
+    if c and c.passfile and is_running(c):
         _ensure_databases(c)
         return c, True
     owner = _owner()
     bindir = str(find_bindir())
     if c is None or not Path(c.datadir).exists():
         datadir = _pick_datadir(owner)
-        c = Cluster(bindir=bindir, datadir=str(datadir), port=_free_port(), run_as=owner)
+        c = Cluster(bindir=bindir, datadir=str(datadir), port=_free_port(), run_as=owner, passfile=str(_new_passfile()))
         if not (Path(c.datadir) / "PG_VERSION").exists():
             _initdb(c)
+        trust = False
     else:
-        c = Cluster(bindir=bindir, datadir=c.datadir, port=_recorded_port(c), run_as=c.run_as)
+        trust = c.passfile is None
+        if not trust and not Path(c.passfile).exists():
+            raise EmbeddedPgError(f"the embedded PostgreSQL's password file {c.passfile} is missing: restore it, or "
+                                  f"remove {Path(c.datadir).parent} and {_record_path()} to start from an empty cluster")
+        running = is_running(c)
+        c = Cluster(bindir=bindir, datadir=c.datadir, port=c.port if running else _recorded_port(c), run_as=c.run_as,
+                    passfile=str(_new_passfile()) if trust else c.passfile)
+        if running:  # a trust cluster from before passwords, still running: converted in place
+            _convert_from_trust(c)
+            _save_record(c)
+            _ensure_reader(c)
+            _ensure_databases(c)
+            return c, True
     _save_record(c)
     _start(c)
     _wait_accepting(c)
+    if trust:
+        _convert_from_trust(c)
+    _ensure_reader(c)
     _ensure_databases(c)
     return c, False
 
