@@ -264,6 +264,39 @@ def test_a_failure_whose_restart_committed_late_is_closed_at_that_commit(clean_d
 
 
 @pytest.mark.db
+def test_a_second_fault_after_a_committed_restart_is_a_failure_of_its_own(clean_db):
+    """Issue 31: two faults of one stage were merged into one failure with an MTTR of 397 s: the
+    first was still open (its restart committed after the recovery stopped waiting) when the
+    restarted run died too. The first is closed at its restart's first commit, and the second
+    fault opens a failure of its own."""
+    from datetime import datetime, timedelta, timezone
+
+    from streamops.store import failures
+
+    test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)  # stage r.s, registered
+    t0 = datetime.now(timezone.utc) - timedelta(minutes=10)
+    with clean_db.begin() as conn:
+        old, new = [conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+            "started_at) VALUES ('r.s', 'p', 1, 2, '{}', 'local', '/c', :st, :at) RETURNING id"),
+            {"st": st, "at": at}).scalar_one() for st, at in (("failed", t0), ("failed", t0 + timedelta(seconds=30)))]
+        conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
+                          "VALUES ('r.s', :d, 5, 10, :at)"), {"d": new, "at": t0 + timedelta(seconds=40)})
+    first, _, created = failures.open_failure("r.s", "r", old, "dead_pid", "one", t0)
+    assert created
+    second, attempts, created = failures.open_failure("r.s", "r", new, "dead_pid", "two", t0 + timedelta(minutes=5))
+    assert created and second != first and attempts == 0, "a failure of its own"
+    with clean_db.connect() as conn:
+        rows = conn.execute(text("SELECT id, status, mttr_ms FROM failures ORDER BY id")).all()
+    assert [(r.id, r.status) for r in rows] == [(first, "recovered"), (second, "recovering")]
+    assert round(rows[0].mttr_ms) == 40_000, "closed at its restart's first commit"
+
+    # A restart that never committed and dies: the same failure, one more attempt.
+    again, _, created = failures.open_failure("r.s", "r", new, "dead_pid", "three", t0 + timedelta(minutes=6))
+    assert again == second and not created
+
+
+@pytest.mark.db
 def test_a_stale_run_s_commit_is_refused_and_a_replay_of_the_current_run_s_is_not(clean_db):
     from datetime import datetime, timezone
 

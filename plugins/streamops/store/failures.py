@@ -24,6 +24,9 @@ def open_failure(stage_id: str, app: str, deployment_id: int, kind: str, detail:
     """The open failure of the stage's `role`, created now if it has none: (id, restarts
     attempted, created). A new one is `injected` when the fault injector hit that run just before."""
     with db.transaction() as conn:
+        # An open failure whose restart has committed since is over: closed at that commit, so that
+        # a new fault of the restarted run is a failure of its own, not merged into the old one.
+        conn.execute(db.query("failures_close_late"))
         row = conn.execute(db.query("failure_open"), {"stage_id": stage_id, "role": role}).first()
         if row:
             return row.id, row.attempts, False
