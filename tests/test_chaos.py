@@ -342,6 +342,63 @@ def test_a_supervisor_that_dies_is_restarted_by_the_watchdog_and_one_stopped_on_
                 os.kill(pid, signal.SIGKILL)
 
 
+def test_the_supervisor_killed_then_a_driver_killed_one_watchdog_run_brings_back_both(clean_db, tmp_path, monkeypatch):
+    """Issue 31: kill -9 of the supervisor, then of a driver, gave no recovery for 2 min 24 s. One
+    run of the watchdog DAG's task (it runs every minute) restarts the supervisor and the stage;
+    the sink equals the ground truth."""
+    import signal
+
+    import yaml
+
+    from streamops import processes
+    from streamops.orchestrate import tasks
+
+    apps = tmp_path / "apps.yaml"  # the background supervisor reads the registry from its file
+    apps.write_text(yaml.safe_dump({
+        "pools": {"p": {"cores": 2}},
+        "apps": {"chaos": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                           "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "chaos/sk",
+                                                                                "max_files_per_trigger": 2},
+                                            "cores": {"initial": 1, "max": 2}, "state_partitions": 2,
+                                            "trigger_interval_ms": 1000, "pool": "p"}}}}}))
+    monkeypatch.setenv("STREAMOPS_APPS", str(apps))
+    reg = registry.load()
+    inputs = registry.resolve_path("chaos/sk")
+    generator.generate(inputs, "web", "constant:rate=100", seed=5, duration_s=20, realtime=False)
+    log = Path(os.environ["STREAMOPS_HOME"]) / "logs" / "supervisor.log"
+    log.unlink(missing_ok=True)
+    first = stages.start_stage("chaos.s", reg)
+    sup = supervisor.start_background(["--no-spares", "--poll", "1"])
+    second = None
+    try:
+        eventually(lambda: log.exists() and "supervising every" in log.read_text(), 60, "the supervisor")
+        eventually(lambda: _count("SELECT count(*) FROM sink_commits WHERE rows > 0") >= 1, 120, "a commit")
+        os.kill(sup, signal.SIGKILL)
+        eventually(lambda: not processes.is_alive(sup), 10, "the supervisor to die")
+        os.killpg(first.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        generator.generate(inputs, "web", "constant:rate=100", seed=6, duration_s=10, realtime=False)
+
+        tasks.watchdog(stale_s=60, wait_s=180)
+        second = processes.read_pid(Path(os.environ["STREAMOPS_HOME"]) / "run" / "supervisor.pid")
+        assert second not in (None, sup) and processes.is_alive(second), "the supervisor is back"
+        want = oracles.expected("wordcount", generator.read_valid_records(inputs))
+        eventually(lambda: oracles.actual(clean_db, "chaos.s", "wordcount") == want, 180, "the sink = ground truth")
+        print(f"supervisor and driver killed: sink equal to the ground truth {time.monotonic() - killed:.1f}s "
+              f"after the driver's kill, within one watchdog run")
+        with clean_db.connect() as conn:
+            failures = conn.execute(text(
+                "SELECT kind, recovered_at IS NOT NULL AS closed FROM failures WHERE stage_id = 'chaos.s'")).all()
+        assert [tuple(f) for f in failures] == [("dead_pid", True)], failures
+        assert _count("SELECT count(*) FROM deployments WHERE stage_id = 'chaos.s' "
+                      "AND status IN ('starting', 'running')") == 1, "exactly one live run"
+    finally:
+        for pid in (sup, second):
+            if pid and processes.is_alive(pid):
+                processes.stop(pid, grace_s=30)
+    stages.stop_stage("chaos.s", reg, deadline_s=30)
+
+
 def test_a_database_restart_under_a_held_stage_lock_ends_the_action_without_an_error(private_database):
     """The soak found it: a recovery holding the stage lock while PostgreSQL restarted crashed on
     releasing the lock (its session was gone). The lock died with the session; releasing it is
