@@ -347,8 +347,12 @@ def test_ten_random_reconfigurations_in_a_row_match_the_oracle(clean_db):
 
 # The executor, in a process of its own. `slow_copy_s` stands for a slow disk or a big state:
 # every checkpoint file takes that long to copy, so the kill can land while the rollback copy
-# is being written (the code under test is unchanged: only shutil's file copy is slowed down).
+# is being written; `slow_promote_s` holds an active backup between stopping the primary and
+# promoting the secondary (the code under test is unchanged: only the timing is).
 _EXECUTOR = """
+# A `python -c` script has no __file__, and pyspark.sql.connect (imported by Great Expectations'
+# quality gate) takes that for its own doctests and exits 0 when pyarrow is missing.
+__file__ = "reconfigure-executor"
 import json, shutil, sys, time
 from streamops import quality, registry
 from streamops.execute import mechanisms, reconfigure
@@ -364,6 +368,13 @@ if opts.get("slow_copy_s"):
             kw["copy_function"] = slow_copy
         return real_copytree(src, dst, *args, **kw)
     shutil.copytree = slow_copytree
+if opts.get("slow_promote_s"):
+    from streamops.store import ledger
+    real_promote = ledger.promote
+    def slow_promote(dep_id):
+        time.sleep(opts["slow_promote_s"])
+        return real_promote(dep_id)
+    ledger.promote = slow_promote
 out = reconfigure.execute(int(sys.argv[2]), gate=quality.gate_new_run, reg=reg, deadlines=mechanisms.Deadlines(**opts["deadlines"]))
 print("outcome", out, flush=True)
 """
@@ -398,12 +409,15 @@ def _resume_with_retry(reg, timeout_s: float = 60) -> list:
 
 
 @pytest.mark.reconfig_matrix
-@pytest.mark.parametrize("kill_point", ["while_copying_the_checkpoint", "after_the_new_run_was_launched"])
+@pytest.mark.parametrize("kill_point", ["while_copying_the_checkpoint", "after_the_new_run_was_launched",
+                                        "active_backup_between_stopping_the_primary_and_promoting"])
 def test_executor_killed_mid_reconfiguration_is_finished_by_resume(clean_db, kill_point):
     mid_copy = kill_point == "while_copying_the_checkpoint"
-    app = "crash_copy" if mid_copy else "crash_launch"
+    mid_switch = kill_point.startswith("active_backup")
+    app = {"while_copying_the_checkpoint": "crash_copy", "after_the_new_run_was_launched": "crash_launch"}.get(
+        kill_point, "crash_switch")
     ref = sid = f"{app}.s"
-    data = _registry_data(app, "wordcount", {}, f"{app}/in")
+    data = _registry_data(app, "wordcount", {}, f"{app}/in", pool_cores=3 if mid_switch else 2)
     reg = registry.parse(data)
     executor = None
     try:
@@ -413,12 +427,13 @@ def test_executor_killed_mid_reconfiguration_is_finished_by_resume(clean_db, kil
             eventually(lambda: _commits(clean_db, sid) >= 2, 240, "two committed batches")
             _wait_caught_up(clean_db, sid, "before the reconfiguration")
             ckpt = Path(_live(clean_db, sid)[0].checkpoint)
-            rid = reconfigure.request(ref, "scale_out", cores=2, partitions=4, reg=reg, requested_by="test-crash")
+            rid = reconfigure.request(ref, "scale_out", cores=2, partitions=4, reg=reg, requested_by="test-crash",
+                                      mechanism="active_backup" if mid_switch else "pause_resume")
 
             env = dict(os.environ)  # STREAMOPS_DATABASE_URL and STREAMOPS_HOME as conftest set them
             assert env.get("STREAMOPS_DATABASE_URL") and env.get("STREAMOPS_HOME")
             opts = {"deadlines": {"stop_s": 60, "first_batch_s": 240, "caught_up_s": 300},
-                    "slow_copy_s": 0.2 if mid_copy else 0}
+                    "slow_copy_s": 0.2 if mid_copy else 0, "slow_promote_s": 600 if mid_switch else 0}
             executor = subprocess.Popen(
                 [sys.executable, "-c", _EXECUTOR, json.dumps(data), str(rid), json.dumps(opts)],
                 env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -426,7 +441,11 @@ def test_executor_killed_mid_reconfiguration_is_finished_by_resume(clean_db, kil
             def kill_point_reached():
                 if executor.poll() is not None:
                     out = executor.stdout.read().decode(errors="replace")
-                    raise AssertionError(f"the executor exited before it could be killed mid-way: {out[-2000:]}")
+                    raise AssertionError(f"the executor exited ({executor.returncode}) before it could be killed "
+                                         f"mid-way: {out[-2000:]}; {_describe(clean_db, sid)}")
+                if mid_switch:  # the primary stopped, the secondary not yet promoted
+                    first_status = next(d.status for d in _deployments(clean_db, sid) if d.id == first.deployment_id)
+                    return first_status not in ("starting", "running", "stopping")
                 if _row(clean_db, rid).stopped_at is None:
                     return False
                 if mid_copy:  # the copy has reached the state files (copied last here: ext4 order)
@@ -455,6 +474,9 @@ def test_executor_killed_mid_reconfiguration_is_finished_by_resume(clean_db, kil
             eventually(lambda: [d.status for d in _live(clean_db, sid)] == ["running"], 240,
                        "exactly one running deployment after resume")
             live = _live(clean_db, sid)[0]
+            if mid_switch:
+                assert row.status == "done" and live.id == row.new_deployment_id, \
+                    f"the running secondary is promoted, not restarted: {_describe(clean_db, sid)}"
             if row.status == "done":
                 assert (live.cores, live.state_partitions) == (2, 4), _describe(clean_db, sid)
             else:

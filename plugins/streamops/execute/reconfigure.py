@@ -254,6 +254,8 @@ def _recover_running(row: Row, reg: registry.Registry, progress: Progress) -> Ou
             progress(f"{row.stage_id}: reconfiguration {row.id} was complete; marked done")
             return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
         ex = Execution(row, reg, progress, Deadlines(), None)
+        if row.mechanism == "active_backup":
+            return _recover_active_backup(ex, live)
         same_run = row.mechanism in ("live", "in_driver") and live is not None and live.started_at < row.requested_at
         if same_run and live.cores == row.target_cores and row.target_partitions in (None, live.state_partitions):
             # The change was made in the run that kept going (an in-driver one records its partitions itself).
@@ -273,3 +275,28 @@ def _recover_running(row: Row, reg: registry.Registry, progress: Progress) -> Ou
         restore_previous(ex, "the executor died mid-way")
         rstore.finish(row.id, "rolled_back", "rolled back by --resume", "the executor died mid-way", None)
         return Outcome(row.id, row.stage_id, "rolled_back", None, 0.0, "the executor died mid-way")
+
+
+def _recover_active_backup(ex: Execution, live: Row | None) -> Outcome:
+    """The executor died during an active backup. Until the switch the primary serves, and only
+    the secondary is stopped: restarting the primary would be the very outage the mechanism
+    avoids. Between stopping the primary and promoting the secondary, the secondary (caught up,
+    committing) is the stage's only run: it is promoted, not left running unwatched."""
+    row = ex.row
+    ex.old_deployment = ledger.latest_run(row.stage_id, before=row.requested_at)
+    secondary = ledger.deployment(row.new_deployment_id) if row.new_deployment_id is not None else None
+    if live is None and secondary is not None and secondary.role == "secondary" \
+            and secondary.status in ("starting", "running") and ledger.first_commit(secondary.id) is not None:
+        if ex.old_deployment is not None:  # it stopped at a batch boundary; its exit was still awaited
+            stages.reap(ex.old_deployment)
+        ledger.promote(secondary.id)
+        rstore.finish(row.id, "done", "completed by --resume: the secondary was promoted (the primary had stopped)",
+                      None, None)
+        ex.progress(f"{row.stage_id}: reconfiguration {row.id}: the primary had stopped; its secondary "
+                    f"(deployment {secondary.id}) is now the primary")
+        log.warning("stage %s: action=promote reconfiguration=%d deployment=%d reason=the executor died "
+                    "between stopping the primary and promoting the secondary", row.stage_id, row.id, secondary.id)
+        return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume: secondary promoted")
+    MECHANISMS["active_backup"].rollback(ex, "the executor died mid-way")
+    rstore.finish(row.id, "rolled_back", "rolled back by --resume", "the executor died mid-way", None)
+    return Outcome(row.id, row.stage_id, "rolled_back", None, 0.0, "the executor died mid-way")

@@ -252,5 +252,23 @@ def stop_stage(
     return StopResult(sid, dep.id, outcome, seconds)
 
 
+def reap(dep, grace_s: float = 30.0) -> str:
+    """A finished run's driver that may still be shutting down (its stopper died while it
+    waited): given `grace_s` to exit, then SIGKILLed with its JVM. "exited" or "sigkill"; on
+    another host "fenced": it cannot be reached from here, and its run is no longer current."""
+    if dep.host and dep.host != socket.gethostname():
+        return "fenced"
+    launcher = launcher_for(getattr(dep, "master", None) or dep.config["pool"]["master"])  # a bare deployments row
+    if not launcher.is_alive(dep.pid, dep.driver_id) or not processes.is_same_process(dep.pid, dep.pid_started_at):
+        return "exited"
+    if _wait_exit(launcher, dep.pid, grace_s):
+        return "exited"
+    log.warning("stage %s: action=reap deployment %d (%s) still runs %.0fs on: SIGKILL", dep.stage_id, dep.id,
+                dep.status, grace_s)
+    launcher.terminate(dep.pid, force=True)
+    _wait_exit(launcher, dep.pid, 10)
+    return "sigkill"
+
+
 def _wait_exit(launcher, pid: int | None, timeout_s: float) -> bool:
     return bool(wait_until(lambda: not launcher.is_alive(pid, None), timeout_s, interval_s=0.25))
