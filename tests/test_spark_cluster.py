@@ -59,3 +59,54 @@ def test_a_driver_inherits_no_airflow_secret(monkeypatch):
     env = driver_env({"STREAMOPS_DATABASE_URL": "postgresql://x/y"})
     assert not {"AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY", "AWS_SECRET_ACCESS_KEY"} & set(env)
     assert env["STREAMOPS_HOME"] == "/h" and env["STREAMOPS_DATABASE_URL"] == "postgresql://x/y" and "PATH" in env
+
+
+def _secret() -> str:
+    from streamops import spark_cluster
+
+    conf = spark_cluster.conf_dir() / "spark-defaults.conf"
+    return dict(line.split(" ", 1) for line in conf.read_text().splitlines())["spark.authenticate.secret"]
+
+
+@pytest.mark.db
+def test_the_embedded_cluster_authenticates_with_a_secret_on_no_command_line(spark_standalone):
+    """Issue 25: the embedded cluster ran without `spark.authenticate`. The secret is generated
+    once into a 0600 conf file read through SPARK_CONF_DIR: on no process's command line."""
+    import os
+
+    import psutil
+
+    from streamops import spark_cluster
+
+    if os.environ.get(spark_cluster.ENV_MASTER):
+        pytest.skip("an external master is in use")
+    conf = spark_cluster.conf_dir() / "spark-defaults.conf"
+    assert os.stat(conf).st_mode & 0o777 == 0o600 and "spark.authenticate true" in conf.read_text()
+    secret = _secret()
+    assert len(secret) == 64
+    c = spark_cluster.load_record()
+    for pid in (c.master_pid, *(w.pid for w in c.workers)):
+        assert psutil.Process(pid).environ().get("SPARK_CONF_DIR") == str(spark_cluster.conf_dir())
+    on_argv = [p.pid for p in psutil.process_iter(["cmdline"]) if secret in " ".join(p.info["cmdline"] or [])]
+    assert not on_argv, f"the secret is on the command line of {on_argv}"
+
+
+@pytest.mark.db
+@pytest.mark.slow
+def test_a_driver_without_the_cluster_s_secret_is_refused(spark_standalone):
+    """A driver without the secret cannot register (Spark retries 3 × 20 s, then gives up)."""
+    import os
+    import subprocess
+    import sys
+
+    from streamops import spark_cluster
+
+    if os.environ.get(spark_cluster.ENV_MASTER):
+        pytest.skip("an external master is in use")
+    code = ("from pyspark.sql import SparkSession\n"
+            f"s = SparkSession.builder.master({spark_standalone!r}).config('spark.cores.max', '1').getOrCreate()\n"
+            "print('COUNT', s.range(10).count())\n")
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_CONF_DIR"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode != 0 and "COUNT" not in out.stdout, out.stdout[-2000:]
+    assert "All masters are unresponsive" in out.stderr or "SaslMessage" in out.stderr, out.stderr[-3000:]

@@ -5,6 +5,12 @@ under `.streamops/spark/`. Pools with `master: embedded` run their stages' execu
 
 The wheel has no `sbin/start-*.sh`; `spark-class` with `--host 127.0.0.1` is what they would run
 (without it a worker registers on the machine's non-loopback address).
+
+Every RPC is authenticated (`spark.authenticate`) with a secret generated once into
+`.streamops/spark/conf/spark-defaults.conf` (mode 0600). The master, the workers and the drivers
+of embedded pools read it through SPARK_CONF_DIR, and each worker hands it to its executors in
+their environment: it is on no command line. (`spark.authenticate.secret.file` is read on
+Kubernetes only.) Without it, a process that reaches the master's port cannot register.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import socket
 import sys
@@ -73,6 +80,29 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
+def conf_dir() -> Path:
+    """SPARK_CONF_DIR of the cluster and of its drivers: `spark-defaults.conf` with the secret."""
+    return home() / "conf"
+
+
+def _ensure_auth_conf() -> Path:
+    """The cluster's shared secret, generated once (kept across restarts: drivers and workers that
+    outlive a master must still authenticate to its successor)."""
+    d = conf_dir()
+    d.mkdir(mode=0o700, exist_ok=True)
+    f = d / "spark-defaults.conf"
+    if not f.exists():
+        fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(32)}\n")
+    return d
+
+
+def client_env() -> dict[str, str]:
+    """What a driver of the embedded cluster needs in its environment to authenticate."""
+    return {"SPARK_CONF_DIR": str(_ensure_auth_conf())}
+
+
 def recovery_dir() -> Path:
     """Where the master persists its applications and workers (FILESYSTEM recovery mode)."""
     return home() / "recovery"
@@ -122,7 +152,7 @@ def _env() -> dict[str, str]:
     # it binds its recorded port or fails, never the next free one (maxRetries=0).
     master_opts = ["-Dspark.master.rest.enabled=false", "-Dspark.deploy.recoveryMode=FILESYSTEM",
                    f"-Dspark.deploy.recoveryDirectory={recovery_dir()}", "-Dspark.port.maxRetries=0"]
-    return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
+    return {**os.environ, **client_env(), "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_MASTER_OPTS": " ".join(master_opts),
             "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": path, "SPARK_NO_DAEMONIZE": "1"}
 

@@ -170,9 +170,13 @@ class StandaloneLauncher(LocalProcessLauncher):
         return spark_cluster.master_url() if self.master == "embedded" else self.master
 
     def launch(self, deployment_id: int, stage_id: str, env: dict[str, str]) -> Launched:
-        from streamops.spark_cluster import RUN_MASTER_ENV
+        from streamops import spark_cluster
 
-        return super().launch(deployment_id, stage_id, {**env, RUN_MASTER_ENV: self.master_url()})
+        # The embedded cluster's drivers authenticate with its secret (SPARK_CONF_DIR); another
+        # cluster's come from the launcher's own SPARK_CONF_DIR, if any (docker/spark-auth.sh).
+        auth = spark_cluster.client_env() if self.master == "embedded" and not os.environ.get(spark_cluster.ENV_MASTER) \
+            else {}
+        return super().launch(deployment_id, stage_id, {**env, **auth, spark_cluster.RUN_MASTER_ENV: self.master_url()})
 
 
 _LAUNCHERS: dict[str, Launcher] = {}
