@@ -99,6 +99,16 @@ def test_malformed_records_are_quarantined_and_valid_rows_all_counted(spark, cle
     assert all(r.reason for r in rows)
     assert counted == (summary.garbage, summary.rows), "the stage's metrics count the malformed rows it saw"
 
+    # The quarantine query triggers 5 times less often, so it takes 5 times the files per batch:
+    # it keeps pace with the main query instead of falling further behind with every batch.
+    from spark_apps.stage import QUARANTINE_TRIGGER_FACTOR
+    from streamops.checkpoint_layout import last_committed_batch, query_checkpoint
+
+    batches = {q: last_committed_batch(query_checkpoint(q, tmp_path / "ckpt" / sid)) + 1
+               for q in ("main", "quarantine")}
+    assert batches["main"] >= 3, batches
+    assert batches["quarantine"] == -(-batches["main"] // QUARANTINE_TRIGGER_FACTOR), batches
+
 
 def _batch(spark, rows):
     return spark.createDataFrame(rows, "key string, value string, event_ts timestamp, version double")
