@@ -80,3 +80,108 @@ def test_overloaded_stage_gets_a_request_a_grant_and_a_pending_reconfiguration(c
         JOIN decisions d ON d.id = rc.decision_id JOIN requests rq ON rq.id = rc.request_id
         WHERE rc.stage_id = 'ctl.hot'""")[0]
     assert "token spent" in why["decision"] and "S_out" in why["request"]
+
+
+def test_a_request_in_flight_stale_or_changing_nothing_is_declined_without_a_token(clean_db):
+    """Issue 26: a second scale-out request, made while the first change was in flight, was
+    granted as scale_out 2→2, spent a token and was "realized" with a 6.7 s output gap. The
+    re-plan now declines, before the token bucket: a request for a stage with a change in flight,
+    one made on metrics from before the stage's last change, and one that changes nothing. No
+    token is spent and no reconfiguration is recorded. A no-op that reaches the executor anyway
+    is cancelled there, with no stop."""
+    from datetime import datetime, timedelta, timezone
+
+    from streamops.execute import reconfigure
+    from streamops.quality import gate_new_run
+
+    reg = registry.parse({
+        "pools": {"p": {"cores": 8}},
+        "apps": {"nf": {"r_max_ms": 3000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                        "control": {"policy": "token_bucket", "capacity": 1, "beta": 0.75},
+                        "stages": {n: {"workload": "wordcount", "source": {"kind": "files", "path": f"nf/{n}"},
+                                       "cores": {"initial": 2, "max": 4}, "pool": "p"}
+                                   for n in ("noop", "busy", "stale")}}},
+    })
+    stages.sync_registry(reg)
+    now = datetime.now(timezone.utc)
+    with clean_db.begin() as conn:
+        for n in ("noop", "busy", "stale"):
+            conn.execute(text(
+                "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+                "started_at, running_at) VALUES (:s, 'p', 2, 4, '{}', 'local', '/c', 'running', :t, :t)"),
+                {"s": f"nf.{n}", "t": now - timedelta(minutes=30)})
+        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, status, "
+                          "requested_by) VALUES ('nf.busy', 'nf', 'scale_out', 2, 3, 'running', 'policy:edf')"))
+        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, status, "
+                          "requested_by, finished_at) VALUES ('nf.stale', 'nf', 'scale_out', 1, 2, 'done', "
+                          "'policy:edf', :f)"), {"f": now - timedelta(seconds=30)})
+        for n, target, made in (("noop", 2, now), ("busy", 4, now), ("stale", 3, now - timedelta(seconds=60))):
+            conn.execute(text(
+                "INSERT INTO requests (stage_id, app, action, target_cores, gain, cost_ms, reason, policy, created_at, "
+                "refreshed_at) VALUES (:s, 'nf', 'scale_out', :c, 10, 1000, 'O 68 > 60', 'edf', :m, :m)"),
+                {"s": f"nf.{n}", "c": target, "m": made})
+
+    report = control.replan("nf", operators=False)
+    decided = {d.request.stage_id: (d.outcome, d.reason) for a in report.apps for d, _ in a.decisions}
+    assert decided["nf.noop"] == ("declined", "nothing to change: the stage already runs with 2 cores in pool 'p'")
+    assert decided["nf.busy"] == ("declined", "a change of this stage is in flight")
+    assert decided["nf.stale"][0] == "declined" and "before the stage's last change" in decided["nf.stale"][1]
+    rows = _rows(clean_db, "SELECT stage_id, tokens_before, tokens_after FROM decisions WHERE app = 'nf'")
+    assert len(rows) == 3 and all(r["tokens_before"] == r["tokens_after"] for r in rows), rows
+    assert _rows(clean_db, "SELECT tokens FROM app_control WHERE app = 'nf'")[0]["tokens"] == 1, "no token spent"
+    assert _rows(clean_db, "SELECT count(*) AS n FROM reconfigurations WHERE app = 'nf'")[0]["n"] == 2, "none added"
+    assert {r["status"] for r in _rows(clean_db, "SELECT status FROM requests WHERE app = 'nf'")} == {"declined"}
+
+    # A no-op planned anyway (the stage changed between grant and execution): cancelled, not run.
+    with clean_db.begin() as conn:
+        rid = conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, "
+                                "status, requested_by) VALUES ('nf.noop', 'nf', 'scale_out', 1, 2, 'pending', "
+                                "'policy:edf') RETURNING id")).scalar_one()
+    out = reconfigure.execute(rid, gate=gate_new_run, reg=reg)
+    assert out.status == "cancelled" and out.downtime_ms is None and "nothing to change" in out.detail
+    row = _rows(clean_db, "SELECT status, downtime_ms, mechanism FROM reconfigurations WHERE id = :i", i=rid)[0]
+    assert (row["status"], row["downtime_ms"], row["mechanism"]) == ("cancelled", None, None)
+
+
+def test_the_operator_s_window_starts_after_a_live_change_and_is_empty_while_one_is_in_flight(clean_db):
+    """A live change keeps the run, so the stabilization after a restart never applied to it: the
+    next decision read the metrics of the configuration it had just left."""
+    from datetime import datetime, timedelta, timezone
+
+    from streamops.plan.options import OperatorOptions
+
+    reg = registry.parse({
+        "pools": {"p": {"cores": 8}},
+        "apps": {"lw": {"r_max_ms": 3000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                        "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "lw/s"},
+                                         "cores": {"initial": 2, "max": 4}, "pool": "p"}}}},
+    })
+    stages.sync_registry(reg)
+    now = datetime.now(timezone.utc)
+    opts = OperatorOptions(window_s=120, stabilization_s=10)
+    with clean_db.begin() as conn:
+        dep = conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+            "started_at, running_at) VALUES ('lw.s', 'p', 2, 4, '{}', 'local', '/c', 'running', :t, :t) RETURNING id"),
+            {"t": now - timedelta(minutes=30)}).scalar_one()
+        for b, age_s in enumerate(range(110, 0, -10)):  # a batch every 10 s over the last 2 minutes
+            conn.execute(text(
+                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, batch_duration_ms) "
+                "VALUES (:ts, 'lw.s', :d, 'r', :b, 100, 10)"), {"ts": now - timedelta(seconds=age_s), "d": dep, "b": b})
+
+    def window():
+        with clean_db.connect() as conn:
+            (stats, _), = control.load_windows(conn, now, opts, app="lw")
+        return stats.batches, round(stats.span_s)
+
+    assert window() == (11, 120)
+    with clean_db.begin() as conn:  # a live change ended 55 s ago: the window starts 10 s after it
+        conn.execute(text(
+            "INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, status, requested_by, "
+            "finished_at, mechanism) VALUES ('lw.s', 'lw', 'scale_out', 2, 3, 'done', 'policy:edf', :f, 'live')"),
+            {"f": now - timedelta(seconds=55)})
+    assert window() == (4, 45), "only the batches 10 s or more after the change"
+    with clean_db.begin() as conn:
+        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, status, "
+                          "requested_by) VALUES ('lw.s', 'lw', 'scale_out', 3, 4, 'running', 'policy:edf')"))
+    assert window() == (0, 0), "no window while a change is in flight"

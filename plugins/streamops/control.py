@@ -24,6 +24,7 @@ from sqlalchemy import Connection
 from streamops.analyze.stats import StageStats
 from streamops.forecast_pass import with_forecasts
 from streamops.plan.application import AppView, application_cycle
+from streamops.plan.change import Current, StageNow, grant_refusal
 from streamops.plan.cost import CostModel, Observation
 from streamops.plan.model import RECONFIGURATIONS, REPLICA_ACTIONS, AppState, Decision, OperatorState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
@@ -169,7 +170,9 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
     for r in conn.execute(db.query("requests_open"), {"apps": names}):
         open_by_app.setdefault(r.app, []).append(Request(
             r.stage_id, r.action, r.target_cores, r.target_pool, r.gain, r.cost_ms, r.reason, r.snapshot or {},
-            app=r.app, id=r.id))
+            app=r.app, id=r.id, made_at=r.refreshed_at))
+    stages_now = {r.stage_id: StageNow(Current(r.cores, r.pool, r.state_partitions), r.in_flight, r.settled_at)
+                  for r in conn.execute(db.query("stages_now"), {"apps": names})}
     windows_by_app: dict[str, list[StageStats]] = {}
     for w in windows:
         windows_by_app.setdefault(w.app, []).append(w)
@@ -183,7 +186,11 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
         response = app_response_ms(app_windows)
         growing = any(w.backlog_growth_rps > 0 for w in app_windows)
         state = saved.get(a.name, AppState(tokens=opts.capacity))
-        decisions, new_state = application_cycle(view, opts, state, open_by_app.get(a.name, []), response, growing, now)
+        # Refused before the token bucket sees them: no token is spent on them (plan.change).
+        refused = [(r, why) for r in open_by_app.get(a.name, []) if (why := grant_refusal(r, stages_now.get(r.stage_id)))]
+        asking = [r for r in open_by_app.get(a.name, []) if all(r is not x for x, _ in refused)]
+        decisions, new_state = application_cycle(view, opts, state, asking, response, growing, now)
+        decisions = [Decision(r, "declined", why, new_state.tokens, new_state.tokens) for r, why in refused] + decisions
         results.append(AppCycle(a.name, [(d, None) for d in decisions], new_state.tokens, response))
         label = _policy_label(opts)
         decision_rows += [(a.name, d.request.id, d.request.stage_id, d.request.action, d.outcome, d.reason, label,

@@ -1,11 +1,19 @@
 -- Every live stage's recent window, aggregated in one set-based pass (no query per stage).
 -- The window is the last window_s seconds before :now, minus the stabilization period after
--- the run started; span_s says how much of the window that leaves. A stage's policy params
--- may set window_s and stabilization_s; :window_s and :stab_s are the defaults.
+-- the stage last settled: its run's start, or the end of its last reconfiguration (a live
+-- change keeps the run, but the metrics before it describe a configuration that is gone).
+-- While a change is pending or running there is no window. span_s says how much of the window
+-- that leaves. A stage's policy params may set window_s and stabilization_s; :window_s and
+-- :stab_s are the defaults.
 WITH live AS (
     SELECT DISTINCT ON (d.stage_id)
            d.stage_id, d.id AS deployment_id, d.pool, d.cores, d.state_partitions,
-           COALESCE(d.running_at, d.started_at) AS running_at
+           CASE WHEN EXISTS (SELECT 1 FROM reconfigurations r
+                             WHERE r.stage_id = d.stage_id AND r.status IN ('pending', 'running'))
+                THEN CAST(:now AS timestamptz)  -- the window starts after the change
+                ELSE GREATEST(COALESCE(d.running_at, d.started_at),
+                              (SELECT max(r.finished_at) FROM reconfigurations r WHERE r.stage_id = d.stage_id))
+           END AS settled_at
     FROM deployments d
     WHERE d.status = 'running' AND d.role = 'primary'
     ORDER BY d.stage_id, d.started_at DESC
@@ -20,7 +28,7 @@ params AS (
 ),
 bounds AS (
     SELECT p.*, GREATEST(CAST(:now AS timestamptz) - make_interval(secs => p.window_s),
-                         p.running_at + make_interval(secs => p.stab_s)) AS since
+                         p.settled_at + make_interval(secs => p.stab_s)) AS since
     FROM params p
 ),
 recent AS (

@@ -28,7 +28,7 @@ from streamops.agent.metrics import FileSourceBacklog
 from streamops.execute import checkpoint, stages
 from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, restore_previous, \
     source_of, wait_first_batch
-from streamops.plan.change import InvalidChange, stage_of, validate_change
+from streamops.plan.change import InvalidChange, is_noop, stage_of, validate_change
 from streamops.plan.mechanism import choose_mechanism, in_driver_refusal, live_refusal
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
@@ -115,6 +115,15 @@ def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
         if not free:
             raise ReconfigurationBusy(f"stage {row.stage_id} is being reconfigured by another process; "
                                       f"reconfiguration {reconfiguration_id} stays {row.status}")
+        if row.status == "pending" and _is_noop(row):
+            # The stage already has the target (a change made meanwhile): no stop, no output gap,
+            # and not counted as a reconfiguration (a granted 2→2 once cost 6.7 s of "downtime").
+            cur = stages.current(row.stage_id)
+            why = f"nothing to change: the stage already runs with {cur.cores} cores in pool {cur.pool!r}"
+            rstore.finish(reconfiguration_id, "cancelled", why, None, None)
+            progress(f"{row.stage_id}: reconfiguration {reconfiguration_id} cancelled: {why}")
+            log.info("stage %s: action=cancel reconfiguration=%d %s", row.stage_id, reconfiguration_id, why)
+            return Outcome(reconfiguration_id, row.stage_id, "cancelled", None, time.monotonic() - started_mono, why)
         if mechanism is None and row.mechanism is None and row.status == "pending":
             mechanism, why = choose_mechanism(row.action, **_rule_inputs(row, reg))
             progress(f"{row.stage_id}: mechanism {mechanism}: {why}")
@@ -132,6 +141,10 @@ def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
         progress(f"{row.stage_id}: {claimed.action} {claimed.from_cores}→{claimed.target_cores} cores with {mech.name} "
                  f"(reconfiguration {reconfiguration_id})")
         return _run(ex, mech, gate, started, started_mono)
+
+
+def _is_noop(row: Row) -> bool:
+    return is_noop(stages.current(row.stage_id), row.target_cores, row.target_pool, row.target_partitions)
 
 
 def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_mono: float) -> Outcome:

@@ -1,16 +1,19 @@
 """Is a requested change of a stage a real, allowed change? One rule for every entry point.
 
-The CLI, the Airflow reconfigure task and the re-plan's grants all ask `validate_change`
-before a `reconfigurations` row exists, so a bad request gets the same clear message
-everywhere, and nothing stops for a change that changes nothing. Pure: the caller passes the
-registry and the stage's current configuration.
+The CLI and the Airflow reconfigure task ask `validate_change` before a `reconfigurations`
+row exists, the re-plan asks `grant_refusal` before it grants (no token is spent on a refused
+request), and the executor asks `is_noop` again when it acts: a bad request gets the same clear
+message everywhere, and nothing stops for a change that changes nothing. Pure: the caller
+passes the registry and the stage's current configuration.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from streamops import registry
+from streamops.plan.model import Request
 
 ACTIONS = ("scale_out", "scale_in", "migrate")
 
@@ -87,3 +90,37 @@ def validate_change(reg: registry.Registry, stage_ref: str, action: str, *, core
             + (f" in pool {current.pool!r}" if pool is not None else "")
         raise InvalidChange(f"{sid}: nothing to change: the stage already runs with {has}; not restarting it")
     return Change(sid, action, cores, partitions, pool)
+
+
+@dataclass(frozen=True)
+class StageNow:
+    """What the re-plan knows of a stage when it grants: its live configuration, whether a change
+    of it is pending or running, and when it last settled (its run's start or its last change's
+    end, whichever is later)."""
+
+    current: Current
+    in_flight: bool = False
+    settled_at: datetime | None = None
+
+
+def is_noop(current: Current, cores: int | None, pool: str | None, partitions: int | None = None) -> bool:
+    """Whether a change to (cores, pool, partitions) leaves a running stage as it is."""
+    return current.cores is not None and cores in (None, current.cores) and pool in (None, current.pool) \
+        and partitions in (None, current.partitions)
+
+
+def grant_refusal(r: Request, now: StageNow | None) -> str | None:
+    """Why the Application Manager must not grant reconfiguration request `r` now (None: it may).
+    A request made while a change of the stage was in flight, or on metrics from before it,
+    describes a configuration that is gone (a second scale-out 2→2 was granted this way); one
+    that changes nothing would spend a token and an output gap on nothing."""
+    if r.action not in ACTIONS or now is None:
+        return None
+    if now.in_flight:
+        return "a change of this stage is in flight"
+    if r.made_at is not None and now.settled_at is not None and r.made_at < now.settled_at:
+        return f"made on metrics from before the stage's last change (settled at {now.settled_at:%H:%M:%S})"
+    if is_noop(now.current, r.target_cores, r.target_pool):
+        where = f" in pool {now.current.pool!r}" if now.current.pool else ""
+        return f"nothing to change: the stage already runs with {now.current.cores} cores{where}"
+    return None

@@ -29,6 +29,7 @@ class Request:
     snapshot: dict[str, Any] = field(default_factory=dict, compare=False)
     app: str = ""
     id: int | None = field(default=None, compare=False)
+    made_at: datetime | None = field(default=None, compare=False)  # its Operator Manager's latest word
 
     @property
     def value(self) -> float:
