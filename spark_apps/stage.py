@@ -40,6 +40,8 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
         "spark.sql.shuffle.partitions": str(state_partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
+        # No console progress bars ([Stage N:==>  (n + m) / k]) in the driver logs.
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.adaptive.enabled": "false",  # not supported in streaming; silences a warning per query
         "spark.driver.memory": "1g",
     }
