@@ -161,6 +161,28 @@ def test_status_is_readable_at_80_columns(clean_db):
     assert wide.exit_code == 0 and "fail 24h" in wide.output
 
 
+@pytest.mark.db
+def test_status_watch_into_a_pipe_prints_a_table_per_refresh(clean_db):
+    """`make demo | tee demo.log`: Rich's Live printed nothing when its output was not a terminal."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    _stage_with_a_run(clean_db)
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "streamops"), "status", "--watch", "--interval", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "120"})
+    try:
+        time.sleep(14)  # a table at once, then every 5 s at the least (the shortest refresh into a pipe)
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0].decode()
+    stamps = [ln for ln in out.splitlines() if ln.startswith("-- ") and ln.endswith(" UTC")]
+    assert len(stamps) >= 2, out[-3000:]
+    assert out.count("w.s") >= 2 and "stage" in out, out[-3000:]
+
+
 def test_db_status_never_prints_a_password(monkeypatch):
     monkeypatch.setenv("STREAMOPS_DATABASE_URL", "postgresql+psycopg2://ops:s3cret-pw@db.example:5433/streamops")
     result = runner.invoke(app, ["db", "status"])

@@ -699,7 +699,8 @@ def status_table(wide: bool = False) -> Table:
 
 
 @app.command()
-def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C"),
+def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C (not a terminal: a "
+                                                                     "timestamped table every max(interval, 5) s)"),
            interval: float = typer.Option(2.0, help="seconds between refreshes with --watch"),
            wide: bool = typer.Option(False, "--wide", help="every column, even if the terminal is too narrow")) -> None:
     """A table per stage: run state, cores/partitions, p95 latency, rows/s in and out, backlog,
@@ -712,6 +713,12 @@ def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
             console.print(status_table(wide))
             console.print(Text(_last_report_line()), soft_wrap=wide)
             return
+        if not console.is_terminal:  # piped (`make demo | tee`): Live would print nothing; a table per refresh
+            while True:
+                console.print(f"-- {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC", highlight=False)
+                console.print(status_table(wide))
+                console.file.flush()
+                time.sleep(max(interval, 5.0))
         with Live(status_table(wide), console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(interval)
