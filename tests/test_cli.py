@@ -250,3 +250,40 @@ def test_status_shows_the_quarantine_query_s_backlog_when_it_lags(clean_db):
     result = runner.invoke(app, ["status", "--wide"], env={"COLUMNS": "250"})
     line = next(ln for ln in result.output.splitlines() if "w.s" in ln)
     assert "0 (q 7)" in line, line
+
+
+def test_gen_stop_stops_one_stage_s_background_generator_then_the_rest(tmp_path, monkeypatch):
+    """Issue 26: only `down` stopped the generators (and everything else with them)."""
+    import time
+
+    import yaml
+
+    from streamops import processes
+    from streamops.paths import state_dir
+
+    apps = tmp_path / "apps.yaml"
+    apps.write_text(yaml.safe_dump({"pools": {"p": {"cores": 2}}, "apps": {"g": {
+        "r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+        "stages": {n: {"workload": "wordcount", "source": {"kind": "files", "path": f"g/{n}"},
+                       "cores": {"initial": 1, "max": 1}, "pool": "p"} for n in ("a", "b")}}}}))
+    monkeypatch.setenv("STREAMOPS_APPS", str(apps))
+    for sid in ("g.a", "g.b"):
+        result = runner.invoke(app, ["gen", sid, "--background", "--duration", "600"])
+        assert result.exit_code == 0, result.output
+    pids = {sid: processes.read_pid(state_dir() / "run" / f"gen-{sid}.pid") for sid in ("g.a", "g.b")}
+    try:
+        assert all(pid and processes.is_alive(pid) for pid in pids.values()), pids
+        result = runner.invoke(app, ["gen", "--stop", "g.a"])
+        assert result.exit_code == 0 and "generator g.a stopped" in result.output, result.output
+        deadline = time.monotonic() + 30
+        while processes.is_alive(pids["g.a"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not processes.is_alive(pids["g.a"]) and processes.is_alive(pids["g.b"])
+        result = runner.invoke(app, ["gen", "--stop"])
+        assert "generator g.b stopped" in result.output, result.output
+        assert "no background generator" in runner.invoke(app, ["gen", "--stop"]).output
+        assert runner.invoke(app, ["gen"]).exit_code == 2, "STAGE is required without --stop"
+    finally:
+        for pid in pids.values():
+            if pid and processes.is_alive(pid):
+                processes.stop(pid, grace_s=5)

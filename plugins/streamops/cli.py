@@ -640,17 +640,27 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
 
 # -- generator ---------------------------------------------------------------------------------
 @app.command()
-def gen(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage whose input directory to feed"),
+def gen(stage: Optional[str] = typer.Argument(None, metavar="STAGE", help="app.stage whose input directory to feed "
+                                                                          "(with --stop: the one to stop; none: all)"),
         trace: str = typer.Option("constant:rate=100", help="rate trace, e.g. 'ramp:start_rate=200,doubling_s=500'"),
         duration: float = typer.Option(60, help="seconds to generate"),
         seed: int = typer.Option(1, help="seed: same seed and start, same files"),
         garbage: float = typer.Option(0.0, help="fraction of malformed records (0.01 = 1 %)"),
         tick: float = typer.Option(1.0, help="seconds per published file"),
         fast: bool = typer.Option(False, help="write all files at once instead of pacing in real time"),
-        background: bool = typer.Option(False, help="detach and log under .streamops/logs")) -> None:
+        background: bool = typer.Option(False, help="detach and log under .streamops/logs"),
+        stop: bool = typer.Option(False, "--stop", help="stop the background generator of STAGE (none: all of them); "
+                                                        "the stages keep running")) -> None:
     """Write replayable JSON files into a stage's input directory at a rate that follows a trace."""
     from streamops import generator
 
+    if stop:
+        stopped = _stop_generators(stage)
+        if not stopped:
+            _say(f"no background generator{f' of {stage}' if stage else ''} is running")
+        return
+    if stage is None:
+        _fail("STAGE is required (app.stage), unless --stop", 2)
     reg = _load_registry()
     try:
         app_name, name, st = reg.stage(stage)
@@ -688,6 +698,22 @@ def _spawn_generator(sid: str, argv: list[str]) -> None:
     proc = processes.spawn_detached([sys.executable, "-m", "streamops.cli", *args], log_path=log_path,
                                     pid_file=state_dir() / "run" / f"gen-{sid}.pid")
     _say(f"{sid}: generator running in the background (pid {proc.pid}, log {log_path})")
+
+
+def _stop_generators(sid: str | None = None) -> list[str]:
+    """SIGTERM the background generator of `sid` (None: every one); each finishes its tick and exits."""
+    from streamops import processes
+
+    run_dir = state_dir() / "run"
+    stopped = []
+    for pid_file in sorted(run_dir.glob(f"gen-{sid or '*'}.pid")) if run_dir.exists() else []:
+        pid = processes.read_pid(pid_file)
+        if pid is not None and processes.is_alive(pid) and processes.send(pid, signal.SIGTERM):
+            name = pid_file.stem.removeprefix("gen-")
+            stopped.append(name)
+            _say(f"generator {name} stopped")
+        pid_file.unlink()
+    return stopped
 
 
 # -- status ------------------------------------------------------------------------------------
@@ -836,11 +862,7 @@ def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded
         processes.stop(sup_pid, grace_s=30)
         _say(f"supervisor {sup_pid} stopped (its spares with it)")
     (run_dir / "supervisor.pid").unlink(missing_ok=True)  # stopped on purpose: not to be restarted
-    for pid_file in sorted(run_dir.glob("gen-*.pid")) if run_dir.exists() else []:
-        pid = processes.read_pid(pid_file)
-        if pid is not None and processes.send(pid, signal.SIGTERM):  # it finishes its tick and exits
-            _say(f"generator {pid_file.stem.removeprefix('gen-')} stopped")
-        pid_file.unlink()
+    _stop_generators()
     try:
         reg = _load_registry()
         live = [r.stage_id for r in db.rows("stage_status") if r.status in ("starting", "running", "stopping")]
