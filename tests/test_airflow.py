@@ -384,6 +384,8 @@ def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
             assert api.wait("streamops_reconfigure", noop["dag_run_id"], timeout_s=300)["state"] == "failed"
             log = api.task_log("streamops_reconfigure", noop["dag_run_id"], "reconfigure")
             assert "nothing to change: the stage already runs with 1 cores; not restarting it" in log, log[-2000:]
+            why = api.failure("streamops_reconfigure", noop["dag_run_id"])  # what `trigger --wait` prints
+            assert why.startswith("reconfigure: ") and "nothing to change" in why, why
             assert _live(clean_db).id == running.id, "the stage was not restarted"
             with clean_db.connect() as conn:
                 assert conn.execute(text("SELECT count(*) FROM reconfigurations WHERE stage_id = :s"),

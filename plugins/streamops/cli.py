@@ -242,14 +242,17 @@ def airflow_trigger(dag_id: str = typer.Argument(..., help="e.g. streamops_deplo
             api.wait_for_dags([dag_id], timeout_s=180)  # right after `airflow up` the files may be unparsed
             run = api.trigger(dag_id, json.loads(conf))
             _say(f"{dag_id}: run {run['dag_run_id']} {run['state']}")
+            why = None
             if wait:
                 run = api.wait(dag_id, run["dag_run_id"], progress=_say)
+                if run["state"] != "success":  # the reason is in the failed task's log: say it here
+                    why = api.failure(dag_id, run["dag_run_id"])
     except (AirflowAPIError, json.JSONDecodeError, TimeoutError) as e:
         _fail(str(e))
     except Exception as e:  # httpx connection errors: Airflow is not up
         _fail(f"cannot reach Airflow at {s.base_url}: {e} (start it with `streamops airflow up`)")
     if wait and run["state"] != "success":
-        _fail(f"{dag_id}: run {run['dag_run_id']} {run['state']}")
+        _fail(f"{dag_id}: run {run['dag_run_id']} {run['state']}" + (f": {why}" if why else ""))
 
 
 # -- registry and stages -----------------------------------------------------------------------

@@ -76,6 +76,25 @@ class AirflowClient:
             return "\n".join(_log_line(c) for c in content)
         return str(content)
 
+    def failure(self, dag_id: str, run_id: str) -> str | None:
+        """Why a run failed: its first failed task and that task's exception ("task: Type: message"),
+        as the end of the task's log in the UI shows it; None when no task failed."""
+        failed = [t for t in self.task_instances(dag_id, run_id) if t.get("state") == "failed"]
+        if not failed:
+            return None
+        t = failed[0]
+        doc = self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{t['task_id']}/logs/"
+                                f"{t.get('try_number') or 1}", f"log of {t['task_id']}", params={"full_content": True})
+        content = doc.get("content", "")
+        lines = content if isinstance(content, list) else str(content).splitlines()
+        for line in reversed(lines):  # a structured line's exception is in error_detail
+            detail = line.get("error_detail") if isinstance(line, dict) else None
+            if detail:
+                exc = detail[-1]
+                return f"{t['task_id']}: {exc.get('exc_type')}: {exc.get('exc_value')}"
+        text = [_log_line(x) for x in lines if "Error" in _log_line(x) or "Exception" in _log_line(x)]
+        return f"{t['task_id']}: {text[-1][:500]}" if text else f"{t['task_id']} failed (no error in its log)"
+
     def wait(self, dag_id: str, run_id: str, timeout_s: float = 600, progress=lambda _: None) -> dict:
         """Poll until the run is finished; returns it (state success or failed)."""
         seen = {"state": None}
