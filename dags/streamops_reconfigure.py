@@ -20,7 +20,8 @@ CHOICES = choices()
     doc_md="""
 ### Reconfigure a stage
 Scale out, scale in or migrate a live stateful stage with one of the mechanisms of
-`docs/reconfiguration.md` (pause–resume, pre-staged checkpoint, active backup). The task log
+`docs/reconfiguration.md` (by default `auto`: the cost rule picks live, active backup,
+in-driver, pre-staged or pause–resume, and the log says why). The task log
 shows every phase and the measured downtime (the output gap). A new run that fails is rolled
 back and the task fails with the reason. **resume-pending** realizes what re-plan granted.
 
@@ -38,7 +39,11 @@ changes to one stage, whoever asks.
                             description="target state partitions (offline repartition)"),
         "pool": Param(None, type=["null", "string"], enum=[None, *CHOICES["pools"]],
                       description="target pool (migrate)"),
-        "mechanism": Param("pause_resume", enum=CHOICES["mechanisms"]),
+        "mechanism": Param("auto", enum=CHOICES["mechanisms"],
+                           description="auto: the cost rule a policy's grant uses, the smallest outage the pool "
+                                       "allows: live on a standalone pool when whole executors and the state's key "
+                                       "groups allow it; else active_backup with room for both runs, in_driver, "
+                                       "prestaged or pause_resume. The task log names the one chosen and why."),
     },
     # Not retried: a failed reconfiguration was rolled back, and repeating it is a new decision.
     default_args={"retries": 0},

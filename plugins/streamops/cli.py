@@ -422,7 +422,9 @@ def reconfigure(
     cores: Optional[int] = typer.Option(None, help="target cores (within the stage's min/max)"),
     partitions: Optional[int] = typer.Option(None, help="target state partitions (offline repartition)"),
     pool: Optional[str] = typer.Option(None, help="target pool (migration)"),
-    mechanism: str = typer.Option("pause_resume", help="live | in_driver | pause_resume | prestaged | active_backup (docs/reconfiguration.md)"),
+    mechanism: str = typer.Option("auto", help="auto (the cost rule, as for a policy's grant: the smallest outage the "
+                                               "resources allow) | live | in_driver | pause_resume | prestaged | "
+                                               "active_backup (docs/reconfiguration.md)"),
     pending: bool = typer.Option(False, "--pending", help="realize every pending reconfiguration (granted by replan)"),
     resume: bool = typer.Option(False, "--resume", help="also finish or roll back what a dead executor left running"),
     wait: bool = typer.Option(True, "--wait/--no-wait",

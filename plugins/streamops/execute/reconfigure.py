@@ -66,18 +66,23 @@ class Outcome:
     detail: str
 
 
+AUTO = "auto"  # no mechanism named: `choose_mechanism`'s cost rule, at execution
+
+
 def request(stage_ref: str, action: str, *, cores: int | None = None, partitions: int | None = None,
             pool: str | None = None, mechanism: str = "pause_resume", reg: registry.Registry | None = None,
             requested_by: str | None = None) -> int:
     """Persist a user's reconfiguration as `pending` (first step of every manual change), after
-    `plan.change.validate_change`: a refused request records nothing and stops nothing."""
+    `plan.change.validate_change`: a refused request records nothing and stops nothing.
+    `auto`: the cost rule picks the mechanism when it runs, as for a policy's grant."""
     reg = reg or registry.load()
-    if mechanism not in MECHANISMS:
-        raise InvalidChange(f"unknown mechanism {mechanism!r}; available: {', '.join(MECHANISMS)}")
+    if mechanism != AUTO and mechanism not in MECHANISMS:
+        raise InvalidChange(f"unknown mechanism {mechanism!r}; available: {AUTO}, {', '.join(MECHANISMS)}")
     sid = stage_of(reg, stage_ref)
     change = validate_change(reg, sid, action, cores=cores, partitions=partitions, pool=pool,
                              current=stages.current(sid))
-    rid = rstore.create_user_request(sid, change.action, change.cores, change.pool, change.partitions, mechanism,
+    rid = rstore.create_user_request(sid, change.action, change.cores, change.pool, change.partitions,
+                                     None if mechanism == AUTO else mechanism,
                                      requested_by or f"user:{getpass.getuser()}")
     if rid is None:
         raise ReconfigurationBusy(f"stage {sid} already has a pending or running reconfiguration (or never ran)")

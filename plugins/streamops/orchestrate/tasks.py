@@ -33,7 +33,7 @@ def choices() -> dict[str, list[str]]:
         "apps": sorted(reg.apps),
         "stages": sorted(registry.stage_id(a, s) for a, s, _ in reg.stages()),
         "pools": sorted(reg.pools),
-        "mechanisms": list(MECHANISMS),
+        "mechanisms": ["auto", *MECHANISMS],
         # The form's cores field: the widest bound; each stage's own is checked by the task.
         "max_cores": max((st.cores.max for _, _, st in reg.stages()), default=1),
         "cores_bounds": ", ".join(f"{registry.stage_id(a, s)} {st.cores.min}–{st.cores.max}"
@@ -121,7 +121,7 @@ def replan(app: str) -> list[dict[str, Any]]:
 
 # -- streamops_reconfigure --------------------------------------------------------------------
 def reconfigure(stage: str, action: str, cores: int | None = None, partitions: int | None = None,
-                pool: str | None = None, mechanism: str = "pause_resume",
+                pool: str | None = None, mechanism: str = "auto",
                 requested_by: str = "user:airflow-ui") -> dict[str, Any]:
     """Realize one reconfiguration of `stage` and log every phase; `resume-pending` realizes the
     stage's pending one (granted by re-plan). Raises unless it ends `done`."""
