@@ -157,8 +157,14 @@ def test_status_is_readable_at_80_columns(clean_db):
         assert header in result.output
     words = " ".join(result.output.split())  # the caption wraps at 80 columns
     assert "hidden to fit 80 columns" in words and "--wide" in words
+    header = next(ln for ln in table if "stage" in ln and "state" in ln)
+    for first in ("cores", "p95 ms", "in/s", "backlog", "beat"):  # what an operator needs first (issue 26)
+        assert first in header, header
+    hidden = words.split("hidden to fit 80 columns: ")[1].split(" (--wide")[0].split(", ")
+    assert "replicas" in hidden and "batch" in hidden, "a column of 1s goes before beat, failures and the plan"
     wide = runner.invoke(app, ["status", "--wide"], env={"COLUMNS": "80"})
     assert wide.exit_code == 0 and "fail 24h" in wide.output
+    assert "…" not in wide.output, "--wide never cuts a cell"
 
 
 @pytest.mark.db

@@ -741,7 +741,7 @@ def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
 
     try:
         if not watch:
-            console.print(status_table(wide))
+            console.print(status_table(wide), crop=not wide)  # --wide: the terminal wraps or scrolls, no cell cut
             console.print(Text(_last_report_line()), soft_wrap=wide)
             return
         if not console.is_terminal:  # piped (`make demo | tee`): Live would print nothing; a table per refresh

@@ -23,22 +23,27 @@ class Column:
     explain: str = ""  # for the caption
 
 
+# In the order an operator reads them; `keep` ranks what stays on a narrow terminal: what runs
+# and how fast (stage, state, cores, p95), whether it keeps up (in/s, backlog, beat), what is
+# wrong or coming (fail 24h, plan, quar.), then where (pool, out/s), then the rest.
 COLUMNS = [
     Column("stage", "left", 0),
     Column("state", "left", 0),
     Column("cores", "right", 1, "cores: executor cores/state partitions"),
     Column("p95 ms", "right", 1, "p95 ms: latency of the latest batch with input in the last minute (idle: none)"),
     Column("in/s", "right", 2, "in/s, out/s: rows per second over the last minute"),
-    Column("backlog", "right", 3, "backlog: input files not yet read (q N: the quarantine query's, when behind)"),
+    Column("backlog", "right", 2, "backlog: input files not yet read (q N: the quarantine query's, when behind)"),
     Column("beat", "right", 3, "beat: heartbeat age"),
-    Column("pool", "left", 4, "pool: where the run is"),
-    Column("replicas", "left", 2, "replicas: live/wanted, and the one that leads (least input left)"),
+    Column("fail 24h", "right", 3, "fail 24h: failures handled in the last day"),
     Column("plan", "left", 4, "plan: granted or deferred reconfiguration"),
+    Column("quar.", "right", 4, "quar.: quarantined lines"),
+    Column("pool", "left", 5, "pool: where the run is"),
     Column("out/s", "right", 5),
-    Column("fail 24h", "right", 5, "fail 24h: failures handled in the last day"),
-    Column("quar.", "right", 6, "quar.: quarantined lines"),
-    Column("batch", "right", 6, "batch: latest batch id"),
+    Column("replicas", "left", 6, "replicas: live/wanted, and the one that leads (least input left)"),
+    Column("batch", "right", 7, "batch: latest batch id"),
 ]
+# A column with nothing to tell (every stage has one replica) goes first.
+_ONLY_DEFAULT = {"replicas": "1"}
 _COLORS = {"running": "green", "starting": "yellow", "stopping": "yellow", "failed": "red", "refused": "red"}
 
 
@@ -97,8 +102,13 @@ def _width(columns: list[Column], rows: list[dict[str, str]]) -> int:
 def fit(rows: list[dict[str, str]], width: int) -> tuple[list[Column], list[Column]]:
     """(shown, hidden) columns: drop the least important until the table fits `width`."""
     shown = list(COLUMNS)
+
+    def rank(c: Column) -> int:
+        dull = c.header in _ONLY_DEFAULT and all(row[c.header] == _ONLY_DEFAULT[c.header] for row in rows)
+        return 99 if dull else c.keep
+
     while _width(shown, rows) > width and len(shown) > 2:
-        drop = max(range(len(shown)), key=lambda i: (shown[i].keep, i))
+        drop = max(range(len(shown)), key=lambda i: (rank(shown[i]), i))
         shown.pop(drop)
     return shown, [c for c in COLUMNS if c not in shown]
 
@@ -122,6 +132,8 @@ def status_table(rows, width: int | None, now: datetime | None = None) -> Table:
     notes = [n for _, ns in built for n in ns]
     t = Table(title=f"streamops stages · {(now or datetime.now()):%H:%M:%S}", header_style="bold",
               caption=_caption(explain, notes, width), caption_justify="left")
+    if width is None:  # --wide: its natural width, never squeezed into "…" (print it with crop=False)
+        t.width = _width(shown, data)
     for c in shown:
         t.add_column(c.header, justify=c.justify, no_wrap=c.header in ("stage", "state"))
     for row in data:
