@@ -534,3 +534,38 @@ def test_retention_deletes_old_rows_of_every_growing_table_but_each_stage_s_last
 def test_retention_refuses_zero_days(rdb):
     with pytest.raises(Exception, match="keep_days must be at least 1"):
         retention.apply_retention(keep_days=0, engine=rdb)
+
+
+def test_a_change_s_excess_gap_is_its_gap_beyond_the_stage_s_own_commit_interval(rdb):
+    """Issue 26: a no-op's "output gap" was 6.7 s and a real live scale-out's 6.5 s: a stage that
+    commits every 6-7 s shows that gap with no change at all. The excess over the stage's commit
+    interval in the minute before is ~0 for a no-op, and the pause itself for a stop."""
+    from streamops.store import reconfigurations as rstore
+
+    add_app(rdb, "g", stages={"s": 4000}, created_at=datetime.now(timezone.utc) - timedelta(hours=1))
+    with rdb.connect() as conn:
+        dep = conn.execute(text("SELECT id FROM deployments WHERE stage_id = 'g.s'")).scalar_one()
+    now = datetime.now(timezone.utc)
+
+    def commits(times: list[datetime], first_batch: int) -> None:
+        with rdb.begin() as conn:
+            for i, t in enumerate(times):
+                conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
+                                  "VALUES ('g.s', :d, :b, 5, :t)"), {"d": dep, "b": first_batch + i, "t": t})
+
+    # Every 6.5 s for the last two minutes; the "change" at -30 s changed nothing.
+    commits([now - timedelta(seconds=120 - 6.5 * i) for i in range(19)], 0)
+    gap, interval = rstore.output_gap("g.s", now - timedelta(seconds=30))
+    assert round(interval) == 6500 and abs(gap - interval) < 1, (gap, interval)
+    noop = add_reconfiguration(rdb, "g.s", "g", now, gap, commit_interval_ms=interval, requested_at=now)
+
+    with rdb.begin() as conn:
+        conn.execute(text("DELETE FROM sink_commits WHERE stage_id = 'g.s' AND committed_at > :t"),
+                     {"t": now - timedelta(seconds=40)})  # then a 40 s stop: nothing committed until now
+    commits([now + timedelta(milliseconds=500)], 100)
+    gap, interval = rstore.output_gap("g.s", now - timedelta(seconds=30))
+    stop = add_reconfiguration(rdb, "g.s", "g", now, gap, commit_interval_ms=interval, requested_at=now)
+
+    rows = {r["id"]: r for r in view(rdb, "reconfigurations", day=now.date())}
+    assert rows[noop]["excess_gap_ms"] < 1 and rows[noop]["downtime_s"] > 6, rows[noop]
+    assert round(rows[stop]["excess_gap_ms"]) == 42_500 - 6_500, rows[stop]  # the last commit was at -42 s

@@ -1,6 +1,7 @@
 -- One row per reconfiguration: what changed, by which mechanism, who or what asked (a policy
 -- through its Operator Manager request, or a user), the Application Manager's decision, every
--- phase stamp, the measured downtime, the outcome and the rollback reason. `day` is the day it
+-- phase stamp, the measured downtime (the raw output gap, and its excess over the stage's own
+-- commit interval), the outcome and the rollback reason. `day` is the day it
 -- was requested (server TimeZone). Small tables: a plain view, filters apply directly.
 CREATE VIEW reporting.reconfigurations AS
 SELECT r.id,
@@ -16,6 +17,11 @@ SELECT r.id,
        r.requested_at, r.stop_requested_at, r.stopped_at, r.state_ready_at, r.restarted_at,
        r.first_batch_done_at, r.caught_up_at, r.finished_at,
        r.downtime_ms, r.downtime_ms / 1000.0            AS downtime_s,
+       -- the stage's own commit interval in the minute before, and the gap beyond it: what the
+       -- change cost (a live change, or none, shows about one interval of raw gap)
+       r.commit_interval_ms,
+       GREATEST(0, r.downtime_ms - COALESCE(r.commit_interval_ms, 0)) AS excess_gap_ms,
+       GREATEST(0, r.downtime_ms - COALESCE(r.commit_interval_ms, 0)) / 1000.0 AS excess_gap_s,
        r.repartition_ms, r.state_bytes,
        r.status, r.outcome, r.rollback_reason,
        r.old_deployment_id, r.new_deployment_id

@@ -164,11 +164,11 @@ def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_
         gate_failure = _quality_gate(ex, dep.id, gate, since=ex.changed_at)
         if gate_failure:
             raise RuntimeError(gate_failure)
-        downtime = rstore.output_gap_ms(ex.stage_id, started)
+        downtime, interval = rstore.output_gap(ex.stage_id, started)
         outcome = f"{ex.row.action} done with {mech.name}"
         if behind:
             outcome += f"; still {behind} input files behind after {ex.deadlines.caught_up_s:.0f}s"
-        rstore.finish(rid, "done", outcome, None, downtime)
+        rstore.finish(rid, "done", outcome, None, downtime, interval)
         if ex.rollback_copy is not None:
             shutil.rmtree(ex.rollback_copy, ignore_errors=True)
         ex.progress(f"{ex.stage_id}: done; output gap {downtime / 1000:.1f}s")
@@ -208,8 +208,8 @@ def _rolled_back(ex: Execution, mech: Mechanism, reason: str, started: datetime,
     rid = ex.row.id
     try:
         mech.rollback(ex, reason)
-        downtime = rstore.output_gap_ms(ex.stage_id, started)
-        rstore.finish(rid, "rolled_back", "rolled back to the previous configuration", reason, downtime)
+        downtime, interval = rstore.output_gap(ex.stage_id, started)
+        rstore.finish(rid, "rolled_back", "rolled back to the previous configuration", reason, downtime, interval)
         return Outcome(rid, ex.stage_id, "rolled_back", downtime, time.monotonic() - started_mono, reason)
     except Exception as e2:
         detail = f"{reason}; rollback failed too: {str(e2).splitlines()[0] if str(e2) else type(e2).__name__}"

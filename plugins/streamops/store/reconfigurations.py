@@ -52,12 +52,14 @@ def stamp(rid: int, phase: str) -> None:
     db.write("reconfiguration_phase", id=rid, phase=phase)
 
 
-def finish(rid: int, status: str, outcome: str, rollback_reason: str | None, downtime_ms: float | None) -> bool:
+def finish(rid: int, status: str, outcome: str, rollback_reason: str | None, downtime_ms: float | None,
+           commit_interval_ms: float | None = None) -> bool:
     """Record the outcome of a reconfiguration in flight; False (and a warning) when it was
     finished already: whoever finished it first (its executor, or a recovery that took it over
-    after the stage lock was lost) keeps its word."""
+    after the stage lock was lost) keeps its word. `commit_interval_ms`: the stage's own, before
+    the change (`output_gap`)."""
     done = db.write("reconfiguration_finish", id=rid, status=status, outcome=outcome, rollback_reason=rollback_reason,
-                    downtime_ms=downtime_ms) is not None
+                    downtime_ms=downtime_ms, commit_interval_ms=commit_interval_ms) is not None
     if not done:
         log.warning("reconfiguration %d: action=finish refused (%s): it was finished already", rid, status)
     return done
@@ -97,14 +99,19 @@ def active_stage_ids() -> set[str]:
 
 
 # -- measurements ------------------------------------------------------------------------------------
-def output_gap_ms(stage_id: str, since: datetime) -> float:
-    """The longest gap between the stage's output commits from its last commit before `since` until now."""
+def output_gap(stage_id: str, since: datetime) -> tuple[float, float | None]:
+    """(the longest gap between the stage's output commits from its last commit before `since`
+    until now, the stage's own commit interval in the minute before `since`), in ms. A change's
+    cost is the excess of the first over the second: a live change, or none, shows one interval."""
     with db.connection() as conn:
         before = conn.execute(db.query("last_commit_before"), {"stage_id": stage_id, "ts": since}).scalar()
-        return conn.execute(db.query("commit_gap"), {
+        gap = conn.execute(db.query("commit_gap"), {
             "stage_id": stage_id, "from_ts": before or since,
             "to_ts": datetime.now(timezone.utc) + timedelta(seconds=1),
         }).scalar_one()
+        interval = conn.execute(db.query("commit_interval"), {"stage_id": stage_id, "ts": since}).scalar()
+    return gap, interval
+
 
 
 def gate_progress(dep_id: int, since: datetime | None = None) -> tuple[int, int]:
