@@ -290,6 +290,27 @@ def test_a_response_peak_far_above_r_max_is_drawn_on_a_log_scale(monkeypatch):
         assert scales[-1] == scale
 
 
+def test_a_cold_start_spike_is_clipped_so_the_steady_response_stays_readable(monkeypatch):
+    """Issue 26: first batches of 37-55 s stretched the axis until a steady 5-7 s was a flat band."""
+    from datetime import datetime, timezone
+
+    from streamops.report import charts
+
+    seen = []
+    real_png = charts._png
+    monkeypatch.setattr(charts, "_png", lambda fig: seen.append(fig.axes[0]) or real_png(fig))
+    t0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    ts = [t0 + timedelta(seconds=10 * i) for i in range(200)]
+    resp = [55_000.0, 37_000.0] + [6000.0 + 500 * (i % 3) for i in range(198)]
+    charts.response_chart("a", ts, resp, resp, [1] * 200, 5000, 0.75, [charts.Marker(ts[50], "scale_out", "1")], [],
+                          title="t")
+    top = seen[-1]
+    assert top.get_yscale() == "linear" and top.get_ylim()[1] < 10_000, top.get_ylim()
+    notes = [t.get_text() for t in top.texts]
+    assert any("clipped: peak 55,000 ms at 00:00" in n for n in notes), notes
+    assert top.title.get_text() == "" and top.get_title(loc="left") == "t"
+
+
 @pytest.mark.db
 def test_missed_nights_are_backfilled_oldest_first(clean_db, tmp_path, monkeypatch):
     """Nights with metrics but no report (the scheduler was down) are found; reported ones are not."""

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 # Colours by reconfiguration action; anything else is grey.
 ACTION_COLOURS = {"scale_out": "#2a7ab0", "scale_in": "#7a4fb0", "migrate": "#c77c0e"}
 FAILURE_COLOUR = "#d62728"
+CLIP_ABOVE = 1.5  # a peak this far above the axis's 98th-percentile top is clipped and annotated
 LOG_SCALE_ABOVE = 20  # response peaks beyond 20 × R_max switch the chart to a log scale
 
 
@@ -66,9 +67,22 @@ def response_chart(app: str, ts: list[datetime], response_ms: list[float | None]
         top.set_ylim(min([beta * r_max_ms, *(v for v in finite if v > 0)]) / 2, peak * 2)
         top.set_ylabel("response time (ms, log)")
     else:
-        top.set_ylim(0, peak * 1.05)
+        # A cold start's first batches (tens of seconds once) would stretch the axis until the
+        # steady response reads as a flat band: the axis ends at the 98th percentile, and what
+        # lies above is clipped and said.
+        ordered = sorted(finite)
+        typical = ordered[int(0.98 * (len(ordered) - 1))] if ordered else 0.0
+        top_ms = max(r_max_ms * 1.25, typical) * 1.1
+        if peak > top_ms * CLIP_ABOVE:
+            at = ts[max(range(len(resp)), key=lambda i: max(-1.0 if math.isnan(v) else v for v in (resp[i], worst[i])))]
+            top.set_ylim(0, top_ms)
+            top.annotate(f"↑ clipped: peak {peak:,.0f} ms at {at:%H:%M} UTC", (0.99, 0.97), xycoords="axes fraction",
+                         ha="right", va="top", fontsize=8, color="#555555")
+        else:
+            top.set_ylim(0, peak * 1.05)
         top.set_ylabel("response time (ms)")
-    top.set_title(title, loc="left", fontsize=11)
+    # pad: the reconfiguration and failure labels above the plot stay clear of the title
+    top.set_title(title, loc="left", fontsize=11, pad=24)
     bottom.step(ts, [nan if c is None else c for c in cores], where="post", color="#238b45", linewidth=1.4)
     bottom.set_ylabel("cores")
     bottom.set_ylim(0, max([1, *(c for c in cores if c is not None)]) + 1)
