@@ -236,6 +236,16 @@ def test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db):
     assert wanted() == (1, None)
 
 
+def _two_runs(conn, t0, second_status: str) -> tuple[int, int]:
+    """Stage r.s's run that failed at `t0`, and its restart 30 s later, in `second_status`."""
+    from datetime import timedelta
+
+    return tuple(conn.execute(text(
+        "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+        "started_at) VALUES ('r.s', 'p', 1, 2, '{}', 'local', '/c', :st, :at) RETURNING id"),
+        {"st": st, "at": at}).scalar_one() for st, at in (("failed", t0), (second_status, t0 + timedelta(seconds=30))))
+
+
 @pytest.mark.db
 def test_a_failure_whose_restart_committed_late_is_closed_at_that_commit(clean_db):
     """The recovery stopped waiting (its restart's first output came after `wait_s`): the failure
@@ -247,10 +257,7 @@ def test_a_failure_whose_restart_committed_late_is_closed_at_that_commit(clean_d
     test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)  # stage r.s, registered
     t0 = datetime.now(timezone.utc) - timedelta(minutes=10)
     with clean_db.begin() as conn:
-        old, new = [conn.execute(text(
-            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
-            "started_at) VALUES ('r.s', 'p', 1, 2, '{}', 'local', '/c', :st, :at) RETURNING id"),
-            {"st": st, "at": at}).scalar_one() for st, at in (("failed", t0), ("running", t0 + timedelta(seconds=30)))]
+        old, new = _two_runs(conn, t0, "running")
         conn.execute(text("INSERT INTO failures (stage_id, app, deployment_id, kind, detail, failed_at, last_commit_at) "
                           "VALUES ('r.s', 'r', :d, 'dead_pid', 'x', :f, :c)"),
                      {"d": old, "f": t0, "c": t0 - timedelta(seconds=2)})
@@ -276,10 +283,7 @@ def test_a_second_fault_after_a_committed_restart_is_a_failure_of_its_own(clean_
     test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)  # stage r.s, registered
     t0 = datetime.now(timezone.utc) - timedelta(minutes=10)
     with clean_db.begin() as conn:
-        old, new = [conn.execute(text(
-            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
-            "started_at) VALUES ('r.s', 'p', 1, 2, '{}', 'local', '/c', :st, :at) RETURNING id"),
-            {"st": st, "at": at}).scalar_one() for st, at in (("failed", t0), ("failed", t0 + timedelta(seconds=30)))]
+        old, new = _two_runs(conn, t0, "failed")
         conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
                           "VALUES ('r.s', :d, 5, 10, :at)"), {"d": new, "at": t0 + timedelta(seconds=40)})
     first, _, created = failures.open_failure("r.s", "r", old, "dead_pid", "one", t0)
