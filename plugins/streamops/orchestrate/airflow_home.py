@@ -230,9 +230,9 @@ def up(s: AirflowSite, wait_s: float = 240, progress=lambda _: None) -> float:
 def down(s: AirflowSite, timeout_s: float = 30) -> list[str]:
     """SIGTERM every component's process group, SIGKILL what is left after `timeout_s`."""
     procs = running(s)
-    processes.stop_all(procs.values(), grace_s=timeout_s, group=True)
-    for c in COMPONENTS:
+    for c in COMPONENTS:  # first: the supervisor's ComponentKeeper restarts a dead component whose file is left
         _pid_file(s, c).unlink(missing_ok=True)
+    processes.stop_all(procs.values(), grace_s=timeout_s, group=True)
     return list(procs)
 
 
