@@ -8,10 +8,23 @@ from typer.testing import CliRunner
 from streamops.cli import app
 
 runner = CliRunner()
-COMMANDS = [[], ["gc"], ["db"], ["db", "up"], ["db", "down"], ["db", "status"], ["deploy"], ["start"], ["stop"],
-            ["replan"], ["reconfigure"], ["prestage"], ["release"], ["sim"], ["bench"],
-            ["gen"], ["status"], ["report"], ["down"], ["airflow"], ["airflow", "up"], ["airflow", "down"], ["airflow", "status"],
-            ["airflow", "logins"], ["airflow", "trigger"]]
+def _commands(group=None, path=()) -> list[list[str]]:
+    """Every command and group of the CLI, read from the app itself: a new one cannot be missed."""
+    import typer
+
+    group = group or typer.main.get_command(app)
+    out = [list(path)]
+    for name, cmd in getattr(group, "commands", {}).items():
+        out += _commands(cmd, (*path, name)) if hasattr(cmd, "commands") else [[*path, name]]
+    return out
+
+
+COMMANDS = _commands()
+
+
+def test_the_command_list_is_the_whole_cli():
+    names = {" ".join(c) for c in COMMANDS}
+    assert {"spark up", "supervise", "fault", "gen", "airflow trigger", "db status"} <= names, sorted(names)
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "streamops")
