@@ -187,8 +187,13 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
         growing = any(w.backlog_growth_rps > 0 for w in app_windows)
         state = saved.get(a.name, AppState(tokens=opts.capacity))
         # Refused before the token bucket sees them: no token is spent on them (plan.change).
-        refused = [(r, why) for r in open_by_app.get(a.name, []) if (why := grant_refusal(r, stages_now.get(r.stage_id)))]
-        asking = [r for r in open_by_app.get(a.name, []) if all(r is not x for x, _ in refused)]
+        refused, asking = [], []
+        for r in open_by_app.get(a.name, []):
+            why = grant_refusal(r, stages_now.get(r.stage_id))
+            if why:
+                refused.append((r, why))
+            else:
+                asking.append(r)
         decisions, new_state = application_cycle(view, opts, state, asking, response, growing, now)
         decisions = [Decision(r, "declined", why, new_state.tokens, new_state.tokens) for r, why in refused] + decisions
         results.append(AppCycle(a.name, [(d, None) for d in decisions], new_state.tokens, response))
