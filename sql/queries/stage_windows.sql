@@ -1,7 +1,8 @@
 -- Every live stage's recent window, aggregated in one set-based pass (no query per stage).
 -- The window is the last window_s seconds before :now, minus the stabilization period after
 -- the stage last settled: its run's start, or the end of its last reconfiguration (a live
--- change keeps the run, but the metrics before it describe a configuration that is gone).
+-- change keeps the run, but the metrics before it describe a configuration that is gone; a
+-- cancelled one changed nothing).
 -- While a change is pending or running there is no window. span_s says how much of the window
 -- that leaves. A stage's policy params may set window_s and stabilization_s; :window_s and
 -- :stab_s are the defaults.
@@ -12,7 +13,8 @@ WITH live AS (
                              WHERE r.stage_id = d.stage_id AND r.status IN ('pending', 'running'))
                 THEN CAST(:now AS timestamptz)  -- the window starts after the change
                 ELSE GREATEST(COALESCE(d.running_at, d.started_at),
-                              (SELECT max(r.finished_at) FROM reconfigurations r WHERE r.stage_id = d.stage_id))
+                              (SELECT max(r.finished_at) FROM reconfigurations r
+                               WHERE r.stage_id = d.stage_id AND r.status <> 'cancelled'))
            END AS settled_at
     FROM deployments d
     WHERE d.status = 'running' AND d.role = 'primary'
