@@ -8,7 +8,6 @@ database (and everything else using it) never goes away.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
