@@ -29,3 +29,18 @@ def data_dir() -> Path:
     d = state_dir() / "data"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def write_private(path: Path, text: str, owner: str | None = None) -> None:
+    """`text` in `path`, mode 0600 from the start: a secret is never readable by others, even
+    briefly. `owner`: an OS user to hand the file to (the embedded PostgreSQL's, when we are root)."""
+    import pwd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+    if owner:
+        pw = pwd.getpwnam(owner)
+        os.chown(path, pw.pw_uid, pw.pw_gid)

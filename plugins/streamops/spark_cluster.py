@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from streamops import processes
-from streamops.paths import state_dir
+from streamops.paths import state_dir, write_private
 from streamops.waiting import wait_until
 
 log = logging.getLogger("streamops.spark_cluster")
@@ -92,9 +92,7 @@ def _ensure_auth_conf() -> Path:
     d.mkdir(mode=0o700, exist_ok=True)
     f = d / "spark-defaults.conf"
     if not f.exists():
-        fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(32)}\n")
+        write_private(f, f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(32)}\n")
     return d
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamops import processes
-from streamops.paths import REPO_ROOT, registry_path, state_dir
+from streamops.paths import REPO_ROOT, registry_path, state_dir, write_private
 from streamops.store import db, embedded
 from streamops.waiting import wait_until
 
@@ -62,21 +62,12 @@ def site(home: Path | None = None, database: str | None = None, port: int | None
     )
 
 
-def _write_private(path: Path, content: str) -> None:
-    """Create with mode 0600 from the start: a secret is never readable by others, even briefly."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(content)
-    os.chmod(path, 0o600)
-
-
 def _secrets(s: AirflowSite) -> dict[str, str]:
     path = s.home / "secrets.json"
     if path.exists():
         return json.loads(path.read_text())
     values = {"jwt_secret": secrets.token_urlsafe(48), "api_secret_key": secrets.token_urlsafe(32)}
-    _write_private(path, json.dumps(values))
+    write_private(path, json.dumps(values))
     return values
 
 
@@ -91,7 +82,7 @@ def passwords(s: AirflowSite) -> dict[str, str]:
     missing = [u for u in USERS if u not in current]
     if missing:
         current.update({u: secrets.token_urlsafe(12) for u in missing})
-        _write_private(path, json.dumps(current) + "\n")
+        write_private(path, json.dumps(current) + "\n")
     return current
 
 
@@ -159,7 +150,7 @@ def init(s: AirflowSite) -> float:
     # serializes a stage's changes whatever the pool size.
     _airflow(s, "pools", "set", RECONFIGURE_POOL, "1", "streamops reconfigurations running at once")
     env = environment(s)
-    _write_private(s.home / "env.sh", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items())))
+    write_private(s.home / "env.sh", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items())))
     return time.monotonic() - started
 
 

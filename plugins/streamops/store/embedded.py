@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from streamops.paths import REPO_ROOT, state_dir
+from streamops.paths import REPO_ROOT, state_dir, write_private
 
 DATABASES = ("streamops", "airflow")
 SUPERUSER = "postgres"
@@ -179,21 +179,10 @@ def is_running(c: Cluster) -> bool:
     return Path(c.datadir).exists() and _pg_ctl(c, "status", check=False).returncode == 0
 
 
-def _write_private(path: Path, text: str, owner: str | None = None) -> None:
-    """`text` in `path`, readable by its owner only (created 0600, never wider for a moment)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(path, 0o600)
-    if owner:
-        pw = pwd.getpwnam(owner)
-        os.chown(path, pw.pw_uid, pw.pw_gid)
-
-
 def _new_passfile() -> Path:
     """Generate the superuser's and the reader's passwords into a fresh libpq password file."""
     path = state_dir() / PASSFILE_NAME
-    _write_private(path, "".join(f"127.0.0.1:*:*:{role}:{secrets.token_urlsafe(24)}\n" for role in (SUPERUSER, READER)))
+    write_private(path, "".join(f"127.0.0.1:*:*:{role}:{secrets.token_urlsafe(24)}\n" for role in (SUPERUSER, READER)))
     return path
 
 
@@ -212,7 +201,7 @@ def _initdb(c: Cluster) -> None:
         pw = pwd.getpwnam(c.run_as)
         os.chown(data.parent, pw.pw_uid, pw.pw_gid)
     pwfile = data.parent / "initdb.pw"  # initdb reads it as the cluster's owner; gone right after
-    _write_private(pwfile, passwords(c)[SUPERUSER] + "\n", c.run_as)
+    write_private(pwfile, passwords(c)[SUPERUSER] + "\n", c.run_as)
     cmd = [str(Path(c.bindir) / "initdb"), "-D", c.datadir, "-A", "scram-sha-256", f"--pwfile={pwfile}",
            "-U", SUPERUSER, "-E", "UTF8", "--no-instructions"]
     try:
@@ -232,7 +221,7 @@ def _convert_from_trust(c: Cluster) -> None:
     hba = Path(c.datadir) / "pg_hba.conf"
     lines = [re.sub(r"\btrust\s*$", "scram-sha-256", line) if not line.lstrip().startswith("#") else line
              for line in hba.read_text().splitlines()]
-    _write_private(hba, "\n".join(lines) + "\n", c.run_as)
+    write_private(hba, "\n".join(lines) + "\n", c.run_as)
     _pg_ctl(c, "reload")
 
 
