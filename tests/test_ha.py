@@ -144,8 +144,11 @@ def test_replicas_keep_the_output_going_and_equal_to_one_failure_free_run(clean_
     # The stage's output gap ends with the replica's next commit, not with the restart.
     assert f.downtime_ms < f.mttr_ms, f
     assert oracles.actual(clean_db, "ha.s", "wordcount") == want
-    replicas.stop_replicas("ha.s", reg)
-    stages.stop_stage("ha.s", reg, deadline_s=30)
+    # A stop under the running supervisor: its replica reconcile must not start a replica again
+    # between the replicas' stop and the primary's (one used to run on alone afterwards).
+    replicas.stop_with_replicas("ha.s", reg, deadline_s=30)
+    time.sleep(supervisor.SupervisorOptions().housekeeping_s + 2)
+    assert replicas.live_roles("ha.s") == {}, "nothing of the stage runs after its stop"
 
 
 @pytest.mark.reconfig_matrix
@@ -162,8 +165,7 @@ def test_both_replicas_killed_one_after_the_other_still_give_the_failure_free_ou
     rows = _all_closed(clean_db)
     assert sorted((x.role, x.status) for x in rows) == [("primary", "recovered"), ("replica-1", "recovered")], rows
     assert oracles.actual(clean_db, "ha.s", workload) == want
-    replicas.stop_replicas("ha.s", reg)
-    stages.stop_stage("ha.s", reg, deadline_s=30)
+    replicas.stop_with_replicas("ha.s", reg, deadline_s=30)
 
 
 def _metrics(engine, dep_id: int, p95_ms: float, seconds: int = 10) -> None:

@@ -303,8 +303,7 @@ def stop(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or a
     reg = _load_registry()
     try:
         app_name, name, _ = reg.stage(stage)
-        replicas.stop_replicas(registry.stage_id(app_name, name), reg, progress=_say)
-        stages.stop_stage(stage, reg, deadline_s=deadline, progress=_say)
+        replicas.stop_with_replicas(registry.stage_id(app_name, name), reg, deadline_s=deadline, progress=_say)
     except (stages.StageNotRunning, registry.RegistryError) as e:
         _fail(str(e))
 
@@ -873,8 +872,7 @@ def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded
         live = [r.stage_id for r in db.rows("stage_status") if r.status in ("starting", "running", "stopping")]
         for sid in live:
             try:
-                replicas.stop_replicas(sid, reg, progress=_say)
-                stages.stop_stage(sid, reg, progress=_say)
+                replicas.stop_with_replicas(sid, reg, progress=_say)
             except stages.StageNotRunning:
                 pass
     except db.DatabaseUnavailable:

@@ -15,7 +15,9 @@ manager's granted count).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 from streamops import registry
@@ -133,3 +135,23 @@ def stop_replicas(sid: str, reg: registry.Registry, *, requested_by: str = "cli"
         stages.stop_stage(sid, reg, role=name, requested_by=requested_by, deadline_s=20, progress=progress)
         stopped.append(name)
     return stopped
+
+
+def stop_with_replicas(sid: str, reg: registry.Registry, *, deadline_s: float = 60.0, requested_by: str = "cli",
+                       lock_wait_s: float = 30.0, progress=lambda _: None) -> stages.StopResult:
+    """Stop a stage: its replicas, then its primary, under the stage lock. Without the lock the
+    supervisor's `reconcile` saw a running primary short of its replicas between the two steps and
+    started a replica again, which then ran on alone after the primary stopped. A lock held by a
+    reconfiguration or a recovery is waited for up to `lock_wait_s`, then the stop goes ahead.
+    Raises stages.StageNotRunning when the primary is not running."""
+    deadline = time.monotonic() + lock_wait_s
+    with contextlib.ExitStack() as held:
+        while not held.enter_context(rstore.stage_lock(sid)):
+            held.close()
+            if time.monotonic() >= deadline:
+                log.warning("stage %s: action=stop the stage lock stayed busy for %.0fs; stopping anyway", sid,
+                            lock_wait_s)
+                break
+            time.sleep(1.0)
+        stop_replicas(sid, reg, requested_by=requested_by, progress=progress)
+        return stages.stop_stage(sid, reg, deadline_s=deadline_s, requested_by=requested_by, progress=progress)

@@ -60,9 +60,8 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240, replicas_overri
     for sid in synced:
         _, _, st = reg.stage(sid)
         if restart:
-            replicas.stop_replicas(sid, reg, requested_by="airflow:streamops_deploy", progress=_say)
             try:
-                stages.stop_stage(sid, reg, requested_by="airflow:streamops_deploy", progress=_say)
+                replicas.stop_with_replicas(sid, reg, requested_by="airflow:streamops_deploy", progress=_say)
             except stages.StageNotRunning:
                 pass
         res = stages.start_stage(sid, reg, cores=st.cores.initial, pool=st.pool, wait_s=wait_s, progress=_say)
