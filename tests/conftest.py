@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 from pathlib import Path
 
+import psutil
 import psycopg2
 import pytest
 from sqlalchemy import text
@@ -124,6 +126,43 @@ def test_home():
     _set_env(OUTER_ENV)
 
 
+# What a test module may leave running for the next one: nothing it spawned itself. A driver or
+# generator left behind writes into the next module's tables (a deadlock with clean_db's TRUNCATE).
+STRAY_MARKERS = ("run_stage.py", "streamops.cli")
+
+
+def _strays() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if any(m in " ".join(proc.cmdline()) for m in STRAY_MARKERS):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_stray_processes(request):
+    """Fail the module that leaves a driver, a generator or a supervisor running, after killing it."""
+    before = {p.pid for p in _strays()}
+    yield
+    left = [p for p in _strays() if p.pid not in before]
+    if not left:
+        return
+    _, alive = psutil.wait_procs(left, timeout=5)  # a driver told to stop may still be exiting
+    described = []
+    for proc in alive:
+        try:
+            described.append(f"pid {proc.pid}: {' '.join(proc.cmdline())[:160]}")
+            proc.kill()
+        except psutil.Error:
+            continue
+    if described:
+        pytest.fail(f"{request.module.__name__} left {len(described)} process(es) running (killed now):\n"
+                    + "\n".join(described), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def test_database(test_home):
     """The session's test database, created and migrated on first use, dropped at the end."""
@@ -169,15 +208,37 @@ def engine(test_env):
     return db.engine()
 
 
+TRUNCATE_ALL = text(
+    "TRUNCATE pools, apps, stages, deployments, heartbeats, stage_commands, quarantine, requests, decisions, "
+    "reconfigurations, app_control, operator_state, stage_metrics, sink_outputs, sink_staging, sink_commits CASCADE")
+# Sessions of the test database, other than this one, that are inside a transaction.
+BUSY_SESSIONS = text(
+    "SELECT pid, application_name, state, left(query, 120) AS query FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")
+
+
 @pytest.fixture
 def clean_db(engine):
-    """Empty every data table (the schema stays)."""
-    with engine.begin() as conn:
-        conn.execute(text(
-            "TRUNCATE pools, apps, stages, deployments, heartbeats, stage_commands, quarantine, requests, decisions, "
-            "reconfigurations, app_control, operator_state, "
-            "stage_metrics, sink_outputs, sink_staging, sink_commits CASCADE"
-        ))
+    """Empty every data table (the schema stays). A session an earlier test left writing (a
+    driver, a thread) would deadlock the TRUNCATE: it is named on stderr and ended, and the
+    TRUNCATE tried again; the module that left it running fails in `no_stray_processes`."""
+    from sqlalchemy.exc import OperationalError
+
+    for attempt in range(3):
+        try:
+            with engine.begin() as conn:
+                conn.execute(text("SET LOCAL lock_timeout = '15s'"))
+                conn.execute(TRUNCATE_ALL)
+            return engine
+        except OperationalError as e:  # deadlock_detected or lock_not_available
+            if attempt == 2:
+                raise
+            with engine.begin() as conn:
+                busy = conn.execute(BUSY_SESSIONS).all()
+                for row in busy:
+                    conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": row.pid})
+            print(f"\nclean_db: TRUNCATE failed ({type(e.orig).__name__}); ended the sessions left busy: "
+                  + "; ".join(f"{r.application_name} [{r.state}] {r.query!r}" for r in busy), file=sys.stderr)
     return engine
 
 

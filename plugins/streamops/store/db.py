@@ -57,7 +57,7 @@ def writer_dsn() -> str:
     from urllib.parse import quote, urlencode
 
     url = libpq_url(database_url())
-    params = urlencode({**CONNECT_ARGS, "options": f"-c statement_timeout={statement_timeout_ms()}"}, quote_via=quote)
+    params = urlencode(connect_args(), quote_via=quote)
     return f"{url}{'&' if '?' in url else '?'}{params}"
 
 
@@ -97,11 +97,20 @@ def statement_timeout_ms() -> int:
     return int(os.environ.get("STREAMOPS_STATEMENT_TIMEOUT_MS", 300_000))
 
 
+def connect_args() -> dict:
+    """CONNECT_ARGS, the statement limit, and an application_name naming this process, so that
+    pg_stat_activity (a lock wait, a long query) says whose session it is."""
+    import sys
+
+    who = f"streamops {os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'python'} pid={os.getpid()}"
+    return {**CONNECT_ARGS, "options": f"-c statement_timeout={statement_timeout_ms()}", "application_name": who[:63]}
+
+
 @functools.cache
 def engine(url: str | None = None) -> Engine:
     # pool_pre_ping: a stage outlives database restarts; a stale pooled connection must not kill a write.
     return create_engine(sqlalchemy_url(url or database_url()), pool_pre_ping=True, pool_size=5, max_overflow=5,
-                         connect_args={**CONNECT_ARGS, "options": f"-c statement_timeout={statement_timeout_ms()}"})
+                         connect_args=connect_args())
 
 
 @functools.cache
