@@ -1,10 +1,11 @@
 """Live scaling inside a running driver on a standalone cluster: add or remove executors while
 the streaming query keeps running (issue 13). Called by the agent for a `scale` command, and at
-start, when the master has granted up to `spark.cores.max` at once.
+start, to wait for the executors admitted at registration (stage.session_conf).
 
-Dynamic allocation is off (it would resize on its own, from task backlogs); the executor count
-is ours alone. The target is absolute: `requestTotalExecutors(n)` sets the application's
-executor limit at the master, which launches executors up to it (and up to spark.cores.max).
+Spark's dynamic allocation manager is stopped right after the session starts (it would resize
+on its own, from task backlogs); the executor count is ours alone. The target is absolute:
+`requestTotalExecutors(n)` sets the application's executor limit at the master, which launches
+executors up to it (and up to spark.cores.max).
 A scale-in then kills the newest surplus executors that are idle (`killExecutors(…, force=false)`
 refuses busy ones, so no running task is lost); one still busy at half the deadline is killed
 anyway and its tasks re-run. State stores reload from the checkpoint either way.
@@ -51,6 +52,12 @@ def _count_settled(sc: SparkContext, at_least: int, timeout_s: float, quiet_s: f
     wait_until(quiet, timeout_s, interval_s=0.2)
 
 
+def request_total(sc: SparkContext, executors: int) -> None:
+    """Set the application's executor limit at the master (it launches up to it)."""
+    sc._jsc.sc().requestTotalExecutors(executors, 0, sc._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
+        sc._jvm.java.util.HashMap()))
+
+
 def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: bool = False,
              wait: bool = True) -> str:
     """Bring the application to `executors` executors; returns what happened, for the command's
@@ -61,8 +68,7 @@ def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: 
     Raises TimeoutError if the cluster does not get there in `timeout_s`."""
     started = time.monotonic()
     jsc = sc._jsc.sc()
-    jsc.requestTotalExecutors(executors, 0, sc._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
-        sc._jvm.java.util.HashMap()))
+    request_total(sc, executors)
     if settle:
         _count_settled(sc, executors, timeout_s / 2)
     have = executor_ids(sc)
@@ -117,16 +123,17 @@ def scale_executors(spark, agent, args: dict, executor_cores: int) -> str:
 
 class ExecutorKeeper:
     """Keeps a standalone run at its own executor count. A master restarted after a crash
-    recovers the application but not the executor limit it had set (the master resets it), and
-    launches executors up to spark.cores.max: cores the pool never granted. An executor the
-    master launched before the start's trim can also register after it. Seen twice in a row
-    (executors come and go for a moment during a kill), the surplus is asked to go when idle;
-    asked twice and still there (a stage that is behind keeps every executor busy), it is
-    killed, and its tasks re-run."""
+    recovers the application but not the executor limit the driver had set: it resets it to the
+    registration's (0, stage.session_conf), so an executor lost meanwhile would never be
+    replaced; seen short twice in a row, the limit is set again. Surplus executors (one launched
+    by a master that predates the registration limit, or registered late) seen twice in a row
+    (executors come and go for a moment during a kill) are asked to go when idle; asked twice
+    and still there (a stage that is behind keeps every executor busy), they are killed, and
+    their tasks re-run."""
 
     def __init__(self, spark, agent, executor_cores: int, every_s: float = 5.0):
         self.spark, self.agent, self.executor_cores, self.every_s = spark, agent, executor_cores, every_s
-        self._next, self._over, self._asked = time.monotonic() + every_s, 0, 0
+        self._next, self._over, self._asked, self._short = time.monotonic() + every_s, 0, 0, 0
 
     def check(self) -> None:
         if time.monotonic() < self._next or not SCALING.acquire(blocking=False):
@@ -135,6 +142,12 @@ class ExecutorKeeper:
             self._next = time.monotonic() + self.every_s
             sc = self.spark.sparkContext
             want, have = self.agent.ctx.cores // self.executor_cores, executor_ids(sc)
+            self._short = self._short + 1 if len(have) < want else 0
+            if self._short >= 2:
+                self._short = 0
+                request_total(sc, want)
+                log.warning("action=executors %d executors for %d cores (a restarted master forgot the limit): "
+                            "asked for %d again", len(have), self.agent.ctx.cores, want)
             self._over = self._over + 1 if len(have) > want else 0
             self._asked = self._asked if self._over else 0
             if self._over < 2:

@@ -331,7 +331,7 @@ def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
                                    extra_conf=dep.config.get("speculation") if master else None, **(dict(
         master=master, executor_cores=executor_cores, executor_memory=pool.get("executor_memory", "1g"),
         max_cores=max(stage.cores.max, dep.cores)) if master else {}))
-    if master:  # the master granted up to max cores at once: trim to this run's before any query
+    if master:  # the executors admitted at registration: wait for them (and trim any a master launched past them)
         from spark_apps.executors import scale_to
 
         log.info("action=executors %s", scale_to(spark.sparkContext, dep.cores // executor_cores, settle=True))
