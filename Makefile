@@ -7,7 +7,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # uv must use the machine's Python 3.11, never download one.
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help venv demo demo-stop test test-pure test-fast test-reconfig test-fuzz test-chaos bench lock clean
+.PHONY: help venv demo demo-stop test test-all test-pure test-fast test-reconfig test-fuzz test-chaos bench lock clean
 
 help:
 	@echo "make demo       set up .venv, start PostgreSQL, deploy and feed the demo apps, watch status (Ctrl-C to leave)"
@@ -16,6 +16,7 @@ help:
 	@echo "make test-pure  the tests that need no database (not marked db); starts no PostgreSQL"
 	@echo "make test-chaos real faults against running stages: database stop, SIGSTOP, kills, failed launches"
 	@echo "make test-fuzz  the input contract under 20 000 Hypothesis records per family (make test runs 300)"
+	@echo "make test-all   every tier: make test, the slow real-driver tests and the reconfiguration matrix (about an hour)"
 	@echo "make bench      policies and the trace suite in the simulator, 10 000-stage cycle, reconfiguration and HA on real drivers"
 	@echo "make lock       recompile requirements.txt from requirements.in"
 
@@ -74,6 +75,11 @@ test-reconfig: venv
 # Real faults against running stages (docs/ha.md has the table of what each one did).
 test-chaos: venv
 	$(MAKE) test PYTEST_ARGS="-m chaos $(PYTEST_ARGS)"
+
+# Every test of every tier (the slow real-driver tests and the matrix included): an empty -m
+# replaces the default marker filter of pyproject.toml.
+test-all: venv
+	$(MAKE) test PYTEST_ARGS="-m '' $(PYTEST_ARGS)"
 
 # The input contract's long fuzz tier: no database, a few minutes.
 test-fuzz: venv

@@ -102,6 +102,7 @@ def test_a_recorded_run_replays_within_20_percent(tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.db
+@pytest.mark.slow
 def test_the_simulator_replays_a_real_run_within_20_percent(clean_db, artifacts):
     from streamops.sim.calibrate import calibrate_and_replay
     from streamops.sim.rundata import RunData

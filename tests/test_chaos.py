@@ -72,6 +72,7 @@ def _count(sql: str, **params) -> int:
         return conn.execute(text(sql), params).scalar_one()
 
 
+@pytest.mark.slow
 def test_a_30s_database_stop_restarts_no_stage_and_loses_nothing(private_database):
     """PostgreSQL stopped for 30 s under a running, supervised stage, then started again: the
     supervisor (15 s heartbeat limit) restarts nothing, the driver keeps its run, and the sink
@@ -341,6 +342,7 @@ def test_a_supervisor_that_dies_is_restarted_by_the_watchdog_and_one_stopped_on_
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_the_supervisor_killed_then_a_driver_killed_one_watchdog_run_brings_back_both(clean_db, tmp_path, monkeypatch):
     """Issue 31: kill -9 of the supervisor, then of a driver, gave no recovery for 2 min 24 s. One
     run of the watchdog DAG's task (it runs every minute) restarts the supervisor and the stage;

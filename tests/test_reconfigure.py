@@ -116,6 +116,7 @@ def test_a_failing_new_run_is_rolled_back_and_nothing_is_lost(clean_db):
     stages.stop_stage("rc.rb", reg, deadline_s=30)
 
 
+@pytest.mark.slow
 def test_a_new_run_with_wrong_output_fails_the_quality_gate_and_is_rolled_back(clean_db):
     """Its batches succeed but its counts are negative: only the data-quality gate on the first
     batches can tell, and its failure rolls the change back with the failed expectation named."""
@@ -140,6 +141,7 @@ def test_a_new_run_with_wrong_output_fails_the_quality_gate_and_is_rolled_back(c
     stages.stop_stage("rc.qg", reg, deadline_s=30)
 
 
+@pytest.mark.slow
 def test_prestaged_scale_out_starts_from_the_repartitioned_copy(clean_db):
     reg = _registry("ps")
     with Feeder("rc/ps", seed=23) as feeder:

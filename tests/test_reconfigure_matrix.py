@@ -502,6 +502,7 @@ def test_executor_killed_mid_reconfiguration_is_finished_by_resume(clean_db, kil
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pause_resume_repartitions_a_stage_that_is_behind(clean_db):
     """A stage whose batches take longer than its trigger interval (here: a slow sink, injected)
     runs them back to back, exactly when a scale-out is wanted, so the stop lands mid-batch (offsets/N without
