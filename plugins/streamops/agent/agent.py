@@ -253,7 +253,8 @@ class StageAgent:
             return last_planned_batch(ckpt) == committed and (
                 committed != started_at or (next(polls) % 20 == 0 and not q.status.get("isTriggerActive")))
 
-        wait_until(stoppable, max(0.0, deadline - time.monotonic()), interval_s=0.005)
+        if not wait_until(stoppable, max(0.0, deadline - time.monotonic()), interval_s=0.005):
+            self._quiet_interrupted_fetch()
         q.stop()
         planned, committed = last_planned_batch(ckpt), last_committed_batch(ckpt)
         if planned != committed:
@@ -261,6 +262,13 @@ class StageAgent:
                         self.ctx.stage_id, which, planned, committed)
             return False
         return True
+
+    def _quiet_interrupted_fetch(self) -> None:
+        """Stopping a query mid-batch cancels its job; a shuffle fetch cut off by that cancel logs
+        an ERROR in the JVM for what is our own interrupt (named in one warning instead)."""
+        jvm = self.spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.storage.ShuffleBlockFetcherIterator", jvm.org.apache.logging.log4j.Level.OFF)
 
     def _not_our_interrupt(self, record: logging.LogRecord) -> bool:
         """A logging filter for py4j: drop the traceback of a foreachBatch that our own stop
