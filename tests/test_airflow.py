@@ -159,7 +159,7 @@ def test_bad_params_are_rejected_by_the_form_schema(dagbag):
     from airflow.sdk.exceptions import ParamValidationError
 
     for bad in ({"stage": "nope.nothing"}, {"stage": SID, "cores": 0}, {"stage": SID, "action": "explode"},
-                {"stage": SID, "pool": "atlantis"}, {"stage": SID, "cores": 99}, {"action": "scale-out", "cores": 2}):
+                {"stage": SID, "pool": "atlantis"}, {"stage": SID, "cores": 99}, {"action": "scale_out", "cores": 2}):
         params = copy.deepcopy(dagbag.get_dag("streamops_reconfigure").params)
         with pytest.raises(ParamValidationError):
             params.update(bad)
@@ -188,7 +188,7 @@ def test_deploy_then_reconfigure_then_watchdog(dagbag, reg, clean_db):
         assert _live(clean_db).id == first.id, "a second deploy must leave the running stage alone"
 
         eventually(lambda: _commits(clean_db) >= 2, 180, "two committed batches")
-        dr = _run(dagbag, "streamops_reconfigure", {"stage": SID, "action": "scale-out", "cores": 2})
+        dr = _run(dagbag, "streamops_reconfigure", {"stage": SID, "action": "scale_out", "cores": 2})
         assert str(dr.state) == "success", _task_states(dr)
         with clean_db.connect() as conn:
             row = conn.execute(text("SELECT * FROM reconfigurations WHERE stage_id = :s ORDER BY id DESC LIMIT 1"),
@@ -279,8 +279,8 @@ def test_replan_grants_and_triggers_the_reconfigure_dag(dagbag, reg, clean_db):
     assert (plan.status, plan.action, plan.target_cores, plan.decision_id) == ("pending", "scale_out", 2, d.id)
     with create_session() as session:  # other tests' dag.test() runs of the DAG are in the same metadata db
         runs = session.query(DagRun).filter(DagRun.dag_id == "streamops_reconfigure").all()
-    assert {"stage": SID, "action": "resume-pending"} in [r.conf for r in runs], \
-        "the granted scale-out is realized by a streamops_reconfigure run"
+    assert {"stage": SID, "action": "resume_pending", "reconfiguration": plan.id} in [r.conf for r in runs], \
+        "the granted scale-out is realized by a streamops_reconfigure run of its reconfiguration id"
 
 
 def test_maintenance_window_realizes_only_disruptive_plans_while_open(reg, clean_db):
@@ -369,9 +369,9 @@ def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
             api.unpause("streamops_reconfigure")
 
             before = len(api.dag_runs("streamops_reconfigure", limit=100))  # dag.test() runs of other tests
-            for conf, field in (({"stage": "nope.nothing", "action": "scale-out", "cores": 2}, "stage"),
-                                ({"action": "scale-out", "cores": 2}, "stage"),  # no stage: never "the first one"
-                                ({"stage": SID, "action": "scale-out", "cores": 99}, "cores")):
+            for conf, field in (({"stage": "nope.nothing", "action": "scale_out", "cores": 2}, "stage"),
+                                ({"action": "scale_out", "cores": 2}, "stage"),  # no stage: never "the first one"
+                                ({"stage": SID, "action": "scale_out", "cores": 99}, "cores")):
                 with pytest.raises(AirflowAPIError) as bad:
                     api.trigger("streamops_reconfigure", conf)
                 assert bad.value.status == 400, bad.value
@@ -380,7 +380,7 @@ def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
 
             # A change to the size the stage already has: refused by the task before anything stops.
             running = _live(clean_db)
-            noop = api.trigger("streamops_reconfigure", {"stage": SID, "action": "scale-out", "cores": running.cores})
+            noop = api.trigger("streamops_reconfigure", {"stage": SID, "action": "scale_out", "cores": running.cores})
             assert api.wait("streamops_reconfigure", noop["dag_run_id"], timeout_s=300)["state"] == "failed"
             log = api.task_log("streamops_reconfigure", noop["dag_run_id"], "reconfigure")
             assert "nothing to change: the stage already runs with 1 cores; not restarting it" in log, log[-2000:]
@@ -391,7 +391,7 @@ def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
                 assert conn.execute(text("SELECT count(*) FROM reconfigurations WHERE stage_id = :s"),
                                     {"s": SID}).scalar_one() == 0, "the refused request left no row"
 
-            run = api.trigger("streamops_reconfigure", {"stage": SID, "action": "scale-out", "cores": 2})
+            run = api.trigger("streamops_reconfigure", {"stage": SID, "action": "scale_out", "cores": 2})
             done = api.wait("streamops_reconfigure", run["dag_run_id"], timeout_s=600)
             assert done["state"] == "success", api.task_instances("streamops_reconfigure", run["dag_run_id"])
 

@@ -417,7 +417,7 @@ def replan(app_name: Optional[str] = typer.Argument(None, metavar="[APP]", help=
 @app.command()
 def reconfigure(
     stage: Optional[str] = typer.Argument(None, metavar="[STAGE]", help="app.stage to change now"),
-    action: str = typer.Option("scale-out", help="scale-out | scale-in | migrate"),
+    action: str = typer.Option("scale_out", help="scale_out | scale_in | migrate (scale-out is read as scale_out)"),
     cores: Optional[int] = typer.Option(None, help="target cores (within the stage's min/max)"),
     partitions: Optional[int] = typer.Option(None, help="target state partitions (offline repartition)"),
     pool: Optional[str] = typer.Option(None, help="target pool (migration)"),
@@ -440,8 +440,8 @@ def reconfigure(
     outcomes = []
     try:
         if stage:
-            rid = reconfigure.request(stage, action.replace("-", "_"), cores=cores, partitions=partitions, pool=pool,
-                                     mechanism=mechanism, reg=reg)
+            rid = reconfigure.request(stage, action, cores=cores, partitions=partitions, pool=pool, mechanism=mechanism,
+                                      reg=reg)
             _say(f"reconfiguration {rid} recorded as pending")
             if not wait:
                 return

@@ -1,6 +1,12 @@
-"""Realize `reconfigurations` rows: request → claim → mechanism → first batch → catch-up →
-quality gate → done, or roll back. Each phase is stamped on the row and the output gap
-(downtime) is measured from the sink's commits.
+"""Realize `reconfigurations` rows, one state machine for every mechanism:
+
+    pending ─claim─▶ running ─refusal?─▶ cancelled
+                        │ run ─▶ first batch ─▶ catch-up ─▶ quality gate ─▶ done
+                        └─ any step fails ─▶ rollback ─▶ rolled_back (or failed)
+    running, executor dead ─resume─▶ Mechanism.recover ─▶ done | rolled_back
+
+Each phase is stamped on the row and the output gap (downtime) is measured from the sink's
+commits. The mechanisms (execute/mechanisms/) own their rules; nothing here names one.
 
 Persist first, then act: the row is `pending` before anything happens, is claimed atomically
 (`running`), and the stage's executor lock is held while acting, so two callers never
@@ -18,18 +24,18 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Protocol
 
 from sqlalchemy import Row
 
 from streamops import registry
 from streamops.agent.metrics import FileSourceBacklog
-from streamops.execute import checkpoint, stages
-from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, restore_previous, \
-    source_of, wait_first_batch
+from streamops.execute import stages
+from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, Situation, source_of, \
+    wait_first_batch
 from streamops.plan.change import InvalidChange, is_noop, stage_of, validate_change
-from streamops.plan.mechanism import choose_mechanism, in_driver_refusal, live_refusal
+from streamops.plan.kinds import MechanismName, Phase, RunStatus
+from streamops.plan.mechanism import choose_mechanism
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
@@ -39,6 +45,7 @@ Progress = Callable[[str], None]
 
 GATE_BATCHES = 5
 GATE_METRICS_WAIT_S = 30.0  # the agent's metrics writer retries for longer, but 30 s means it is stuck
+AUTO = MechanismName.AUTO  # no mechanism named: `choose_mechanism`'s cost rule, at execution
 
 
 class ReconfigurationBusy(RuntimeError):
@@ -60,17 +67,14 @@ Gate = Callable[..., GateVerdict]
 class Outcome:
     reconfiguration_id: int
     stage_id: str
-    status: str  # done | rolled_back | failed | cancelled
+    status: RunStatus  # done | rolled_back | failed | cancelled
     downtime_ms: float | None
     seconds: float
     detail: str
 
 
-AUTO = "auto"  # no mechanism named: `choose_mechanism`'s cost rule, at execution
-
-
 def request(stage_ref: str, action: str, *, cores: int | None = None, partitions: int | None = None,
-            pool: str | None = None, mechanism: str = "pause_resume", reg: registry.Registry | None = None,
+            pool: str | None = None, mechanism: str = MechanismName.PAUSE_RESUME, reg: registry.Registry | None = None,
             requested_by: str | None = None) -> int:
     """Persist a user's reconfiguration as `pending` (first step of every manual change), after
     `plan.change.validate_change`: a refused request records nothing and stops nothing.
@@ -82,28 +86,11 @@ def request(stage_ref: str, action: str, *, cores: int | None = None, partitions
     change = validate_change(reg, sid, action, cores=cores, partitions=partitions, pool=pool,
                              current=stages.current(sid))
     rid = rstore.create_user_request(sid, change.action, change.cores, change.pool, change.partitions,
-                                     None if mechanism == AUTO else mechanism,
+                                     None if mechanism == AUTO else str(mechanism),
                                      requested_by or f"user:{getpass.getuser()}")
     if rid is None:
         raise ReconfigurationBusy(f"stage {sid} already has a pending or running reconfiguration (or never ran)")
     return rid
-
-
-def _rule_inputs(row: Row, reg: registry.Registry) -> dict:
-    """What `choose_mechanism` needs to know, read now."""
-    live = ledger.latest_run(row.stage_id, live=True)
-    free, _ = ledger.pool_room(row.target_pool or row.from_pool)
-    pool = reg.pools.get(row.from_pool)
-    target = row.target_cores or row.from_cores or 1
-    if live is None or pool is None:
-        live_refused = in_driver_refused = "the stage is not running"
-    else:
-        live_refused = live_refusal(row.action, pool.kind, row.from_pool, row.target_pool, target, pool.executor_cores,
-                                    checkpoint.state_partitions(Path(live.checkpoint)), row.target_partitions)
-        in_driver_refused = in_driver_refusal(row.action, pool.kind, row.from_pool, row.target_pool, live.cores,
-                                              target, pool.executor_cores)
-    return dict(target_cores=target, target_pool_free=free, staged_ready=rstore.staged_ready(row.stage_id) is not None,
-                running=live is not None, live_refused=live_refused, in_driver_refused=in_driver_refused)
 
 
 def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | None = None, mechanism: str | None = None,
@@ -120,17 +107,19 @@ def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
         if not free:
             raise ReconfigurationBusy(f"stage {row.stage_id} is being reconfigured by another process; "
                                       f"reconfiguration {reconfiguration_id} stays {row.status}")
-        if row.status == "pending" and _is_noop(row):
+        if row.status == RunStatus.PENDING and _is_noop(row):
             # The stage already has the target (a change made meanwhile): no stop, no output gap,
             # and not counted as a reconfiguration (a granted 2→2 once cost 6.7 s of "downtime").
             cur = stages.current(row.stage_id)
             why = f"nothing to change: the stage already runs with {cur.cores} cores in pool {cur.pool!r}"
-            rstore.finish(reconfiguration_id, "cancelled", why, None, None)
+            rstore.finish(reconfiguration_id, RunStatus.CANCELLED, why, None, None)
             progress(f"{row.stage_id}: reconfiguration {reconfiguration_id} cancelled: {why}")
             log.info("stage %s: action=cancel reconfiguration=%d %s", row.stage_id, reconfiguration_id, why)
-            return Outcome(reconfiguration_id, row.stage_id, "cancelled", None, time.monotonic() - started_mono, why)
-        if mechanism is None and row.mechanism is None and row.status == "pending":
-            mechanism, why = choose_mechanism(row.action, **_rule_inputs(row, reg))
+            return Outcome(reconfiguration_id, row.stage_id, RunStatus.CANCELLED, None,
+                           time.monotonic() - started_mono, why)
+        situation = Situation.read(row, reg)  # once, under the lock: the rule and the refusal judge the same
+        if mechanism is None and row.mechanism is None and row.status == RunStatus.PENDING:
+            mechanism, why = _choose(situation)
             progress(f"{row.stage_id}: mechanism {mechanism}: {why}")
             log.info("stage %s: action=choose-mechanism %s reconfiguration=%d: %s", row.stage_id, mechanism,
                      reconfiguration_id, why)
@@ -139,13 +128,20 @@ def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
             raise ReconfigurationBusy(f"reconfiguration {reconfiguration_id} is {row.status}, not pending")
         mech = MECHANISMS.get(claimed.mechanism)
         if mech is None:
-            why = f"unknown mechanism {claimed.mechanism!r}; known: {sorted(MECHANISMS)}"
-            rstore.finish(reconfiguration_id, "failed", why, None, None)
+            why = f"unknown mechanism {claimed.mechanism!r}; known: {', '.join(sorted(MECHANISMS))}"
+            rstore.finish(reconfiguration_id, RunStatus.FAILED, why, None, None)
             raise ValueError(why)
-        ex = Execution(claimed, reg, progress, deadlines, fault)
+        ex = Execution(claimed, reg, progress, deadlines, fault, situation)
         progress(f"{row.stage_id}: {claimed.action} {claimed.from_cores}→{claimed.target_cores} cores with {mech.name} "
                  f"(reconfiguration {reconfiguration_id})")
         return _run(ex, mech, gate, started, started_mono)
+
+
+def _choose(s: Situation) -> tuple[str, str]:
+    """The cost rule (`plan.mechanism.choose_mechanism`) over what each mechanism refuses now."""
+    return choose_mechanism(s.action, s.target_cores, s.target_pool_free, s.staged_ready, running=s.live is not None,
+                            live_refused=MECHANISMS[MechanismName.LIVE].refusal(s),
+                            in_driver_refused=MECHANISMS[MechanismName.IN_DRIVER].refusal(s))
 
 
 def _is_noop(row: Row) -> bool:
@@ -155,6 +151,9 @@ def _is_noop(row: Row) -> bool:
 def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_mono: float) -> Outcome:
     rid = ex.row.id
     try:
+        why_not = mech.refusal(ex.situation) if ex.situation is not None else None
+        if why_not:
+            raise stages.AdmissionRefused(why_not)
         mech.run(ex)
         dep = ledger.deployment(ex.new_deployment_id)
         why_not = wait_first_batch(ex, dep.id)
@@ -168,18 +167,17 @@ def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_
         outcome = f"{ex.row.action} done with {mech.name}"
         if behind:
             outcome += f"; still {behind} input files behind after {ex.deadlines.caught_up_s:.0f}s"
-        rstore.finish(rid, "done", outcome, None, downtime, interval)
+        rstore.finish(rid, RunStatus.DONE, outcome, None, downtime, interval)
         if ex.rollback_copy is not None:
             shutil.rmtree(ex.rollback_copy, ignore_errors=True)
         ex.progress(f"{ex.stage_id}: done; output gap {downtime / 1000:.1f}s")
-        return Outcome(rid, ex.stage_id, "done", downtime, time.monotonic() - started_mono, "done")
+        return Outcome(rid, ex.stage_id, RunStatus.DONE, downtime, time.monotonic() - started_mono, "done")
     except stages.AdmissionRefused as e:
         if ledger.latest_run(ex.stage_id, live=True) is not None and ex.new_deployment_id is None:
-            # Nothing changed (active backup needs room for both runs, a live change more executors,
-            # or the change cannot be made live): the stage runs as before.
-            rstore.finish(rid, "cancelled", "refused; the stage runs as before", str(e), None)
+            # Nothing changed (the mechanism's refusal, or no room to grow): the stage runs as before.
+            rstore.finish(rid, RunStatus.CANCELLED, "refused; the stage runs as before", str(e), None)
             ex.progress(f"{ex.stage_id}: {e}")
-            return Outcome(rid, ex.stage_id, "cancelled", None, time.monotonic() - started_mono, str(e))
+            return Outcome(rid, ex.stage_id, RunStatus.CANCELLED, None, time.monotonic() - started_mono, str(e))
         return _rolled_back(ex, mech, str(e), started, started_mono)
     except Exception as e:
         return _rolled_back(ex, mech, str(e).splitlines()[0] if str(e) else type(e).__name__, started, started_mono)
@@ -209,13 +207,14 @@ def _rolled_back(ex: Execution, mech: Mechanism, reason: str, started: datetime,
     try:
         mech.rollback(ex, reason)
         downtime, interval = rstore.output_gap(ex.stage_id, started)
-        rstore.finish(rid, "rolled_back", "rolled back to the previous configuration", reason, downtime, interval)
-        return Outcome(rid, ex.stage_id, "rolled_back", downtime, time.monotonic() - started_mono, reason)
+        rstore.finish(rid, RunStatus.ROLLED_BACK, "rolled back to the previous configuration", reason, downtime,
+                      interval)
+        return Outcome(rid, ex.stage_id, RunStatus.ROLLED_BACK, downtime, time.monotonic() - started_mono, reason)
     except Exception as e2:
         detail = f"{reason}; rollback failed too: {str(e2).splitlines()[0] if str(e2) else type(e2).__name__}"
-        rstore.finish(rid, "failed", "failed; the stage may be down: see the watchdog", detail, None)
+        rstore.finish(rid, RunStatus.FAILED, "failed; the stage may be down: see the watchdog", detail, None)
         log.error("stage %s: action=reconfigure failed: %s", ex.stage_id, detail)
-        return Outcome(rid, ex.stage_id, "failed", None, time.monotonic() - started_mono, detail)
+        return Outcome(rid, ex.stage_id, RunStatus.FAILED, None, time.monotonic() - started_mono, detail)
 
 
 def _wait_caught_up(ex: Execution, dep: Row) -> int:
@@ -224,7 +223,7 @@ def _wait_caught_up(ex: Execution, dep: Row) -> int:
     outcome says so: its latency is the catch-up's, not the new configuration's."""
     backlog = FileSourceBacklog(source_of(dep), Path(dep.checkpoint))
     if wait_until(lambda: backlog.measure().files <= 1, ex.deadlines.caught_up_s):  # one file may arrive at any moment
-        ex.stamp("caught_up")
+        ex.stamp(Phase.CAUGHT_UP)
         return 0
     files = backlog.measure().files
     log.warning("stage %s: action=catch-up reconfiguration=%d still %d input files behind after %.0fs",
@@ -233,8 +232,28 @@ def _wait_caught_up(ex: Execution, dep: Row) -> int:
     return files
 
 
+def realize(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | None = None,
+            progress: Progress = lambda _: None, stage_id: str | None = None) -> Outcome:
+    """Carry one reconfiguration (of `stage_id`, if given) to its end, whatever it is now: a
+    `pending` one is executed, a `running` one whose executor died is recovered, a finished one is
+    reported as it ended. Raises ReconfigurationBusy if its executor still holds the stage."""
+    reg = reg or registry.load()
+    row = rstore.get(reconfiguration_id)
+    if row is None:
+        raise LookupError(f"no reconfiguration {reconfiguration_id}")
+    if stage_id is not None and row.stage_id != stage_id:
+        raise ValueError(f"reconfiguration {reconfiguration_id} is of stage {row.stage_id}, not {stage_id}")
+    if row.status == RunStatus.PENDING:
+        return execute(row.id, gate=gate, reg=reg, progress=progress)
+    if row.status == RunStatus.RUNNING:
+        return _recover_running(row, reg, progress)
+    progress(f"{row.stage_id}: reconfiguration {row.id} already ended {row.status}: {row.outcome}")
+    return Outcome(row.id, row.stage_id, RunStatus(row.status), row.downtime_ms, 0.0,
+                   row.rollback_reason or row.outcome or row.status)
+
+
 def resume(reg: registry.Registry | None = None, progress: Progress = lambda _: None, *, gate: Gate | None = None,
-           statuses: tuple[str, ...] = ("pending", "running"), stage_ids: Iterable[str] | None = None,
+           statuses: tuple[str, ...] = (RunStatus.PENDING, RunStatus.RUNNING), stage_ids: Iterable[str] | None = None,
            apps: Iterable[str] | None = None, actions: Iterable[str] | None = None,
            keep_going: Callable[[], bool] = lambda: True) -> list[Outcome]:
     """Finish what a dead executor left: `running` rows whose stage lock is free are rolled back
@@ -248,7 +267,7 @@ def resume(reg: registry.Registry | None = None, progress: Progress = lambda _: 
             progress(f"stopped before reconfiguration {row.id} of {row.stage_id}: no longer allowed to start actions")
             break
         try:
-            if row.status == "pending":
+            if row.status == RunStatus.PENDING:
                 if gate is None:
                     raise ValueError("pending reconfigurations need a quality gate: pass gate=")
                 outcomes.append(execute(row.id, gate=gate, reg=reg, progress=progress))
@@ -260,6 +279,8 @@ def resume(reg: registry.Registry | None = None, progress: Progress = lambda _: 
 
 
 def _recover_running(row: Row, reg: registry.Registry, progress: Progress) -> Outcome:
+    """A `running` row whose executor died: done if its new run is already committing, else the
+    mechanism's `recover` finishes it (roll back, scale back, or promote)."""
     with rstore.stage_lock(row.stage_id) as free:
         if not free:
             raise ReconfigurationBusy(f"reconfiguration {row.id} of {row.stage_id} is still being executed")
@@ -268,53 +289,13 @@ def _recover_running(row: Row, reg: registry.Registry, progress: Progress) -> Ou
         target_ok = live is not None and (row.target_cores is None or live.cores == row.target_cores) \
             and (row.target_pool is None or live.pool == row.target_pool)
         if target_ok and committed and live.started_at >= row.requested_at:
-            rstore.finish(row.id, "done", "completed by --resume: the new run was already committing", None, None)
+            rstore.finish(row.id, RunStatus.DONE, "completed by --resume: the new run was already committing", None, None)
             progress(f"{row.stage_id}: reconfiguration {row.id} was complete; marked done")
-            return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
+            return Outcome(row.id, row.stage_id, RunStatus.DONE, None, 0.0, "completed by resume")
+        mech = MECHANISMS.get(row.mechanism) or MECHANISMS[MechanismName.PAUSE_RESUME]  # restores the run from before
         ex = Execution(row, reg, progress, Deadlines(), None)
-        if row.mechanism == "active_backup":
-            return _recover_active_backup(ex, live)
-        same_run = row.mechanism in ("live", "in_driver") and live is not None and live.started_at < row.requested_at
-        if same_run and live.cores == row.target_cores and row.target_partitions in (None, live.state_partitions):
-            # The change was made in the run that kept going (an in-driver one records its partitions itself).
-            rstore.finish(row.id, "done", "completed by --resume: the run holds the target configuration", None, None)
-            return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume")
-        if same_run and row.mechanism == "live":  # scale the run back
-            ex.old_deployment = SimpleNamespace(**{**live._asdict(), "cores": row.from_cores})
-            MECHANISMS["live"].rollback(ex, "the executor died mid-way")
-            rstore.finish(row.id, "rolled_back", "rolled back by --resume", "the executor died mid-way", None)
-            return Outcome(row.id, row.stage_id, "rolled_back", None, 0.0, "the executor died mid-way")
-        ex.old_deployment = ledger.latest_run(row.stage_id, before=row.requested_at)
-        ckpt = Path(ex.old_deployment.checkpoint) if ex.old_deployment else None
-        copy = ckpt.with_name(f"{ckpt.name}.rollback-{row.id}") if ckpt else None
-        # Only a complete copy exists under its final name (copy_stopped renames it into place).
-        # Without one, the executor died before the new run touched the checkpoint: it is intact.
-        ex.rollback_copy = copy if copy is not None and copy.exists() else None
-        restore_previous(ex, "the executor died mid-way")
-        rstore.finish(row.id, "rolled_back", "rolled back by --resume", "the executor died mid-way", None)
-        return Outcome(row.id, row.stage_id, "rolled_back", None, 0.0, "the executor died mid-way")
-
-
-def _recover_active_backup(ex: Execution, live: Row | None) -> Outcome:
-    """The executor died during an active backup. Until the switch the primary serves, and only
-    the secondary is stopped: restarting the primary would be the very outage the mechanism
-    avoids. Between stopping the primary and promoting the secondary, the secondary (caught up,
-    committing) is the stage's only run: it is promoted, not left running unwatched."""
-    row = ex.row
-    ex.old_deployment = ledger.latest_run(row.stage_id, before=row.requested_at)
-    secondary = ledger.deployment(row.new_deployment_id) if row.new_deployment_id is not None else None
-    if live is None and secondary is not None and secondary.role == "secondary" \
-            and secondary.status in ("starting", "running") and ledger.first_commit(secondary.id) is not None:
-        if ex.old_deployment is not None:  # it stopped at a batch boundary; its exit was still awaited
-            stages.reap(ex.old_deployment)
-        ledger.promote(secondary.id)
-        rstore.finish(row.id, "done", "completed by --resume: the secondary was promoted (the primary had stopped)",
-                      None, None)
-        ex.progress(f"{row.stage_id}: reconfiguration {row.id}: the primary had stopped; its secondary "
-                    f"(deployment {secondary.id}) is now the primary")
-        log.warning("stage %s: action=promote reconfiguration=%d deployment=%d reason=the executor died "
-                    "between stopping the primary and promoting the secondary", row.stage_id, row.id, secondary.id)
-        return Outcome(row.id, row.stage_id, "done", None, 0.0, "completed by resume: secondary promoted")
-    MECHANISMS["active_backup"].rollback(ex, "the executor died mid-way")
-    rstore.finish(row.id, "rolled_back", "rolled back by --resume", "the executor died mid-way", None)
-    return Outcome(row.id, row.stage_id, "rolled_back", None, 0.0, "the executor died mid-way")
+        rec = mech.recover(ex, live)
+        rstore.finish(row.id, rec.status, rec.outcome, rec.rollback_reason, None)
+        if rec.status == RunStatus.DONE:
+            progress(f"{row.stage_id}: reconfiguration {row.id} was complete; marked done")
+        return Outcome(row.id, row.stage_id, rec.status, None, 0.0, rec.detail)

@@ -13,10 +13,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from streamops import registry
+from streamops.plan.kinds import Action, MechanismName
 
 log = logging.getLogger("streamops.airflow")
 
-ACTIONS = ("scale-out", "scale-in", "migrate", "resume-pending")
+RESUME_PENDING = "resume_pending"  # realize what re-plan granted (its reconfiguration id, or the stage's pending one)
+ACTIONS = (*map(str, Action), RESUME_PENDING)  # the form's choices, spelled as stored
 
 
 def _say(msg: str) -> None:
@@ -33,7 +35,7 @@ def choices() -> dict[str, list[str]]:
         "apps": sorted(reg.apps),
         "stages": sorted(registry.stage_id(a, s) for a, s, _ in reg.stages()),
         "pools": sorted(reg.pools),
-        "mechanisms": ["auto", *MECHANISMS],
+        "mechanisms": [str(MechanismName.AUTO), *map(str, MECHANISMS)],
         # The form's cores field: the widest bound; each stage's own is checked by the task.
         "max_cores": max((st.cores.max for _, _, st in reg.stages()), default=1),
         "cores_bounds": ", ".join(f"{registry.stage_id(a, s)} {st.cores.min}–{st.cores.max}"
@@ -113,30 +115,35 @@ def replan(app: str) -> list[dict[str, Any]]:
         elif r["action"] == "release_prestage":
             staging.release(r["stage"])
             _say(f"stage {r['stage']}: action=release staged copy discarded")
-        elif r["action"] == "scale_out" and r["reconfiguration"]:
-            realize.append({"stage": r["stage"], "action": "resume-pending"})
+        elif r["action"] == Action.SCALE_OUT and r["reconfiguration"]:
+            realize.append({"stage": r["stage"], "action": RESUME_PENDING, "reconfiguration": r["reconfiguration"]})
     return realize
 
 
 # -- streamops_reconfigure --------------------------------------------------------------------
 def reconfigure(stage: str, action: str, cores: int | None = None, partitions: int | None = None,
-                pool: str | None = None, mechanism: str = "auto",
-                requested_by: str = "user:airflow-ui") -> dict[str, Any]:
-    """Realize one reconfiguration of `stage` and log every phase; `resume-pending` realizes the
-    stage's pending one (granted by re-plan). Raises unless it ends `done`."""
+                pool: str | None = None, mechanism: str = MechanismName.AUTO,
+                requested_by: str = "user:airflow-ui", reconfiguration: int | None = None) -> dict[str, Any]:
+    """Realize one reconfiguration of `stage` and log every phase; `resume_pending` realizes
+    `reconfiguration` (the id re-plan granted), or without one the stage's pending or
+    left-running one. Raises unless it ends `done`."""
     from streamops import quality
     from streamops.execute import reconfigure
 
+    action = action.strip().replace("-", "_")  # the older spelling (scale-out) still arrives from scripts
     if action not in ACTIONS:
-        raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
+        raise ValueError(f"action must be one of {', '.join(ACTIONS)}, got {action!r}")
     reg = registry.load()
-    if action == "resume-pending":
+    if action == RESUME_PENDING and reconfiguration is not None:
+        outcomes = [reconfigure.realize(reconfiguration, gate=quality.gate_new_run, reg=reg, progress=_say,
+                                        stage_id=stage)]
+    elif action == RESUME_PENDING:
         outcomes = reconfigure.resume(reg, progress=_say, gate=quality.gate_new_run, stage_ids=[stage])
         if not outcomes:
-            _say(f"stage {stage}: action=resume-pending nothing pending or left running")
+            _say(f"stage {stage}: action=resume_pending nothing pending or left running")
             return {"stage": stage, "reconfigurations": []}
     else:
-        rid = reconfigure.request(stage, action.replace("-", "_"), cores=cores, partitions=partitions, pool=pool,
+        rid = reconfigure.request(stage, action, cores=cores, partitions=partitions, pool=pool,
                                  mechanism=mechanism, reg=reg, requested_by=requested_by)
         _say(f"stage {stage}: action={action} reconfiguration {rid} recorded as pending")
         outcomes = [reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, progress=_say)]
@@ -145,7 +152,7 @@ def reconfigure(stage: str, action: str, cores: int | None = None, partitions: i
         gap = "–" if o.downtime_ms is None else f"{o.downtime_ms / 1000:.1f}s"
         _say(f"stage {o.stage_id}: action=reconfigure reconfiguration {o.reconfiguration_id} {o.status}: "
              f"output gap (downtime) {gap}, took {o.seconds:.1f}s; {o.detail}")
-        summary.append({"id": o.reconfiguration_id, "status": o.status, "downtime_ms": o.downtime_ms,
+        summary.append({"id": o.reconfiguration_id, "status": str(o.status), "downtime_ms": o.downtime_ms,
                         "seconds": round(o.seconds, 1), "detail": o.detail})
     bad = [s for s in summary if s["status"] != "done"]
     if bad:

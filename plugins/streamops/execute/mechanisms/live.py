@@ -1,0 +1,68 @@
+"""live: change a running stage's cores on a standalone cluster without stopping it. A `scale`
+command to its driver adds or removes executors (`spark_apps/executors.py`) while its query
+runs. Valid while `plan.mechanism.live_refusal` says so: same pool, same state partitions (key
+groups), whole executors."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import Row
+
+from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, check_room_to_grow, \
+    driver_command, recover_by_restore, restore_previous, running_primary, same_run_holds_target
+from streamops.plan.kinds import MechanismName, Phase
+from streamops.plan.mechanism import live_refusal
+from streamops.store import ledger
+from streamops.store import reconfigurations as rstore
+
+
+class LiveScale:
+    name = MechanismName.LIVE
+    COMMAND_WAIT_S = 90.0
+
+    def refusal(self, s: Situation) -> str | None:
+        if s.live is None:
+            return "not a live change: the stage is not running"
+        why = live_refusal(s.action, s.pool_kind, s.pool, s.target_pool, s.target_cores, s.executor_cores,
+                           s.state_partitions, s.target_partitions)
+        return f"not a live change: {why}" if why else None
+
+    def run(self, ex: Execution) -> None:
+        r = ex.row
+        live = running_primary(ex)
+        pool = ex.reg.pools.get(live.pool)
+        check_room_to_grow(ex, live, pool.cores if pool else None, r.target_cores)
+        self._scale(ex, live, r.target_cores)
+        ex.new_deployment_id = live.id
+        rstore.link(r.id, old_deployment_id=live.id, new_deployment_id=live.id)
+
+    def _scale(self, ex: Execution, run: Row, cores: int) -> None:
+        ex.stamp(Phase.SCALE_REQUESTED)
+        ex.changed_at = datetime.now(timezone.utc)
+        cmd = driver_command(ex, run, "scale", {"cores": cores, "timeout_s": self.COMMAND_WAIT_S - 15},
+                             self.COMMAND_WAIT_S)
+        ledger.record_scaling(run.id, run.cores, cores, ex.row.id)
+        ex.stamp(Phase.EXECUTORS_READY)
+        ex.progress(f"{ex.stage_id}: {cmd.outcome.removeprefix('done: ')}")
+
+    def rollback(self, ex: Execution, reason: str) -> None:
+        """Back to the old cores in the same run if it still runs; else restart it as it was."""
+        old = ex.old_deployment
+        live = ledger.latest_run(ex.stage_id, live=True)
+        if old is not None and live is not None and live.id == old.id:
+            if live.cores != old.cores:
+                self._scale(ex, live, old.cores)
+            return
+        restore_previous(ex, reason)
+
+    def recover(self, ex: Execution, live: Row | None) -> Recovery:
+        """The run that was being scaled kept going: it holds the target, or is scaled back."""
+        holds = same_run_holds_target(ex.row, live)
+        if holds is None:
+            return recover_by_restore(ex)
+        if holds:
+            return Recovery.completed("the run holds the target configuration")
+        if live.cores != ex.row.from_cores:
+            self._scale(ex, live, ex.row.from_cores)
+        return Recovery.rolled_back()
