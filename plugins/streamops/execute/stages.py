@@ -23,6 +23,11 @@ log = logging.getLogger("streamops.execute")
 Progress = Callable[[str], None]
 
 
+# The stage's Operator Manager, which its driver runs every local period. Named, not imported:
+# driver code imports nothing of the control plane; the run's row tells it what to call.
+OPERATOR_MANAGER = "streamops.control:request_for_stage"
+
+
 class AdmissionRefused(RuntimeError):
     """The pool has too few free cores; the refusal is recorded in `deployments`."""
 
@@ -148,7 +153,8 @@ def start_stage(
                        launcher=launcher.kind, config={"app": app, "stage": name, "spec": st.model_dump(mode="json"),
                                                        "pool": pool.model_dump(mode="json"),
                                                        "reconfiguration_id": reconfiguration_id, "fault": fault,
-                                                       "speculation": _speculation(sid, st, pool)})
+                                                       "speculation": _speculation(sid, st, pool),
+                                                       "operator_manager": OPERATOR_MANAGER})
     if adm.live is not None:
         return StartResult(sid, adm.live.id, adm.live.pid, True, adm.live.log_path)
     dep_id = adm.deployment_id

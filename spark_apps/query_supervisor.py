@@ -1,0 +1,95 @@
+"""The driver's query supervisor: a failed query is restarted in the same driver (no new JVM),
+and its failed batch is counted in the poison book (retried, quarantined, or the run fails)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Callable
+
+from streamops import checkpoint_layout as checkpoint
+from streamops.agent.errors import is_transient
+from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, isolate
+from streamops.checkpoint_layout import QUERIES, query_checkpoint
+from streamops.registry import Stage
+
+log = logging.getLogger("streamops.run_stage")
+
+
+class QuerySupervisor:
+    """Restarts a failed query in this driver (no new JVM) and, through the poison book, counts
+    its failed batch: retried, quarantined whole after the stage's `poison_after_failures`, or
+    (when the run itself looks broken) the run fails and the watchdog or the rollback takes over."""
+
+    GENERIC_LIMIT = 3  # failures in a row that no batch can be blamed for
+
+    def __init__(self, stage: Stage, ckpt: Path, book: PoisonBook, restart, stopping: threading.Event,
+                 fails_alone: Callable[[tuple[str, ...]], str | None] | None = None):
+        self.stage, self.ckpt, self.book, self.restart, self.stopping = stage, ckpt, book, restart, stopping
+        self.fails_alone = fails_alone  # a dry run of some of a batch's files: its error, or None
+        self.excluded = book.excluded_files()
+        self.failures_in_a_row = 0
+        self.open: dict[str, int] = {}  # query → the failed batch awaiting its commit
+
+    def check(self, queries: list) -> str | None:
+        """Restart what died; returns why the run must fail, or None."""
+        for i, q in enumerate(queries):
+            if q.isActive:
+                continue
+            which = QUERIES[i]
+            exc = q.exception()
+            text = str(exc) if exc else "the query stopped by itself"
+            why, backoff_s = self._handle(which, text)
+            if why:
+                return f"query {q.name} terminated: {why}"
+            if self.stopping.wait(backoff_s):
+                return None  # a stop came while backing off: nothing to restart
+            queries[i] = self.restart(which, self.excluded[which])
+            log.info("action=restart-query query=%s excluded_files=%d", which, len(self.excluded[which]))
+        self._closed_episodes()
+        return None
+
+    def _handle(self, which: str, text: str) -> tuple[str | None, float]:
+        """(why the run must fail, or None; seconds to wait before the restart)."""
+        error = error_signature(text)
+        self.failures_in_a_row += 1
+        backoff_s = min(2 ** self.failures_in_a_row, 30)
+        if is_transient(text):
+            log.warning("action=query-failed query=%s transient, restarting: %s", which, error)
+            return None, backoff_s
+        qckpt = query_checkpoint(which, self.ckpt)
+        planned, committed = checkpoint.last_planned_batch(qckpt), checkpoint.last_committed_batch(qckpt)
+        if planned is None or planned == committed:
+            log.error("action=query-failed query=%s no batch to blame (%d in a row): %s", which,
+                      self.failures_in_a_row, error)
+            return (error if self.failures_in_a_row >= self.GENERIC_LIMIT else None), backoff_s
+        fb = FailedBatch(which, planned, tuple(checkpoint.batch_files(qckpt, planned)), error)
+        verdict = self.book.record(fb, self.stage.poison_after_failures)
+        self.open[which] = planned
+        if verdict.action == "fail":
+            return f"{error} (batch {planned}: {verdict.why})", 0
+        if verdict.action == "quarantine":
+            blamed = fb.files
+            if which == "main" and self.fails_alone is not None:
+                blamed = isolate(fb.files, error, self.fails_alone)
+                log.info("action=isolate batch=%d blamed %d of %d file(s): %s", planned, len(blamed), len(fb.files),
+                         ", ".join(Path(f).name for f in blamed))
+            self.book.quarantine(fb, verdict.attempts, blamed)
+            self.excluded[which] = sorted(set(self.excluded[which]) | set(blamed))
+            return None, 0  # the cause is gone: restart at once
+        return None, backoff_s
+
+    def on_commit(self, batch_id: int) -> None:
+        """The main query committed a batch (called from its sink)."""
+        self.failures_in_a_row = 0
+        if "main" in self.open:
+            self.open.pop("main")
+            self.book.committed("main", batch_id)
+
+    def _closed_episodes(self) -> None:
+        if "quarantine" in self.open:
+            done = checkpoint.last_committed_batch(query_checkpoint("quarantine", self.ckpt))
+            if done is not None and done >= self.open["quarantine"]:
+                self.open.pop("quarantine")
+                self.book.committed("quarantine", done)
