@@ -31,6 +31,9 @@ TEST_DB = f"streamops_test_{os.getpid()}"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 # What a test not marked `db` gets as its database: nothing listens on port 1.
 UNMARKED_URL = "postgresql://no-database-for-unmarked-tests@127.0.0.1:1/none"
+# Every libpq connection of the tests (and of the drivers they start) in UTC, whatever the server's
+# TimeZone: the reporting fixtures' days are UTC days.
+os.environ["PGTZ"] = "UTC"
 # The environment as the session found it (the server `make test` brought up, the real state dir).
 OUTER_ENV = {k: os.environ.get(k) for k in ("STREAMOPS_DATABASE_URL", "STREAMOPS_HOME")}
 _test_db_url: str | None = None  # set once the `test_database` fixture created the database

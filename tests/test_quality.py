@@ -53,9 +53,7 @@ def add_outputs(engine, counts: dict[str, int], stage_id: str = STAGE, batch_id:
 @pytest.fixture
 def qdb(clean_db):
     with clean_db.begin() as conn:
-        tz = conn.execute(text("SHOW TimeZone")).scalar_one()
-        if tz not in ("UTC", "Etc/UTC"):
-            pytest.skip(f"server TimeZone is {tz}; these fixtures are written in UTC")
+        assert conn.execute(text("SHOW TimeZone")).scalar_one() == "UTC", "conftest pins PGTZ=UTC"
         conn.execute(text("TRUNCATE dq_results, reports"))
         conn.execute(text("INSERT INTO pools (name, master, cores) VALUES ('p', 'local', 8)"))
     add_app(clean_db, "a", in_service=False)

@@ -22,9 +22,7 @@ pytestmark = pytest.mark.db
 @pytest.fixture
 def hdb(clean_db):
     with clean_db.begin() as conn:
-        tz = conn.execute(text("SHOW TimeZone")).scalar_one()
-        if tz not in ("UTC", "Etc/UTC"):
-            pytest.skip(f"server TimeZone is {tz}; these fixtures are written in UTC")
+        assert conn.execute(text("SHOW TimeZone")).scalar_one() == "UTC", "conftest pins PGTZ=UTC"
         conn.execute(text("TRUNCATE reports, dq_results"))
         conn.execute(text("INSERT INTO pools (name, master, cores) VALUES ('p', 'local', 8)"))
     return clean_db
