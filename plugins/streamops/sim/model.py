@@ -99,22 +99,6 @@ class ScriptedChange:
     down_start_s: float | None = None
 
 
-def apply_scripted(sim: Any, t: int) -> None:
-    """Start the scripted changes due in [t, t+1) (Simulation.run calls this instead of the managers)."""
-    from streamops.sim.engine import Reconfig
-
-    for c in sim.cfg.scripted or ():
-        if t <= c.t_s < t + 1:
-            st = next(s for s in sim.stages if s.spec.name == c.stage)
-            if st.pending is not None:  # a failure during a change: that change ends first
-                sim._advance_reconfig(st, int(math.ceil(st.pending.down_end)))
-            start = max(c.t_s, c.t_s if c.down_start_s is None else c.down_start_s)
-            st.pending = Reconfig(t=c.t_s, stage=c.stage, action=c.action, from_cores=st.n, to_cores=c.to_cores,
-                                  mechanism=c.mechanism, downtime_s=c.downtime_s, down_start=start,
-                                  down_end=start + c.downtime_s, reason="scripted")
-            sim.reconfigs.append(st.pending)
-
-
 # EDF's DEBS top-10 routes query cut at its stateful operator: parse+filter+route id → windowed
 # count → top-10. At their initial cores every stage is overloaded by the diurnal peak
 # (300 rows/s) and nearly idle at night (30 rows/s).
