@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 
 from streamops.registry import Fault, Redundancy
-from streamops.sim import run_simulation
+from streamops.sim import load_trace, run_simulation
 from streamops.sim.engine import Simulation
 from streamops.sim.faults import Blocks, fault_schedule, parse_faults
 from streamops.sim.model import SimConfig
 from streamops.sim.policies import resolve_policy
 from streamops.sim.run import HA_TRACE, WORDCOUNT_STAGE, ha_comparison
-from streamops.sim.traces import load_trace
 
 KILLS = (Fault(kind="driver_kill", mtbf_s=120),)
 

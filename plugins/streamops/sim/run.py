@@ -15,7 +15,7 @@ from streamops.sim.faults import parse_faults
 from streamops.sim.model import SimConfig, StageSpec
 from streamops.sim.policies import APP_FIELDS, OPERATOR_FIELDS, PolicyConfig, resolve_policy
 from streamops.sim.report import plot, summarize
-from streamops.sim.traces import load_trace
+from streamops.sim.trace_loader import load_trace
 
 
 def run_simulation(policy: str | PolicyConfig, trace: str, seed: int = 1, out_dir: Path | None = None,

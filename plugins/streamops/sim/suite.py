@@ -272,7 +272,7 @@ def suite_trace(family: str, seed: int) -> SimTrace:
 
 
 def load_suite_trace(text: str) -> SimTrace:
-    """`suite:FAMILY:SEED` (or `suite:FAMILY`, seed 1), as `traces.load_trace` accepts it."""
+    """`suite:FAMILY:SEED` (or `suite:FAMILY`, seed 1), as `trace_loader.load_trace` accepts it."""
     parts = text.strip().split(":")
     if len(parts) not in (2, 3) or parts[0] != "suite":
         raise ValueError(f"a suite trace is suite:FAMILY:SEED, got {text!r}")

@@ -1,18 +1,9 @@
 """Arrival-rate traces for the simulator: rows/s into the app's first stage, as a function of
 simulated seconds.
 
-Accepted forms (`load_trace(text)`):
-- a built-in name: `diurnal`, `ramp`, `steps`, `spikes` (see BUILTIN below; each comes with a
-  default duration);
-- any generator spec `kind:name=value,...` of `streamops.generator.traces` (constant, ramp,
-  diurnal, step, spike), e.g. `ramp:start_rate=200,doubling_s=500,max_rate=800`;
-- a CSV file with columns `t_s,rate` (seconds, rows/s; linearly interpolated, held constant
-  before the first and after the last point);
-- a replay of a `stage_metrics` export: a CSV with `ts` and `input_rps` or `input_rows`
-  (ts: ISO-8601 timestamps or epoch seconds). With `input_rps` the rate is taken as is; with
-  `input_rows` a batch's rate is its rows over the time to the next batch (the last batch
-  reuses the previous gap). If the file has a `stage_id` column, one stage is replayed: the one
-  named after `#` in the path (`export.csv#top10`), else the first stage in the file.
+`trace_from_text` reads the built-in, generator and CSV forms that `trace_loader.load_trace`
+accepts (its docstring lists them); the trace suite (`suite.py`) builds on SimTrace and
+`load_csv_trace` here.
 """
 
 from __future__ import annotations
@@ -162,16 +153,8 @@ def load_csv_trace(path: str | Path) -> SimTrace:
     raise ValueError(f"{p}: a CSV trace needs columns t_s,rate or ts,input_rps or ts,input_rows; got {cols}")
 
 
-def load_trace(trace: str | SimTrace) -> SimTrace:
-    """A built-in name, a generator spec, or a CSV path (see the module docstring), or
-    `suite:FAMILY:SEED`, a seeded family of the trace suite (`streamops.sim.suite`)."""
-    if isinstance(trace, SimTrace):
-        return trace
-    text = str(trace).strip()
-    if text.startswith("suite:"):  # a family of the trace suite: suite:FAMILY:SEED (sim/suite.py)
-        from streamops.sim.suite import load_suite_trace
-
-        return load_suite_trace(text)
+def trace_from_text(text: str) -> SimTrace:
+    """A built-in name, a generator spec or a CSV path (the forms of `trace_loader.load_trace` but the suite's)."""
     if text in BUILTIN:
         spec, duration, desc, *shift = BUILTIN[text]
         return _from_generator(text, spec, duration, desc, shift[0] if shift else 0.0)
@@ -181,7 +164,7 @@ def load_trace(trace: str | SimTrace) -> SimTrace:
     path = text.rpartition("#")[0] if "#" in text and not Path(text).exists() else text
     if Path(path).exists():
         return load_csv_trace(text)
-    raise ValueError(f"unknown trace {trace!r}: use one of {sorted(BUILTIN)}, suite:FAMILY:SEED, a generator spec "
+    raise ValueError(f"unknown trace {text!r}: use one of {sorted(BUILTIN)}, suite:FAMILY:SEED, a generator spec "
                      f"({', '.join(TRACE_KINDS)}) or a CSV path")
 
 
