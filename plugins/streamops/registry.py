@@ -15,6 +15,7 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from streamops.paths import data_dir, registry_path
+from streamops.plan.model import stage_id as stage_id  # defined with the plan's plain data, used as registry.stage_id
 from streamops.records import MAX_RECORD_BYTES
 
 # Workload → the record family its generator writes (streamops.generator kinds).
@@ -241,10 +242,6 @@ class Registry(_Frozen):
 
     def stages(self) -> list[tuple[str, str, Stage]]:
         return [(a, s, st) for a, app in self.apps.items() for s, st in app.stages.items()]
-
-
-def stage_id(app: str, stage: str) -> str:
-    return f"{app}.{stage}"
 
 
 def resolve_path(p: str) -> Path:
