@@ -318,7 +318,8 @@ def _cross_check(reg: Registry, source: str) -> None:
 
 def parse(data: Any, source: str = "apps.yaml") -> Registry:
     if not isinstance(data, dict):
-        raise RegistryError(f"{source}: top level: expected a mapping with 'pools' and 'apps', got {type(data).__name__}")
+        raise RegistryError(f"{source}: top level: expected a mapping with 'pools' and 'apps', "
+                            f"got {type(data).__name__}")
     try:
         reg = Registry.model_validate(data)
     except ValidationError as e:

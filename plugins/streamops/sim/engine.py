@@ -189,10 +189,9 @@ class Simulation:
         st.backlog_now = backlog
         return out, up, lat, lat90
 
-    def _caught_up(self, st: StageRun, t: int) -> None:
-        """The cost model learns a change's output gap plus its catch-up, as production does
+    def _caught_up(self, st: StageRun, p: Reconfig, t: int) -> None:
+        """The cost model learns change `p`'s output gap plus its catch-up, as production does
         (`reconfigurations.downtime_ms` + caught_up_at − first_batch_done_at)."""
-        p = st.catching_up
         one_second = st.n * st.spec.rate_per_core
         if st.backlog_now > max(p.backlog_before, one_second) and t + 1 - p.down_end < 600 and st.pending is None:
             return
@@ -264,8 +263,8 @@ class Simulation:
         for o in self.stages:
             used[o.pool] = used.get(o.pool, 0) + o.n
         here = self.pool_delay[st.pool]
-        rooms = {p: PoolRoom(self.pool_cores[p] - used.get(p, 0), abs(self.pool_delay[p] - here) if "local" in (p, st.pool)
-                             else self.pool_delay[p] + here)
+        rooms = {p: PoolRoom(self.pool_cores[p] - used.get(p, 0),
+                             abs(self.pool_delay[p] - here) if "local" in (p, st.pool) else self.pool_delay[p] + here)
                  for p in self.pool_cores if p != st.pool}
         return OperatorContext(self.cfg.r_max_ms, self.cost, rooms, self.op_rng)
 
@@ -378,6 +377,6 @@ class Simulation:
             self._step(t)
             for st in self.stages:
                 if st.catching_up is not None:
-                    self._caught_up(st, t)
+                    self._caught_up(st, st.catching_up, t)
         for st in self.stages:
             ha_mod.finish(st.ha, self.T)

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from streamops.generator.traces import Trace as GenTrace
 from streamops.generator.traces import TRACE_KINDS, make_trace
@@ -22,7 +22,7 @@ from streamops.generator.traces import TRACE_KINDS, make_trace
 # name → (generator spec, default duration in simulated seconds, description[, time shift s])
 # The diurnal "day" is compressed to 2 h (7200 s) of simulated time; the trough (night) is at
 # t = 0, 7200, 14400 …, the peak at 3600, 10800 … EDF-like units: peak 300 rows/s per stage.
-BUILTIN: dict[str, tuple] = {
+BUILTIN: dict[str, tuple[Any, ...]] = {
     "diurnal": ("diurnal:base=30,peak=300,period_s=7200,phase_s=0", 14_400.0,
                 "EDF-like taxi day compressed to 2 h: 30 rows/s at night, 300 rows/s at the peak; 2 days"),
     "ramp": ("ramp:start_rate=200,doubling_s=500,max_rate=800", 3_000.0,
@@ -43,7 +43,7 @@ class SimTrace:
     default_duration_s: float
     integral_fn: Callable[[float, float], float] | None = None
     description: str = ""
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def rate(self, t: float) -> float:
         return max(0.0, float(self.rate_fn(t)))
@@ -71,11 +71,15 @@ def _default_duration(spec: str) -> float:
     tr = make_trace(spec)
     p = tr.spec.params
     if kind == "step":
-        return len(p["rates"]) * p["step_s"]
+        rates: list[float] = p["rates"]
+        step_s: float = p["step_s"]
+        return len(rates) * step_s
     if kind == "spike":
-        return 4 * p["every_s"]
+        every_s: float = p["every_s"]
+        return 4 * every_s
     if kind == "diurnal":
-        return 2 * p["period_s"]
+        period_s: float = p["period_s"]
+        return 2 * period_s
     if kind == "ramp":
         return 3_000.0
     return 3_600.0
@@ -148,7 +152,8 @@ def load_csv_trace(path: str | Path) -> SimTrace:
                 rs.append(v / gap if gap > 0 else 0.0)
         fn = PiecewiseLinear(ts, rs)
         return SimTrace(name=p.name, rate_fn=fn, default_duration_s=max(1.0, math.ceil(ts[-1]) + 1),
-                        description=f"stage_metrics replay ({key}, {len(ts)} batches{', stage ' + stage if stage else ''})",
+                        description=f"stage_metrics replay ({key}, {len(ts)} batches"
+                                    f"{', stage ' + stage if stage else ''})",
                         meta={"path": str(p), "format": f"stage_metrics:{key}", "stage_id": stage})
     raise ValueError(f"{p}: a CSV trace needs columns t_s,rate or ts,input_rps or ts,input_rows; got {cols}")
 
@@ -168,7 +173,8 @@ def trace_from_text(text: str) -> SimTrace:
                      f"({', '.join(TRACE_KINDS)}) or a CSV path")
 
 
-def change_points(tr: SimTrace, duration_s: int, rel: float = 0.2, min_abs: float = 5.0) -> list[tuple[int, float, float]]:
+def change_points(tr: SimTrace, duration_s: int, rel: float = 0.2,
+                  min_abs: float = 5.0) -> list[tuple[int, float, float]]:
     """Step changes: seconds t where the per-second rate jumps by more than `rel` of the
     previous rate (and by `min_abs` rows/s at least). Returns (t, rate_before, rate_after)."""
     out: list[tuple[int, float, float]] = []
