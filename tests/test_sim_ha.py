@@ -34,7 +34,8 @@ def _sim(faults=(), replicas: int = 1, redundancy=None, duration_s: int = 1800, 
 
 
 def _ha(faults=(), **kw) -> dict:
-    spec = replace(WORDCOUNT_STAGE, faults=tuple(faults), **{k: kw.pop(k) for k in ("replicas", "redundancy") if k in kw})
+    spec = replace(WORDCOUNT_STAGE, faults=tuple(faults),
+                   **{k: kw.pop(k) for k in ("replicas", "redundancy") if k in kw})
     return run_simulation("recommended", HA_TRACE, duration_s=kw.pop("duration_s", 1800), stages=(spec,), plot=False,
                           **kw)["ha"]
 
