@@ -45,8 +45,8 @@ def test_import_contracts():
     """Who may import whom, the floors and no import circles: the contracts of [tool.importlinter]
     in pyproject.toml (`make lint` runs them too). Lazy imports inside functions count."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "plugins")])}
-    r = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"], cwd=REPO_ROOT, env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache", "--no-logo"],
+                       cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
 
 
