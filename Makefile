@@ -7,12 +7,13 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # uv must use the machine's Python 3.11, never download one.
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: help venv demo demo-stop test test-all test-pure test-fast test-reconfig test-fuzz test-chaos bench lock clean
+.PHONY: help venv demo demo-stop lint test test-all test-pure test-fast test-reconfig test-fuzz test-chaos bench lock clean
 
 help:
 	@echo "make demo       set up .venv, start PostgreSQL, deploy and feed the demo apps, watch status (Ctrl-C to leave)"
 	@echo "make demo-stop  stop the demo's stages, generators and database"
-	@echo "make test       the whole test suite (real PostgreSQL, real Spark); what CI runs"
+	@echo "make lint       ruff, mypy (strict on plan/ analyze/ sim/ records) and the import contracts (lint-imports)"
+	@echo "make test       make lint, then the whole test suite (real PostgreSQL, real Spark); what CI runs"
 	@echo "make test-pure  the tests that need no database (not marked db); starts no PostgreSQL"
 	@echo "make test-chaos real faults against running stages: database stop, SIGSTOP, kills, failed launches"
 	@echo "make test-fuzz  the input contract under 20 000 Hypothesis records per family (make test runs 300)"
@@ -47,8 +48,16 @@ demo: venv
 demo-stop: venv
 	$(STREAMOPS) down --db
 
+# Static checks, configured in pyproject.toml; under a minute. lint-imports finds spark_apps
+# (the repository root) and streamops (plugins/) on PYTHONPATH.
+lint: venv
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/mypy
+	PYTHONPATH=.:plugins $(VENV)/bin/lint-imports --no-cache --no-logo
+
+# Lint first: a broken import rule or type fails in seconds, not after the suite.
 # Leaves the database as it found it: stopped if it was stopped.
-test: venv
+test: venv lint
 	@was_up=0; $(STREAMOPS) db status --quiet && was_up=1; \
 	$(STREAMOPS) db up >/dev/null || exit 1; \
 	$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \

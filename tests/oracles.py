@@ -68,7 +68,8 @@ def actual(engine: Engine, stage_id: str, workload: str) -> dict:
     if workload == "keycount":
         return {v["key"]: v["count"] for _, v in values}
     if workload == "fixwindow":
-        return {(_ts(v["window_start"]), v["ip"]): (v["count"], _ts(v["first_ts"]), _ts(v["last_ts"])) for _, v in values}
+        return {(_ts(v["window_start"]), v["ip"]): (v["count"], _ts(v["first_ts"]), _ts(v["last_ts"]))
+                for _, v in values}
     if workload == "taxi_top10":
         return {(_ts(v["window_start"]), v["route"]): v["count"] for _, v in values}
     raise ValueError(workload)

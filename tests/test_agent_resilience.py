@@ -189,7 +189,8 @@ def test_liveness_is_the_host_and_the_process_start_time_not_only_a_pid():
     run = dict(master="local", pid=me, driver_id=None, host=socket.gethostname(), pid_started_at=started)
     assert is_alive(SimpleNamespace(**run))
     assert not is_alive(SimpleNamespace(**{**run, "pid_started_at": started - 3600})), "a reused pid is not the driver"
-    assert is_alive(SimpleNamespace(**{**run, "pid": 2 ** 22 + 1, "host": "elsewhere"})), "another host: the heartbeat decides"
+    assert is_alive(SimpleNamespace(**{**run, "pid": 2 ** 22 + 1, "host": "elsewhere"})), \
+        "another host: the heartbeat decides"
     assert not is_alive(SimpleNamespace(**{**run, "pid": 2 ** 22 + 1}))
 
 
@@ -262,9 +263,11 @@ def test_a_beating_driver_that_commits_nothing_while_input_waits_is_stalled():
 
     def run(**info):
         return SimpleNamespace(health="ok", status="running", pid=None, silent_s=2.0, server_up_s=3600,
-                               beat_at=datetime.now(timezone.utc), running_at=None, started_at=datetime.now(timezone.utc),
+                               beat_at=datetime.now(timezone.utc), running_at=None,
+                               started_at=datetime.now(timezone.utc),
                                stage_id="a.s", id=1, role="primary", stop_reason=None, stopped_at=None,
-                               beat_info={"backlog_files": 3, "since_progress_s": 200.0, "stop_requested": False, **info})
+                               beat_info={"backlog_files": 3, "since_progress_s": 200.0, "stop_requested": False,
+                                          **info})
 
     [f] = detect(15, candidates=[run()], stall_s=180)
     assert f.kind == "stalled" and "no commit for 202s while 3 input file(s) wait" in f.detail

@@ -37,7 +37,8 @@ REGISTRY = {
     "pools": {"p1": {"cores": 4, "network_delay_ms": {"p2": 5}}, "p2": {"cores": 2, "network_delay_ms": {"p1": 5}}},
     "apps": {APP: {
         "r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-        "stages": {"wc": {"workload": "wordcount", "source": {"kind": "files", "path": "af/in", "max_files_per_trigger": 2},
+        "stages": {"wc": {"workload": "wordcount",
+                          "source": {"kind": "files", "path": "af/in", "max_files_per_trigger": 2},
                           "cores": {"initial": 1, "min": 1, "max": 2}, "state_partitions": 2,
                           "trigger_interval_ms": 1000, "pool": "p1", "policy": {"kind": "edf"}}},
     }},
@@ -209,7 +210,8 @@ def test_deploy_then_reconfigure_then_watchdog(dagbag, reg, clean_db):
         recovered = _live(clean_db)
         assert recovered.id == f.recovery_deployment_id and recovered.cores == 2, "restarted with its last config"
 
-        eventually(lambda: oracles.actual(clean_db, SID, "wordcount") == want, 180, "the sink to equal the ground truth")
+        eventually(lambda: oracles.actual(clean_db, SID, "wordcount") == want, 180,
+                   "the sink to equal the ground truth")
     finally:
         _stop_quietly(reg)
 
@@ -238,7 +240,8 @@ def test_watchdog_gives_up_and_alerts(dagbag, reg, clean_db):
         dr = _run(dagbag, "streamops_watchdog", {"max_restarts": 2, "stale_s": 60})
         assert str(dr.state) == "failed"
         with clean_db.connect() as conn:
-            health = conn.execute(text("SELECT health, health_reason FROM stages WHERE stage_id = :s"), {"s": SID}).one()
+            health = conn.execute(text("SELECT health, health_reason FROM stages WHERE stage_id = :s"),
+                                  {"s": SID}).one()
             f = conn.execute(text("SELECT status, attempts FROM failures WHERE stage_id = :s"), {"s": SID}).one()
         assert health.health == "failed" and "restarts in a row failed" in health.health_reason
         assert (f.status, f.attempts) == ("gave_up", 2)
@@ -292,21 +295,23 @@ def test_maintenance_window_realizes_only_disruptive_plans_while_open(reg, clean
 
     stages.sync_registry(reg)
     with clean_db.begin() as conn:
-        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, requested_by) "
-                          "VALUES (:s, :a, 'scale_in', 2, 1, 'policy:edf')"), {"s": SID, "a": APP})
+        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, "
+                          "requested_by) VALUES (:s, :a, 'scale_in', 2, 1, 'policy:edf')"), {"s": SID, "a": APP})
     today = datetime.now(timezone.utc).replace(hour=3, minute=10, second=0, microsecond=0)
     assert tasks.maintenance_window(now=today - timedelta(hours=12)) == {}, "outside the window: nothing"
     # Open (03:00 + 30 min) as of `now`, but already closed in real time: nothing may start.
     assert tasks.maintenance_window(now=today - timedelta(days=1)) == {APP: []}
     with clean_db.connect() as conn:
-        assert conn.execute(text("SELECT status FROM reconfigurations WHERE stage_id = :s"), {"s": SID}).scalar() == "pending"
+        assert conn.execute(text("SELECT status FROM reconfigurations WHERE stage_id = :s"),
+                            {"s": SID}).scalar() == "pending"
     # Open as of `now` and still open in real time (today's window, or tomorrow's once today's
     # has passed): the scale-in is claimed (the stage is not running, so it cannot end done).
     in_window = today if datetime.now(timezone.utc) < today + timedelta(minutes=30) else today + timedelta(days=1)
     done = tasks.maintenance_window(now=in_window)
     assert [r["stage"] for r in done[APP]] == [SID]
     with clean_db.connect() as conn:
-        assert conn.execute(text("SELECT status FROM reconfigurations WHERE stage_id = :s"), {"s": SID}).scalar() != "pending"
+        assert conn.execute(text("SELECT status FROM reconfigurations WHERE stage_id = :s"),
+                            {"s": SID}).scalar() != "pending"
 
 
 def test_nightly_report_writes_the_days_html(dagbag, clean_db, tmp_path, monkeypatch):
@@ -414,7 +419,8 @@ def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
 
         from streamops import processes
 
-        victims = {c: pid for c, pid in airflow_home.running(airflow_site).items() if c in ("scheduler", "dag-processor")}
+        victims = {c: pid for c, pid in airflow_home.running(airflow_site).items()
+                   if c in ("scheduler", "dag-processor")}
         for pid in victims.values():
             os.kill(pid, signal.SIGKILL)
         eventually(lambda: not any(processes.is_alive(p) for p in victims.values()), 10, "the kills")

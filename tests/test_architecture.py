@@ -1,13 +1,15 @@
 """The layering rules of docs/architecture.md, checked on the source (issue 12): who may import
-whom, where SQL and connections live, and how long a module may grow. Pure: no database."""
+whom (import-linter's contracts in pyproject.toml), where SQL and connections live, and how long
+a module may grow. Pure: no database."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
-
-import pytest
 
 from streamops.paths import REPO_ROOT
 
@@ -29,17 +31,6 @@ def _name(path: Path) -> str:
     return ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module `path` imports, at the top or lazily inside a function."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-    return found
-
-
 def _docstrings(tree: ast.AST) -> set[int]:
     ids = set()
     for node in ast.walk(tree):
@@ -50,24 +41,13 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return ids
 
 
-FORBIDDEN = [
-    # (importer prefix, imported prefix, why)
-    ("streamops.execute", "streamops.quality", "the quality gate is passed in: execute(rid, gate=...)"),
-    ("streamops.agent", "streamops.control", "the agent reports and obeys; run_stage.py wires the Operator Manager"),
-    ("streamops.agent", "streamops.execute", "driver code shares only streamops.checkpoint_layout with the control plane"),
-    ("spark_apps", "streamops.execute", "driver code shares only streamops.checkpoint_layout with the control plane"),
-    ("streamops", "spark_apps", "the control plane runs driver code as processes, never imports it"),
-    ("streamops.plan", "streamops.store", "plan/ is pure"),
-    ("streamops.analyze", "streamops.store", "analyze/ is pure"),
-    ("streamops.sim", "streamops.store", "sim/ is pure: its --calibrate rows come from store/runs.py"),
-]
-
-
-@pytest.mark.parametrize("importer,imported,why", FORBIDDEN, ids=[f"{a}-/->{b}" for a, b, _ in FORBIDDEN])
-def test_no_forbidden_import(importer, imported, why):
-    offenders = [f"{_name(p)} imports {m}" for p in _modules(*PRODUCT) if _name(p).startswith(importer)
-                 for m in sorted(_imports(p)) if m == imported or m.startswith(imported + ".")]
-    assert not offenders, f"{why}:\n" + "\n".join(offenders)
+def test_import_contracts():
+    """Who may import whom, the floors and no import circles: the contracts of [tool.importlinter]
+    in pyproject.toml (`make lint` runs them too). Lazy imports inside functions count."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "plugins")])}
+    r = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache", "--no-logo"],
+                       cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
 
 
 def test_only_store_opens_connections():

@@ -49,8 +49,8 @@ def _registry() -> registry.Registry:
 
 def _caught_up(engine) -> bool:
     with engine.connect() as conn:
-        files = conn.execute(text("SELECT backlog_files FROM stage_metrics WHERE stage_id = :s ORDER BY ts DESC LIMIT 1"),
-                             {"s": SID}).scalar()
+        files = conn.execute(text("SELECT backlog_files FROM stage_metrics WHERE stage_id = :s "
+                                  "ORDER BY ts DESC LIMIT 1"), {"s": SID}).scalar()
     return files is not None and files <= 1
 
 
@@ -140,10 +140,11 @@ def test_the_simulator_replays_a_real_run_within_20_percent(clean_db, artifacts)
     d = artifacts / "calibration"
     run.save(d / "run.json")  # the raw run: the model can be refitted offline (RunData.load)
     res = calibrate_and_replay(run, out_dir=d)
+    fitted = {k: v for k, v in res['calibrated'].items() if k not in ('steady_windows', 'reconfigurations')}
     print(f"\nreal run {run_s:.0f} s, steady from feeder second {steady_at:.0f} (rate steps at {STEP_S}, {2 * STEP_S}) "
           f"({run.duration_s} s calibrated, {len(run.metrics)} batches, "
           f"{len(run.reconfigs)} reconfiguration(s)); calibrated: "
-          f"{json.dumps({k: v for k, v in res['calibrated'].items() if k not in ('steady_windows', 'reconfigurations')})}")
+          f"{json.dumps(fitted)}")
     for key, row in res["comparison"].items():
         print(f"  {key:<24} measured {row['measured']!s:>10}  simulated {row['simulated']!s:>10}  "
               f"error {'—' if row['error'] is None else format(row['error'], '+.1%')}")
@@ -153,7 +154,8 @@ def test_the_simulator_replays_a_real_run_within_20_percent(clean_db, artifacts)
               f"({c['downtime_detail']}); its own output gap {c['own_gap_s']:.2f} s")
     print(f"  availability: measured {cmp['availability']['measured']:.4f}, predicted "
           f"{cmp['availability']['simulated']:.4f} ({cmp['availability']['error']:+.1%}); with the own gap "
-          f"(accounting) {cmp['availability_accounting']['simulated']:.4f} ({cmp['availability_accounting']['error']:+.1%})")
+          f"(accounting) {cmp['availability_accounting']['simulated']:.4f} "
+          f"({cmp['availability_accounting']['error']:+.1%})")
     assert len(run.reconfigs) == 1 and run.reconfigs[0]["mechanism"] == "pause_resume"
     # a clean database: no other change of the stage, so the restart is modelled from this run's
     # stop, state and initial start (the first deployment is in the database)

@@ -188,7 +188,8 @@ def test_a_launch_that_raises_is_a_recorded_failure_and_is_retried(clean_db, tmp
     want = oracles.expected("wordcount", generator.read_valid_records(inputs))
     eventually(lambda: oracles.actual(clean_db, "chaos.s", "wordcount") == want, 120, "the sink to equal the truth")
     with clean_db.connect() as conn:
-        f = conn.execute(text("SELECT kind, status, deployment_id, mttr_ms FROM failures WHERE stage_id = 'chaos.s'")).one()
+        f = conn.execute(text("SELECT kind, status, deployment_id, mttr_ms FROM failures "
+                              "WHERE stage_id = 'chaos.s'")).one()
     assert f.kind == "launch_failed" and f.status == "recovered" and f.deployment_id == first.id
     print(f"a launch that raised: recovered by the watchdog's next pass, MTTR {f.mttr_ms / 1000:.1f}s")
     stages.stop_stage("chaos.s", reg, deadline_s=30)

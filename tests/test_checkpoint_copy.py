@@ -56,7 +56,8 @@ def test_copy_during_a_running_batch_resumes_to_the_exact_output(spark, clean_db
     for q in resumed:
         q.awaitTermination(300)
         assert q.exception() is None, q.exception()
-    assert oracles.actual(clean_db, sid, "wordcount") == oracles.expected("wordcount", generator.read_valid_records(inputs))
+    assert oracles.actual(clean_db, sid, "wordcount") == \
+        oracles.expected("wordcount", generator.read_valid_records(inputs))
 
 
 def test_a_staged_copy_s_name_stays_bounded_across_switches(tmp_path):

@@ -37,7 +37,8 @@ def test_help_everywhere(cmd):
 @pytest.mark.db
 def test_bad_registry_is_a_clear_error(tmp_path, monkeypatch, clean_db):
     bad = tmp_path / "apps.yaml"
-    bad.write_text("pools: {p: {cores: 2}}\napps: {a: {r_max_ms: 0, maintenance_window: {cron: '0 3 * * *', duration_min: 5},"
+    bad.write_text("pools: {p: {cores: 2}}\n"
+                   "apps: {a: {r_max_ms: 0, maintenance_window: {cron: '0 3 * * *', duration_min: 5},"
                    " stages: {s: {workload: identity, source: {path: x}, cores: {initial: 1, max: 1}, pool: p}}}}\n")
     monkeypatch.setenv("STREAMOPS_APPS", str(bad))
     result = runner.invoke(app, ["deploy", "a"])
@@ -82,7 +83,8 @@ def test_status_shows_a_stage_the_watchdog_gave_up_on(clean_db, monkeypatch):
                           "WHERE stage_id = 'w.s'"))
     result = runner.invoke(app, ["status"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
-    assert "FAILED" in result.output and "the watchdog gave up (3 restarts in a row failed); redeploy it" in result.output
+    assert "FAILED" in result.output
+    assert "the watchdog gave up (3 restarts in a row failed); redeploy it" in result.output
 
 
 # -- requests refused before anything is recorded or stopped (issues 12, 17) ------------------------
@@ -103,14 +105,15 @@ def _stage_with_a_run(clean_db, cores=1, pool="p", status="running", extra_pool=
     stages.sync_registry(reg)
     with clean_db.begin() as conn:
         dep = conn.execute(text(
-            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, pid) "
-            "VALUES ('w.s', :pool, :cores, 4, '{}', 'local', '/nowhere', :status, :pid) RETURNING id"),
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+            "pid) VALUES ('w.s', :pool, :cores, 4, '{}', 'local', '/nowhere', :status, :pid) RETURNING id"),
             {"pool": pool, "cores": cores, "status": status, "pid": os.getpid()}).scalar_one()
     return reg, dep
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--action", "scale-out", "--cores", "1"], "nothing to change: the stage already runs with 1 cores; not restarting it"),
+    (["--action", "scale-out", "--cores", "1"],
+     "nothing to change: the stage already runs with 1 cores; not restarting it"),
     (["--action", "migrate", "--pool", "p"], "nothing to change: the stage already runs with 1 cores in pool 'p'"),
     (["--action", "migrate"], "migrate needs a target pool (--pool); known pools: p, q"),
     (["--action", "scale-out", "--cores", "99"], "cores must be within [1, 2] (apps.yaml), got 99"),
@@ -148,8 +151,8 @@ def test_status_shows_the_runs_pool_and_no_latency_for_an_idle_stage(clean_db, m
     with clean_db.begin() as conn:
         for i, (age_s, rows, p95) in enumerate([(300, 100, 900.0), (20, 0, 95_000.0), (5, 0, 97_000.0)]):
             conn.execute(text(
-                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, batch_duration_ms, "
-                "latency_p95_ms) VALUES (:ts, 'w.s', :d, 'r', :b, :rows, 10, :p95)"),
+                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, "
+                "batch_duration_ms, latency_p95_ms) VALUES (:ts, 'w.s', :d, 'r', :b, :rows, 10, :p95)"),
                 {"ts": now - timedelta(seconds=age_s), "d": dep, "b": i, "rows": rows, "p95": p95})
     result = runner.invoke(app, ["status"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
@@ -243,10 +246,12 @@ def test_gc_removes_the_checkpoints_no_run_needs_and_keeps_the_rest(clean_db):
     result = runner.invoke(app, ["gc"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert not any(d.exists() for d in gone) and all(d.exists() for d in keep), result.output
-    assert "checkpoint directories no run needs" in result.output and "quarantine rows older than 90 days" in result.output
+    assert "checkpoint directories no run needs" in result.output
+    assert "quarantine rows older than 90 days" in result.output
 
     with clean_db.begin() as conn:  # a change in flight: nothing of its stage goes
-        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, status, requested_by) VALUES ('w.s', 'w', 'scale_out', 'pending', 'test')"))
+        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, status, requested_by) "
+                          "VALUES ('w.s', 'w', 'scale_out', 'pending', 'test')"))
     stale = made("w.s.rollback-10")
     assert runner.invoke(app, ["gc"]).exit_code == 0 and stale.exists()
 
@@ -264,8 +269,9 @@ def test_status_shows_the_quarantine_query_s_backlog_when_it_lags(clean_db):
         conn.execute(text(
             "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, batch_duration_ms, "
             "backlog_files) VALUES (:ts, 'w.s', :d, 'r', 1, 10, 10, 0)"), {"ts": datetime.now(timezone.utc), "d": dep})
-        conn.execute(text("INSERT INTO heartbeats (deployment_id, stage_id, beat_at, query_active, trigger_active, info) "
-                          "VALUES (:d, 'w.s', now(), true, false, '{\"quarantine_backlog_files\": 7}')"), {"d": dep})
+        conn.execute(text("INSERT INTO heartbeats (deployment_id, stage_id, beat_at, query_active, trigger_active, "
+                          "info) VALUES (:d, 'w.s', now(), true, false, '{\"quarantine_backlog_files\": 7}')"),
+                     {"d": dep})
     result = runner.invoke(app, ["status", "--wide"], env={"COLUMNS": "250"})
     line = next(ln for ln in result.output.splitlines() if "w.s" in ln)
     assert "0 (q 7)" in line, line

@@ -107,8 +107,8 @@ def test_a_request_in_flight_stale_or_changing_nothing_is_declined_without_a_tok
     with clean_db.begin() as conn:
         for n in ("noop", "busy", "stale"):
             conn.execute(text(
-                "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
-                "started_at, running_at) VALUES (:s, 'p', 2, 4, '{}', 'local', '/c', 'running', :t, :t)"),
+                "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, "
+                "status, started_at, running_at) VALUES (:s, 'p', 2, 4, '{}', 'local', '/c', 'running', :t, :t)"),
                 {"s": f"nf.{n}", "t": now - timedelta(minutes=30)})
         conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, status, "
                           "requested_by) VALUES ('nf.busy', 'nf', 'scale_out', 2, 3, 'running', 'policy:edf')"))
@@ -166,8 +166,9 @@ def test_the_operator_s_window_starts_after_a_live_change_and_is_empty_while_one
             {"t": now - timedelta(minutes=30)}).scalar_one()
         for b, age_s in enumerate(range(110, 0, -10)):  # a batch every 10 s over the last 2 minutes
             conn.execute(text(
-                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, batch_duration_ms) "
-                "VALUES (:ts, 'lw.s', :d, 'r', :b, 100, 10)"), {"ts": now - timedelta(seconds=age_s), "d": dep, "b": b})
+                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, "
+                "batch_duration_ms) VALUES (:ts, 'lw.s', :d, 'r', :b, 100, 10)"),
+                {"ts": now - timedelta(seconds=age_s), "d": dep, "b": b})
 
     def window():
         with clean_db.connect() as conn:

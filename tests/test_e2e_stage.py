@@ -23,7 +23,8 @@ def _registry(**stage_overrides) -> registry.Registry:
     return registry.parse({
         "pools": {"p": {"cores": 2}},
         "apps": {"e2e": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                         "stages": {"wc": stage, "other": {**stage, "source": {"kind": "files", "path": "e2e/other"}}}}},
+                         "stages": {"wc": stage,
+                                    "other": {**stage, "source": {"kind": "files", "path": "e2e/other"}}}}},
     })
 
 
@@ -139,8 +140,8 @@ def test_admission_refuses_a_stage_the_pool_has_no_cores_for(clean_db):
     stages.sync_registry(reg)
     with clean_db.begin() as conn:  # a live 2-core run of e2e.wc, held by this very process
         conn.execute(text(
-            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, pid) "
-            "VALUES ('e2e.wc', 'p', 2, 2, '{}', 'local', '/nowhere', 'running', :pid)"), {"pid": os.getpid()})
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+            "pid) VALUES ('e2e.wc', 'p', 2, 2, '{}', 'local', '/nowhere', 'running', :pid)"), {"pid": os.getpid()})
     again = stages.start_stage("e2e.wc", reg)
     assert again.already_running, "a second start of a live stage does not double it"
     with pytest.raises(stages.AdmissionRefused, match="pool 'p' has 0 free of 2 cores; stage e2e.other needs 2"):

@@ -47,7 +47,8 @@ def diurnal(n: int, *, base: float = 30.0, peak: float = 300.0, noise: float = 0
 @pytest.mark.parametrize("seasonal, model", [("add", HW_ADD), ("mul", HW_MUL)])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_holt_winters_forecasts_the_next_peak_within_15_percent(seasonal, model, seed):
-    y = diurnal(5 * SEASON // 2 + SEASON // 2, seed=seed)  # the peak is at 2.5 seasons; history ends 20 buckets before it
+    # the peak is at 2.5 seasons; history ends 20 buckets before it
+    y = diurnal(5 * SEASON // 2 + SEASON // 2, seed=seed)
     history, future = y[:-SEASON // 2 - 20], y[-SEASON // 2 - 20:]
     f = forecast_input(history, bucket_s=B, season_s=SEASON * B, horizon_s=40 * B, seasonal=seasonal)
     assert f.model == model and f.fitted
@@ -118,7 +119,8 @@ def test_advancing_the_fitted_model_is_statsmodels_recursion(seasonal):
     if seasonal:
         init["initial_seasonal"] = p["initial_seasons"]
     smooth = {"smoothing_level": p["smoothing_level"], "smoothing_trend": p["smoothing_trend"],
-              "damping_trend": p["damping_trend"], **({"smoothing_seasonal": p["smoothing_seasonal"]} if seasonal else {})}
+              "damping_trend": p["damping_trend"],
+              **({"smoothing_seasonal": p["smoothing_seasonal"]} if seasonal else {})}
     refit = ExponentialSmoothing(y[:n + 5], initialization_method="known", **init, **kw).fit(optimized=False, **smooth)
     assert np.allclose(later.path, np.maximum(refit.forecast(len(later.path)), 0), rtol=1e-9, atol=1e-9)
 
@@ -163,7 +165,8 @@ def cycle(policy, s, opt=FORECAST, state=OperatorState()):
 def test_forecast_asks_before_the_measured_load_would(policy):
     now = stats(110.0)  # 55 % of 2 cores: nothing to do on what is measured
     assert cycle(policy, now)[0] == []
-    assert cycle(policy, replace(now, forecast_rate=100.0))[0] == []  # a forecast below the measured rate changes nothing
+    # a forecast below the measured rate changes nothing
+    assert cycle(policy, replace(now, forecast_rate=100.0))[0] == []
     ahead = replace(now, forecast_rate=190.0)  # the peak within the horizon: 95 % of 2 cores
     reqs, state = cycle(policy, ahead)
     assert [r.action for r in reqs] in ([SCALE_OUT], [PRESTAGE])
@@ -214,7 +217,8 @@ def test_forecast_off_is_todays_behaviour(policy):
 def test_options():
     assert OperatorOptions().forecast is False
     o = OperatorOptions.from_params({"forecast": "true", "forecast_season_s": 7200})
-    assert o.forecast and o.forecast_season_s == 7200.0 and o.forecast_horizon_s == 600.0 and o.forecast_bucket_s == 60.0
+    assert o.forecast and o.forecast_season_s == 7200.0 and o.forecast_horizon_s == 600.0 \
+        and o.forecast_bucket_s == 60.0
     with pytest.raises(ValueError):
         OperatorOptions(forecast_bucket_s=0)
 

@@ -22,7 +22,8 @@ PARAMS = {"forecast": True, "forecast_season_s": 0, "forecast_horizon_s": 600}
 
 def _registry() -> registry.Registry:
     def stage(params: dict) -> dict:
-        return {"workload": "wordcount", "source": {"kind": "files", "path": "fc/in"}, "cores": {"initial": 1, "max": 2},
+        return {"workload": "wordcount", "source": {"kind": "files", "path": "fc/in"},
+                "cores": {"initial": 1, "max": 2},
                 "state_partitions": 2, "trigger_interval_ms": 10_000, "pool": "p",
                 "policy": {"kind": "threshold3", "params": params}}
     return registry.parse({
@@ -65,7 +66,8 @@ def test_a_forecasting_stage_gets_its_forecast_and_asks_ahead_of_the_ramp(clean_
         for sid in ("fc.pred", "fc.plain"):
             dep = _deployment(conn, sid, "primary", start)
             # 30 → 250 rows/s over 40 minutes, with 5 minutes without metrics (the stage was down)
-            _ramp(conn, sid, dep, "r1", start, now, 30.0, 250.0, skip=(now - timedelta(minutes=25), now - timedelta(minutes=20)))
+            _ramp(conn, sid, dep, "r1", start, now, 30.0, 250.0,
+                  skip=(now - timedelta(minutes=25), now - timedelta(minutes=20)))
         replica = _deployment(conn, "fc.pred", "replica-1", start)
         _ramp(conn, "fc.pred", replica, "r2", start, now, 5000.0, 5000.0)  # reads the same input again: not counted
 
@@ -90,7 +92,8 @@ def test_a_forecasting_stage_gets_its_forecast_and_asks_ahead_of_the_ramp(clean_
     # a minute later the process reads only the new buckets and advances the model, no refit
     later = now + timedelta(seconds=60)
     with db.transaction() as conn:
-        dep = conn.execute(text("SELECT id FROM deployments WHERE stage_id = 'fc.pred' AND role = 'primary'")).scalar_one()
+        dep = conn.execute(text("SELECT id FROM deployments "
+                                "WHERE stage_id = 'fc.pred' AND role = 'primary'")).scalar_one()
         _ramp(conn, "fc.pred", dep, "r1b", now, later, 250.0, 255.0)
     with db.transaction() as conn:
         again = {s.stage_id: s for s, _ in control.load_windows(conn, later, OperatorOptions())}["fc.pred"]

@@ -150,7 +150,8 @@ def test_records_schema_ids_and_event_times(kind):
 
 
 def test_taxi_geometry_and_route_skew():
-    recs = make_records("taxi", 4000, rng=random.Random(3), start_seq=0, run="t", ts_from=START, ts_to=START + timedelta(seconds=60))
+    recs = make_records("taxi", 4000, rng=random.Random(3), start_seq=0, run="t", ts_from=START,
+                        ts_to=START + timedelta(seconds=60))
     routes = Counter()
     for r in recs:
         assert -74.05 <= r["pickup_lon"] <= -73.75 and 40.60 <= r["dropoff_lat"] <= 40.90
@@ -161,7 +162,8 @@ def test_taxi_geometry_and_route_skew():
 
 
 def test_web_words_and_keys_are_skewed():
-    recs = make_records("web", 3000, rng=random.Random(5), start_seq=0, run="w", ts_from=START, ts_to=START + timedelta(seconds=10))
+    recs = make_records("web", 3000, rng=random.Random(5), start_seq=0, run="w", ts_from=START,
+                        ts_to=START + timedelta(seconds=10))
     words = Counter(w for r in recs for w in r["words"].split())
     assert all(3 <= len(r["words"].split()) <= 8 for r in recs)
     assert words.most_common(1)[0][1] > 10 * sorted(words.values())[len(words) // 2]
@@ -282,13 +284,15 @@ def test_resume_continues_ids(tmp_path):
     assert (first.next_tick, second.first_tick, second.next_tick) == (3, 3, 7)
     manifest = read_manifest(tmp_path)
     assert [e["tick"] for e in manifest] == list(range(7))
-    ids = [json.loads(ln)["id"] for e in manifest for ln in (tmp_path / e["file"]).read_text().splitlines() if ln.endswith("}")]
+    ids = [json.loads(ln)["id"] for e in manifest for ln in (tmp_path / e["file"]).read_text().splitlines()
+           if ln.endswith("}")]
     all_seq = [e["seq_start"] + j for e in manifest for j in range(e["rows"])]
     assert all_seq == list(range(first.rows + second.rows))
     assert len(ids) == len(set(ids))
     other = _gen(tmp_path, duration_s=2, run="b")  # a different run prefix never collides
     assert other.first_tick == 0
-    assert not {r["id"] for r in read_valid_records(tmp_path, "b")} & {r["id"] for r in read_valid_records(tmp_path, "s7")}
+    assert not {r["id"] for r in read_valid_records(tmp_path, "b")} \
+        & {r["id"] for r in read_valid_records(tmp_path, "s7")}
     with pytest.raises(ValueError, match="kind"):
         _gen(tmp_path, kind="taxi", duration_s=1)
 
@@ -302,7 +306,8 @@ def test_published_but_unlisted_file_is_recovered(tmp_path):
     summary = _gen(tmp_path, duration_s=1, garbage_fraction=0.1)
     assert summary.first_tick == 4
     recovered = read_manifest(tmp_path)[3]
-    for key in ("file", "tick", "rows", "valid", "garbage", "first_id", "last_id", "garbage_ids", "seq_start", "ts_min", "ts_max"):
+    for key in ("file", "tick", "rows", "valid", "garbage", "first_id", "last_id", "garbage_ids", "seq_start",
+                "ts_min", "ts_max"):
         assert recovered[key] == lost[key], key
     assert recovered["carry"] == pytest.approx(lost["carry"])
 
@@ -310,7 +315,8 @@ def test_published_but_unlisted_file_is_recovered(tmp_path):
 def test_realtime_paces_ticks_and_tracks_wall_clock(tmp_path):
     before = datetime.now(timezone.utc)
     ticks = []
-    summary = generate(tmp_path, "web", "constant:rate=200", seed=1, duration_s=0.2, tick_s=0.05, realtime=True, on_tick=ticks.append)
+    summary = generate(tmp_path, "web", "constant:rate=200", seed=1, duration_s=0.2, tick_s=0.05, realtime=True,
+                       on_tick=ticks.append)
     after = datetime.now(timezone.utc)
     assert summary.files == 4 and len(ticks) == 4 and summary.elapsed >= 0.19
     stamps = [datetime.fromisoformat(r["ts"].replace("Z", "+00:00")) for r in read_valid_records(tmp_path)]
@@ -326,7 +332,8 @@ def test_stop_event_ends_run_early(tmp_path):
         if entry["tick"] == 1:
             stop.set()
 
-    summary = generate(tmp_path, "taxi", "constant:rate=10", seed=2, duration_s=5, tick_s=0.02, on_tick=on_tick, stop_event=stop)
+    summary = generate(tmp_path, "taxi", "constant:rate=10", seed=2, duration_s=5, tick_s=0.02, on_tick=on_tick,
+                       stop_event=stop)
     assert summary.stopped and summary.files == 2 and summary.next_tick == 2
     assert len(_visible(tmp_path)) == 2 and not list((tmp_path / "_staging").iterdir())
 

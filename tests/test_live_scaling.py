@@ -21,7 +21,8 @@ from tests.test_reconfigure import Feeder, _commits, _row, _settle_and_compare
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
-def _registry(name: str, initial: int = 1, workload: str = "wordcount", params: dict | None = None) -> registry.Registry:
+def _registry(name: str, initial: int = 1, workload: str = "wordcount",
+              params: dict | None = None) -> registry.Registry:
     stage = {"workload": workload, "source": {"kind": "files", "path": f"rc/{name}", "max_files_per_trigger": 3},
              "cores": {"initial": initial, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000,
              "pool": "cluster", "policy": {"kind": "edf"}, "params": params or {}}
@@ -57,7 +58,8 @@ def _executor_pids(driver_id: str) -> list[int]:
             if "CoarseGrainedExecutorBackend" in " ".join(p.info["cmdline"] or []) and driver_id in p.info["cmdline"]]
 
 
-def test_live_scaling_an_executor_kill_and_an_in_driver_repartition_keep_one_run_and_lose_nothing(clean_db, spark_standalone):
+def test_live_scaling_an_executor_kill_and_an_in_driver_repartition_keep_one_run_and_lose_nothing(
+        clean_db, spark_standalone):
     """One run throughout: live scale-out 1 -> 2 cores, an executor JVM killed (kill -9) while
     batches run, live scale-in 2 -> 1, then an in-driver repartition 4 -> 8 with a scale-out to 2;
     the sink equals the ground truth at the end. One test, so that `make test` pays for one driver start."""

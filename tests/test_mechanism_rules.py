@@ -31,8 +31,10 @@ def test_a_change_that_live_scaling_can_make_is_made_live():
     assert choose_mechanism("scale_out", 2, 0, staged_ready=False, live_refused=None)[0] == "live"
     assert choose_mechanism("scale_in", 1, 0, staged_ready=True, live_refused=None)[0] == "live", \
         "no outage: a live scale-in need not wait for the window"
-    assert choose_mechanism("scale_out", 2, 0, staged_ready=False, running=False, live_refused=None)[0] == "pause_resume"
-    assert choose_mechanism("scale_out", 2, 2, staged_ready=False, live_refused="the pool is local")[0] == "active_backup"
+    assert choose_mechanism("scale_out", 2, 0, staged_ready=False, running=False,
+                            live_refused=None)[0] == "pause_resume"
+    assert choose_mechanism("scale_out", 2, 2, staged_ready=False,
+                            live_refused="the pool is local")[0] == "active_backup"
 
 
 def test_a_repartition_in_the_same_pool_stays_in_the_running_driver():

@@ -50,7 +50,8 @@ def _field(family: str, name: str, typ: str):
     if typ == "double":
         lo, hi = RANGES.get(family, {}).get(name, (-1e12, 1e12))
         return st.floats(lo, hi, allow_nan=False)
-    return st.text(max_size=30) if name != "words" else st.lists(st.sampled_from(["a", "b", "c", "ab"]), max_size=6).map(" ".join)
+    return st.text(max_size=30) if name != "words" else \
+        st.lists(st.sampled_from(["a", "b", "c", "ab"]), max_size=6).map(" ".join)
 
 
 def records(family: str):
@@ -164,7 +165,8 @@ def _registry(name: str, **extra) -> registry.Registry:
     """One stage `poison.<name>` reading `poison/<name>` (its own checkpoint: tests share a home)."""
     path = f"poison/{name}"
     stage = {"workload": "wordcount", "source": {"kind": "files", "path": path, "max_files_per_trigger": 2},
-             "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p", **extra}
+             "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p",
+             **extra}
     return registry.parse({"pools": {"p": {"cores": 2}}, "apps": {"poison": {
         "r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30}, "stages": {name: stage}}}})
 
@@ -231,11 +233,13 @@ def test_a_batch_that_always_fails_is_bisected_its_poison_file_quarantined_and_t
     reg, sid = _registry("pill"), "poison.pill"
     inputs = registry.resolve_path("poison/pill")
     inputs.mkdir(parents=True, exist_ok=True)
-    companion = _drop(inputs, "aa-companion.json", [json.dumps({**VALID, "id": "c-1", "words": "companion word"}).encode()])
+    companion = _drop(inputs, "aa-companion.json",
+                      [json.dumps({**VALID, "id": "c-1", "words": "companion word"}).encode()])
     # POISONa hashes to the second of the 2 state partitions: on one core the first partition,
     # with bystanders 1, 2, 3, 8 and 11, is written before the failure.
-    pill = _drop(inputs, "ab-pill.json", [json.dumps({**VALID, "id": "pill-1", "words": "POISONa pill"}).encode(),
-                                          json.dumps({**VALID, "id": "pill-2", "words": " ".join(BYSTANDERS)}).encode()])
+    pill = _drop(inputs, "ab-pill.json",
+                 [json.dumps({**VALID, "id": "pill-1", "words": "POISONa pill"}).encode(),
+                  json.dumps({**VALID, "id": "pill-2", "words": " ".join(BYSTANDERS)}).encode()])
     then = datetime.now().timestamp() - 600  # the two oldest files: the first batch (2 files per trigger)
     os.utime(companion, (then, then))
     os.utime(pill, (then + 1, then + 1))

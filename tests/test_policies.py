@@ -572,7 +572,8 @@ def test_token_bucket_grants_best_scale_outs(capacity, tokens, response, generat
     assert {r.stage_id for r in granted} == {r.stage_id for r in best}
     assert len(declined) == n_requests - n_granted
     assert all("token" in d.reason for d in declined)
-    refilled = min(capacity, tokens + {"edf_step": edf_step, "proportional": proportional}[generator](response, 200.0, 0.75))
+    refilled = min(capacity, tokens + {"edf_step": edf_step, "proportional": proportional}[generator](response, 200.0,
+                                                                                                       0.75))
     assert state.tokens == pytest.approx(refilled - n_granted)
     assert 0.0 <= state.tokens <= capacity
     spent = [d for d in decisions if d.outcome == "granted"]

@@ -36,7 +36,8 @@ def add_metrics(engine, rows: list[dict], stage_id: str = STAGE, deployment_id: 
                  "batch_id": i, "input_rows": 10, "input_rps": 10.0, "processed_rps": 12.0, "batch_duration_ms": 300,
                  "trigger_interval_ms": 1000, "latency_p50_ms": 100.0, "latency_p95_ms": 200.0,
                  "latency_max_ms": 300.0, **over}
-            conn.execute(text(f"INSERT INTO stage_metrics ({', '.join(r)}) VALUES ({', '.join(':' + k for k in r)})"), r)
+            conn.execute(text(f"INSERT INTO stage_metrics ({', '.join(r)}) "
+                              f"VALUES ({', '.join(':' + k for k in r)})"), r)
 
 
 def add_outputs(engine, counts: dict[str, int], stage_id: str = STAGE, batch_id: int = 0,
@@ -131,7 +132,8 @@ def test_bad_metrics_fail_the_right_expectation(qdb, case):
     results = run_suites(D, files=False)
     assert failed(results, "stage_metrics") == expected
     with qdb.connect() as conn:
-        row = conn.execute(text("SELECT success, details, statistics FROM dq_results WHERE suite = 'stage_metrics'")).one()
+        row = conn.execute(text("SELECT success, details, statistics FROM dq_results "
+                                "WHERE suite = 'stage_metrics'")).one()
     assert row.success is False
     assert row.statistics["unsuccessful_expectations"] == 1
     assert {(f["expectation"], f["column"]) for f in row.details["failed"]} == expected
@@ -140,7 +142,8 @@ def test_bad_metrics_fail_the_right_expectation(qdb, case):
 
 def test_backwards_batch_id_in_another_run_is_fine(qdb):
     """Batch ids restart per run only across runs: a second run may not go back, a new run is separate."""
-    add_metrics(qdb, [{"run_id": "r1", "batch_id": 5}, {"run_id": "r2", "batch_id": 3}, {"run_id": "r1", "batch_id": 6}])
+    add_metrics(qdb, [{"run_id": "r1", "batch_id": 5}, {"run_id": "r2", "batch_id": 3},
+                      {"run_id": "r1", "batch_id": 6}])
     assert run_suites(D, files=False)[0].success
 
 
@@ -177,7 +180,8 @@ def test_only_the_day_and_app_asked_for(qdb):
         ("stage_metrics:a", True), ("stage_metrics:b", False)]
     with qdb.connect() as conn:
         shown = conn.execute(db.query("report_dq_results"), {"day": D, "app": None}).all()
-    assert [(r.target, r.success, r.runs) for r in shown] == [("stage_metrics:a", True, 2), ("stage_metrics:b", False, 1)]
+    assert [(r.target, r.success, r.runs) for r in shown] == [("stage_metrics:a", True, 2),
+                                                              ("stage_metrics:b", False, 1)]
 
 
 def test_report_shows_the_results(qdb, tmp_path):
@@ -305,7 +309,8 @@ def test_input_records_and_parquet_sink_with_spark(qdb, spark, tmp_path):
     _write_input(good, "part-t-00000001.json", [records.dumps(r) for r in recs[20:]])
     future = dict(recs[0], id="t-future", ts=records.format_ts(records.epoch_ms_ceil(now + timedelta(hours=2))))
     ancient = dict(recs[1], id="t-ancient", ts="2001-01-01T00:00:00.000Z")
-    malformed = [records.dumps(dict(r, id=f"t-bad{i}", ts=str(records.ts_to_ms(r["ts"])))) for i, r in enumerate(recs[2:6])]
+    malformed = [records.dumps(dict(r, id=f"t-bad{i}", ts=str(records.ts_to_ms(r["ts"]))))
+                 for i, r in enumerate(recs[2:6])]
     _write_input(bad, "part-t-00000000.json", [records.dumps(r) for r in recs[10:40]] + malformed
                  + [records.dumps(future), records.dumps(ancient)])
 
@@ -331,8 +336,10 @@ def test_input_records_and_parquet_sink_with_spark(qdb, spark, tmp_path):
 
     sink = tmp_path / "sink"
     for b, rows in {0: [("w1", 1), ("w2", 2)], 1: [("w1", 3), ("w1", 4), ("w3", -1)]}.items():
-        spark.createDataFrame([Row(key=k, value=json.dumps({"word": k, "count": n}), event_ts=now, version=float(max(n, 0)))
-                               for k, n in rows]).coalesce(1).write.mode("overwrite").parquet(str(sink / f"batch_id={b}"))
+        spark.createDataFrame([Row(key=k, value=json.dumps({"word": k, "count": n}), event_ts=now,
+                                   version=float(max(n, 0)))
+                               for k, n in rows]).coalesce(1).write.mode("overwrite").parquet(
+            str(sink / f"batch_id={b}"))
     pq = to_result(sf.validate_parquet_sink(v, spark, sink, sorted(sink.glob("batch_id=*/*.parquet"))),
                    "sink_outputs_parquet", str(sink), "a", day)
     assert {(f["expectation"], f["column"]) for f in pq.details["failed"]} == {
@@ -341,7 +348,8 @@ def test_input_records_and_parquet_sink_with_spark(qdb, spark, tmp_path):
     # The nightly run finds both through the stages' specs (files published today).
     with qdb.begin() as conn:
         conn.execute(text("UPDATE stages SET spec = CAST(:s AS jsonb) WHERE stage_id = :id"),
-                     {"id": STAGE, "s": json.dumps({"workload": "wordcount", "source": {"kind": "files", "path": str(good)},
+                     {"id": STAGE, "s": json.dumps({"workload": "wordcount",
+                                                    "source": {"kind": "files", "path": str(good)},
                                                     "sink": {"kind": "parquet", "path": str(sink)}})})
     results = run_suites(day)  # the Spark suites run as their own job (spark_apps/quality_files.py)
     assert [(r.suite, r.target, r.success) for r in results] == [

@@ -36,7 +36,8 @@ class Feeder:
         self.out = registry.resolve_path(path)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
-            out_dir=self.out, kind="web", trace=f"constant:rate={rate}", seed=seed, duration_s=600, stop_event=self.stop))
+            out_dir=self.out, kind="web", trace=f"constant:rate={rate}", seed=seed, duration_s=600,
+            stop_event=self.stop))
 
     def __enter__(self):
         self.thread.start()
@@ -49,7 +50,8 @@ class Feeder:
 
 def _commits(engine, sid: str) -> int:
     with engine.connect() as conn:
-        return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"), {"s": sid}).scalar_one()
+        return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"),
+                            {"s": sid}).scalar_one()
 
 
 def _row(engine, rid: int):
@@ -70,11 +72,13 @@ def test_pause_resume_scale_out_with_repartition_loses_and_doubles_nothing(clean
         eventually(lambda: _commits(clean_db, "rc.pr") >= 3, 120, "three committed batches")
         rid = reconfigure.request("rc.pr", "scale_out", cores=2, partitions=4, reg=reg, requested_by="test")
         result = {}
-        worker = threading.Thread(target=lambda: result.update(o=reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)))
+        worker = threading.Thread(
+            target=lambda: result.update(o=reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)))
         worker.start()
         eventually(lambda: _row(clean_db, rid).status == "running", 30, "the reconfiguration to start")
         with pytest.raises(reconfigure.ReconfigurationBusy):
-            reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)  # a second executor for the same stage is turned away
+            # a second executor for the same stage is turned away
+            reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)
         worker.join(300)
         outcome = result["o"]
         assert outcome.status == "done", outcome.detail
@@ -109,7 +113,8 @@ def test_a_failing_new_run_is_rolled_back_and_nothing_is_lost(clean_db):
     assert "RuntimeError: injected fault" in row.rollback_reason, row.rollback_reason
     assert row.downtime_ms and row.downtime_ms > 0, "the extra downtime of the rollback is recorded"
     with clean_db.connect() as conn:
-        runs = conn.execute(text("SELECT cores, status, stop_reason FROM deployments WHERE stage_id = 'rc.rb' ORDER BY id")).all()
+        runs = conn.execute(text("SELECT cores, status, stop_reason FROM deployments "
+                                 "WHERE stage_id = 'rc.rb' ORDER BY id")).all()
     assert [r.cores for r in runs] == [1, 2, 1], "old config, failed new config, old config again"
     assert runs[1].status == "failed" and "injected fault" in (runs[1].stop_reason or "")
     assert runs[2].status == "running"
@@ -188,7 +193,8 @@ def test_active_backup_switches_without_an_outage_and_is_refused_without_room(cl
         assert refused.status == "cancelled" and "free of 2 cores" in refused.detail
         assert _row(clean_db, refused.reconfiguration_id).status == "cancelled"
         with clean_db.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM deployments WHERE stage_id = 'rc.ab' AND status = 'running'")).scalar_one() == 1
+            assert conn.execute(text("SELECT count(*) FROM deployments "
+                                     "WHERE stage_id = 'rc.ab' AND status = 'running'")).scalar_one() == 1
 
         big = _registry("ab", pool_cores=4)  # room for the primary and the secondary during the overlap
         rid = reconfigure.request("rc.ab", "scale_out", cores=2, partitions=4, mechanism="active_backup", reg=big,
@@ -200,6 +206,7 @@ def test_active_backup_switches_without_an_outage_and_is_refused_without_room(cl
     row = _row(clean_db, rid)
     assert row.restarted_at < row.stop_requested_at, "the secondary ran before the primary was stopped"
     with clean_db.connect() as conn:
-        runs = conn.execute(text("SELECT id, role, status, cores FROM deployments WHERE stage_id = 'rc.ab' ORDER BY id")).all()
+        runs = conn.execute(text("SELECT id, role, status, cores FROM deployments "
+                                 "WHERE stage_id = 'rc.ab' ORDER BY id")).all()
     assert runs[0].status == "stopped" and (runs[-1].role, runs[-1].status, runs[-1].cores) == ("primary", "running", 2)
     stages.stop_stage("rc.ab", big, deadline_s=30)

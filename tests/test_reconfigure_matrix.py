@@ -178,7 +178,8 @@ def _reconfigure(engine, reg, ref: str, sid: str, mechanism: str, action: str, *
     row = _row(engine, rid)
     assert row.status == "done" and row.mechanism == mechanism, (what, row.status, row.mechanism)
     live = _live(engine, sid)
-    assert len(live) == 1 and live[0].status == "running", f"{what}: exactly one running deployment: {_describe(engine, sid)}"
+    assert len(live) == 1 and live[0].status == "running", \
+        f"{what}: exactly one running deployment: {_describe(engine, sid)}"
     dep = live[0]
     assert dep.role == "primary", what
     if "cores" in target:
@@ -375,7 +376,8 @@ if opts.get("slow_promote_s"):
         time.sleep(opts["slow_promote_s"])
         return real_promote(dep_id)
     ledger.promote = slow_promote
-out = reconfigure.execute(int(sys.argv[2]), gate=quality.gate_new_run, reg=reg, deadlines=mechanisms.Deadlines(**opts["deadlines"]))
+out = reconfigure.execute(int(sys.argv[2]), gate=quality.gate_new_run, reg=reg,
+                          deadlines=mechanisms.Deadlines(**opts["deadlines"]))
 print("outcome", out, flush=True)
 """
 

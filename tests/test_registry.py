@@ -126,7 +126,7 @@ def test_every_problem_is_reported_at_once():
     with pytest.raises(registry.RegistryError) as e:
         registry.parse(data)
     lines = str(e.value).splitlines()
-    assert len(lines) == 2 and any("r_max_ms" in l for l in lines) and any("cores.min" in l for l in lines)
+    assert len(lines) == 2 and any("r_max_ms" in ln for ln in lines) and any("cores.min" in ln for ln in lines)
 
 
 def test_unreadable_files(tmp_path):

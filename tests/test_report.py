@@ -54,11 +54,14 @@ def two_apps(eng, day: date) -> None:
     add_app(eng, "taxi", r_max_ms=1000, in_service=False)
     add_app(eng, "web", r_max_ms=1500, created_at=at(43200, day), stages={"a": 1000, "b": 1000}, in_service=False)
     with eng.begin() as conn:  # the specs `streamops deploy` writes: β and the SLO target
-        conn.execute(text("""UPDATE apps SET spec = '{"control": {"beta": 0.5}, "slo_target": 0.99}' WHERE name = 'taxi'"""))
-    _batches(eng, day, "taxi.s", 0, 86400, f"CASE WHEN s >= {TAXI_SPIKE[0]} AND s < {TAXI_SPIKE[1]} THEN 3000 ELSE 500 END",
+        conn.execute(text("""UPDATE apps SET spec = '{"control": {"beta": 0.5}, "slo_target": 0.99}' """
+                          "WHERE name = 'taxi'"))
+    _batches(eng, day, "taxi.s", 0, 86400,
+             f"CASE WHEN s >= {TAXI_SPIKE[0]} AND s < {TAXI_SPIKE[1]} THEN 3000 ELSE 500 END",
              cores_sql="CASE WHEN s >= 40000 THEN 2 ELSE 1 END", gaps=TAXI_GAPS)
     _batches(eng, day, "web.a", 43200, 86400, "400")
-    _batches(eng, day, "web.b", 43200, 86400, f"CASE WHEN s >= {WEB_SPIKE[0]} AND s < {WEB_SPIKE[1]} THEN 1200 ELSE 700 END")
+    _batches(eng, day, "web.b", 43200, 86400,
+             f"CASE WHEN s >= {WEB_SPIKE[0]} AND s < {WEB_SPIKE[1]} THEN 1200 ELSE 700 END")
     add_reconfiguration(eng, "taxi.s", "taxi", at(40000, day), 6000)
     add_failure(eng, "taxi.s", "taxi", failed_at=at(60000, day), last_commit_at=at(60000, day),
                 recovered_at=at(60020, day), downtime_ms=20000, mttr_ms=20000)
@@ -82,7 +85,8 @@ def _add_dq(engine, success: bool) -> None:
             {"d": D, "ok": success,
              "st": json.dumps({"evaluated_expectations": 4, "successful_expectations": 4 if success else 3}),
              "det": json.dumps({} if success else {"failed": [
-                 {"expectation": "expect_column_values_to_be_between", "column": "input_rps", "observed": "3 rows < 0"}]})})
+                 {"expectation": "expect_column_values_to_be_between", "column": "input_rps",
+                  "observed": "3 rows < 0"}]})})
 
 
 @pytest.mark.db
@@ -154,8 +158,8 @@ def test_a_nightly_run_reports_its_data_interval_day():
 
     utc = timezone.utc
     # the scheduled run of 2026-11-22 00:15 has the data interval [11-21 00:15, 11-22 00:15)
-    assert nightly.day_of_run(None, datetime(2026, 11, 21, 0, 15, tzinfo=utc), datetime(2026, 11, 22, 0, 15, tzinfo=utc)) \
-        == date(2026, 11, 21)
+    assert nightly.day_of_run(None, datetime(2026, 11, 21, 0, 15, tzinfo=utc),
+                              datetime(2026, 11, 22, 0, 15, tzinfo=utc)) == date(2026, 11, 21)
     assert nightly.day_of_run(None, None, datetime(2026, 11, 22, 9, 0, tzinfo=utc)) == date(2026, 11, 21)
     assert nightly.day_of_run("2026-11-02", None, datetime(2026, 11, 22, tzinfo=utc)) == date(2026, 11, 2)
 
@@ -260,7 +264,8 @@ def test_the_chart_line_breaks_across_a_long_gap_only():
     from datetime import datetime, timezone
 
     t0 = datetime(2026, 11, 21, tzinfo=timezone.utc)
-    pts = [{"bucket": b, "ts": t0 + timedelta(seconds=10 * b), "complete": True, "cores": 2} for b in (0, 1, 2, 3, 9, 10)]
+    pts = [{"bucket": b, "ts": t0 + timedelta(seconds=10 * b), "complete": True, "cores": 2}
+           for b in (0, 1, 2, 3, 9, 10)]
     out = nightly._break_gaps(pts)
     assert [p["bucket"] for p in out] == [0, 1, 2, 3, 3, 9, 10]
     assert out[4]["complete"] is False and out[4]["ts"] == t0 + timedelta(seconds=40)

@@ -263,7 +263,8 @@ def test_the_reader_selects_the_ha_views(hdb):
         conn.execute(text("SET ROLE streamops_reader"))
         try:
             for v in ("ha_cost_daily", "ha_failures_daily", "ha_windows_daily"):
-                assert conn.execute(text(f"SELECT count(*) FROM reporting.{v} WHERE day = :d"), {"d": D}).scalar_one() > 0
+                assert conn.execute(text(f"SELECT count(*) FROM reporting.{v} WHERE day = :d"),
+                                    {"d": D}).scalar_one() > 0
             with pytest.raises(Exception, match="permission denied"):
                 conn.execute(text("SELECT * FROM public.injected_faults"))
         finally:
@@ -276,7 +277,8 @@ def test_filter_on_day_calls_each_function_once(hdb):
         for v, fn in (("ha_cost_daily", "ha_cost_for_day"), ("ha_failures_daily", "ha_failures_for_day"),
                       ("ha_windows_daily", "ha_windows_for_day")):
             plan = "\n".join(conn.execute(text(
-                f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM reporting.{v} WHERE day = :d"), {"d": D}).scalars())
+                f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM reporting.{v} WHERE day = :d"),
+                {"d": D}).scalars())
             lines = [line for line in plan.splitlines() if fn in line]
             assert lines and "loops=1)" in lines[0], plan
 
@@ -342,7 +344,8 @@ def test_report_shows_the_high_availability_section(hdb, tmp_path):
     sec = _section(index.read_text())
     cost = re.search(r'<table id="ha-cost">(.*?)</table>', sec, re.S).group(1)
     cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", cost, re.S)]
-    # app, stage, replicas, runs, most at once, run-hours, replica-hours, beyond the first, core-hours, replica core-hours
+    # app, stage, replicas, runs, most at once, run-hours, replica-hours, beyond the first, core-hours,
+    # replica core-hours
     assert cells == ["ha", "ha.s", "2", "4 (2 replicas)", "3", "26.00", "2.00", "2.00", "53.00", "5.00"]
     failures = re.search(r'<table id="ha-failures">(.*?)</table>', sec, re.S).group(1)
     assert "driver_kill" in failures and "injected" in failures and "real" in failures

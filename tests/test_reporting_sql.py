@@ -57,8 +57,8 @@ def add_batches(engine, stage_id: str, rows: list[tuple[datetime, float, float |
     with engine.begin() as conn:
         for i, (ts, p95, p50) in enumerate(rows):
             conn.execute(text(
-                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, batch_duration_ms, "
-                "trigger_interval_ms, latency_p50_ms, latency_p95_ms, latency_max_ms, cores) "
+                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, "
+                "batch_duration_ms, trigger_interval_ms, latency_p50_ms, latency_p95_ms, latency_max_ms, cores) "
                 "VALUES (:ts, :sid, :dep, 'r1', :b, 10, 300, :trig, :p50, :p95, :p95, :cores)"),
                 {"ts": ts, "sid": stage_id, "dep": deployment_id, "b": i, "trig": trigger_ms, "p95": p95,
                  "p50": p95 - 450 if p50 is None else p50, "cores": cores})
@@ -342,10 +342,12 @@ def test_reconfigurations_view_says_who_asked_and_what_was_decided(rdb):
     with rdb.begin() as conn:
         req = conn.execute(text(
             "INSERT INTO requests (stage_id, app, action, target_cores, gain, cost_ms, reason, policy, status) "
-            "VALUES ('a.s', 'a', 'scale_out', 2, 0.4, 5000, 'busy 0.93 > 0.8', 'edf', 'granted') RETURNING id")).scalar_one()
+            "VALUES ('a.s', 'a', 'scale_out', 2, 0.4, 5000, 'busy 0.93 > 0.8', 'edf', 'granted') "
+            "RETURNING id")).scalar_one()
         dec = conn.execute(text(
             "INSERT INTO decisions (app, request_id, stage_id, action, outcome, reason, policy, decided_by) "
-            "VALUES ('a', :r, 'a.s', 'scale_out', 'granted', 'token available', 'token_bucket', 'replan') RETURNING id"),
+            "VALUES ('a', :r, 'a.s', 'scale_out', 'granted', 'token available', 'token_bucket', 'replan') "
+            "RETURNING id"),
             {"r": req}).scalar_one()
     rid = add_reconfiguration(rdb, "a.s", "a", at(5000), 4000, request_id=req, decision_id=dec)
     add_reconfiguration(rdb, "a.s", "a", at(9000), 0, requested_by="user:alice", status="rolled_back",
@@ -357,7 +359,8 @@ def test_reconfigurations_view_says_who_asked_and_what_was_decided(rdb):
     assert (r["decision_outcome"], r["decision_reason"], r["decided_by"]) == ("granted", "token available", "replan")
     assert r["downtime_s"] == pytest.approx(4.0) and r["first_batch_done_at"] == at(5000)
     u = next(x for x in rows if x["id"] != rid)
-    assert (u["requested_by_name"], u["status"], u["rollback_reason"]) == ("alice", "rolled_back", "no commit within 120 s")
+    assert (u["requested_by_name"], u["status"], u["rollback_reason"]) == \
+        ("alice", "rolled_back", "no commit within 120 s")
 
 
 # -- the design: a filter on day computes that day only ----------------------------------------------
@@ -365,7 +368,8 @@ def test_filter_on_day_calls_the_per_day_function_once(rdb):
     add_app(rdb, "a", created_at=T0 - timedelta(days=400))
     with rdb.begin() as conn:
         plan = "\n".join(conn.execute(text(
-            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM reporting.sla_daily WHERE day = :d"), {"d": D}).scalars())
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM reporting.sla_daily WHERE day = :d"),
+            {"d": D}).scalars())
     fn = [line for line in plan.splitlines() if "sla_for_day" in line]
     assert fn and "loops=1)" in fn[0], plan
     # and the function agrees with the view
@@ -512,9 +516,11 @@ def test_retention_deletes_old_rows_of_every_growing_table_but_each_stage_s_last
     with rdb.begin() as conn:
         for days_ago in (200, 150):
             conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
-                              "VALUES ('ra.s', 0, :b, 1, now() - make_interval(days => :d))"), {"b": days_ago, "d": days_ago})
+                              "VALUES ('ra.s', 0, :b, 1, now() - make_interval(days => :d))"),
+                         {"b": days_ago, "d": days_ago})
         conn.execute(text("INSERT INTO quarantine (stage_id, batch_id, record_key, raw, raw_size, reason_kind, reason, "
-                          "quarantined_at) VALUES ('ra.s', 1, 'k', 'x', 1, 'empty line', 'r', now() - interval '100 days')"))
+                          "quarantined_at) VALUES ('ra.s', 1, 'k', 'x', 1, 'empty line', 'r', "
+                          "now() - interval '100 days')"))
         for batch_id, age in ((1, "2 days"), (2, "1 minute")):  # a dead run's staged batch, and one being written
             conn.execute(text("INSERT INTO sink_staging (stage_id, deployment_id, batch_id, key, value, version, "
                               "staged_at) VALUES ('ra.s', 9, :b, 'k', '{}', 1, now() - CAST(:age AS interval))"),

@@ -55,7 +55,8 @@ def test_token_bucket_scales_in_only_inside_the_maintenance_window():
         assert maintenance_window(app, cfg.start + timedelta(seconds=r["t_s"])).open, r
 
 
-@pytest.mark.parametrize("policy,bound", [("recommended", RECOMMENDED_STEP_DECISIONS), ("edf_b075", EDF_STEP_DECISIONS)])
+@pytest.mark.parametrize("policy,bound", [("recommended", RECOMMENDED_STEP_DECISIONS),
+                                          ("edf_b075", EDF_STEP_DECISIONS)])
 def test_step_change_converges_within_documented_decisions(policy, bound):
     s = run_simulation(policy, STEP_TRACE, seed=1, plot=False)
     conv = s["convergence"]

@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 
 from streamops.registry import Fault, Redundancy
-from streamops.sim import run_simulation
+from streamops.sim import load_trace, run_simulation
 from streamops.sim.engine import Simulation
 from streamops.sim.faults import Blocks, fault_schedule, parse_faults
 from streamops.sim.model import SimConfig
 from streamops.sim.policies import resolve_policy
 from streamops.sim.run import HA_TRACE, WORDCOUNT_STAGE, ha_comparison
-from streamops.sim.traces import load_trace
 
 KILLS = (Fault(kind="driver_kill", mtbf_s=120),)
 
@@ -35,7 +34,8 @@ def _sim(faults=(), replicas: int = 1, redundancy=None, duration_s: int = 1800, 
 
 
 def _ha(faults=(), **kw) -> dict:
-    spec = replace(WORDCOUNT_STAGE, faults=tuple(faults), **{k: kw.pop(k) for k in ("replicas", "redundancy") if k in kw})
+    spec = replace(WORDCOUNT_STAGE, faults=tuple(faults),
+                   **{k: kw.pop(k) for k in ("replicas", "redundancy") if k in kw})
     return run_simulation("recommended", HA_TRACE, duration_s=kw.pop("duration_s", 1800), stages=(spec,), plot=False,
                           **kw)["ha"]
 

@@ -227,7 +227,8 @@ def test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db):
 
     def wanted() -> tuple:
         with clean_db.connect() as conn:
-            return tuple(conn.execute(text("SELECT replicas, replicas_override FROM stages WHERE stage_id = 'r.s'")).one())
+            return tuple(conn.execute(text("SELECT replicas, replicas_override FROM stages "
+                                           "WHERE stage_id = 'r.s'")).one())
 
     stages.sync_registry(reg, ["r"], replicas_override=2, set_override=True)  # the deploy
     stages.sync_registry(reg)  # a start, a failover
@@ -258,8 +259,8 @@ def test_a_failure_whose_restart_committed_late_is_closed_at_that_commit(clean_d
     t0 = datetime.now(timezone.utc) - timedelta(minutes=10)
     with clean_db.begin() as conn:
         old, new = _two_runs(conn, t0, "running")
-        conn.execute(text("INSERT INTO failures (stage_id, app, deployment_id, kind, detail, failed_at, last_commit_at) "
-                          "VALUES ('r.s', 'r', :d, 'dead_pid', 'x', :f, :c)"),
+        conn.execute(text("INSERT INTO failures (stage_id, app, deployment_id, kind, detail, failed_at, "
+                          "last_commit_at) VALUES ('r.s', 'r', :d, 'dead_pid', 'x', :f, :c)"),
                      {"d": old, "f": t0, "c": t0 - timedelta(seconds=2)})
         conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
                           "VALUES ('r.s', :d, 5, 10, :at)"), {"d": new, "at": t0 + timedelta(seconds=200)})
@@ -351,7 +352,8 @@ def test_a_batch_reaches_the_sink_whole_with_its_commit_or_not_at_all(clean_db):
 
     def commits(dep: int) -> int:
         with clean_db.connect() as conn:
-            return conn.execute(text("SELECT count(*) FROM sink_commits WHERE deployment_id = :d"), {"d": dep}).scalar_one()
+            return conn.execute(text("SELECT count(*) FROM sink_commits WHERE deployment_id = :d"),
+                                {"d": dep}).scalar_one()
 
     # A failed try of batch 3 staged inflated counts and never applied them; the replay applies its own.
     stage(new, 3, {"a": 9, "b": 9})

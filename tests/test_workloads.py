@@ -87,7 +87,8 @@ def test_malformed_records_are_quarantined_and_valid_rows_all_counted(spark, cle
     sid = "t.garbage"
     run_to_completion(spark, clean_db, stage, sid, tmp_path, with_agent=True)
 
-    assert oracles.actual(clean_db, sid, "wordcount") == oracles.expected("wordcount", generator.read_valid_records(inputs))
+    assert oracles.actual(clean_db, sid, "wordcount") == \
+        oracles.expected("wordcount", generator.read_valid_records(inputs))
     garbage_ids = {i for m in generator.read_manifest(inputs) for i in m["garbage_ids"]}
     with clean_db.connect() as conn:
         rows = conn.execute(text("SELECT raw, reason FROM quarantine WHERE stage_id = :s"), {"s": sid}).all()
@@ -127,7 +128,8 @@ def test_postgres_sink_replay_never_duplicates_and_newer_version_wins(spark, cle
     with clean_db.connect() as conn:
         n, distinct = conn.execute(text(
             "SELECT count(*), count(DISTINCT key) FROM sink_outputs WHERE stage_id = 't.sink'")).one()
-        k10 = conn.execute(text("SELECT value->>'n' FROM sink_outputs WHERE stage_id='t.sink' AND key='k10'")).scalar_one()
+        k10 = conn.execute(text("SELECT value->>'n' FROM sink_outputs "
+                                "WHERE stage_id='t.sink' AND key='k10'")).scalar_one()
         commits = conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = 't.sink'")).scalar_one()
     assert n == distinct == 500
     assert k10 == "99"

@@ -28,7 +28,8 @@ app.add_typer(db_app, name="db")
 airflow_app = typer.Typer(help="The Airflow that runs the DAGs: metadata in the embedded PostgreSQL.",
                           no_args_is_help=True)
 app.add_typer(airflow_app, name="airflow")
-spark_app = typer.Typer(help="The embedded Spark standalone cluster that `embedded` pools run on.", no_args_is_help=True)
+spark_app = typer.Typer(help="The embedded Spark standalone cluster that `embedded` pools run on.",
+                        no_args_is_help=True)
 app.add_typer(spark_app, name="spark")
 console = Console(soft_wrap=True)  # long paths and messages stay on one line
 err = Console(stderr=True, soft_wrap=True)
@@ -70,7 +71,8 @@ def db_up() -> None:
         applied = migrate.apply()
     except (embedded.EmbeddedPgError, migrate.MigrationError, db.DatabaseUnavailable) as e:
         _fail(str(e))
-    _say(f"schema: {len(applied)} migration(s) applied" + (f": {', '.join(m.path.name for m in applied)}" if applied else ", up to date"))
+    names = ", ".join(m.path.name for m in applied)
+    _say(f"schema: {len(applied)} migration(s) applied" + (f": {names}" if applied else ", up to date"))
     console.print(db.libpq_url(db.database_url()))
 
 
@@ -315,7 +317,8 @@ def supervise(poll: float = typer.Option(0.5, help="seconds between looks at the
               duration: Optional[float] = typer.Option(None, help="stop after this many seconds (default: run until "
                                                                    "Ctrl-C or SIGTERM)"),
               background: bool = typer.Option(False, "--background", help="detach; `streamops down` stops it"),
-              no_spares: bool = typer.Option(False, "--no-spares", help="no warm spare drivers (cold restarts)")) -> None:
+              no_spares: bool = typer.Option(False, "--no-spares",
+                                             help="no warm spare drivers (cold restarts)")) -> None:
     """Fail over in seconds: restart any dead or hung driver (replicas too) from its checkpoint,
     keep a warm spare driver per single-replica stage of a local pool, keep each stage's replicas
     at their wanted count, and restart a dead Spark master or worker and dead Airflow components."""
@@ -388,8 +391,10 @@ def fault(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or 
 # -- control loop ------------------------------------------------------------------------------
 @app.command()
 def replan(app_name: Optional[str] = typer.Argument(None, metavar="[APP]", help="one app; default: every app"),
-           dry_run: bool = typer.Option(False, "--dry-run", help="recommend only: record requests and decisions, plan nothing"),
-           operators: bool = typer.Option(True, help="also run the stages' Operator Managers first (as their drivers do)")) -> None:
+           dry_run: bool = typer.Option(False, "--dry-run",
+                                        help="recommend only: record requests and decisions, plan nothing"),
+           operators: bool = typer.Option(True, help="also run the stages' Operator Managers first "
+                                                     "(as their drivers do)")) -> None:
     """Run one control cycle: Operator Managers request, each Application Manager grants, and
     grants become `pending` reconfigurations. Prints the decisions."""
     from streamops import control
@@ -399,16 +404,18 @@ def replan(app_name: Optional[str] = typer.Argument(None, metavar="[APP]", help=
         report = control.replan(app_name, dry_run=dry_run, operators=operators, decided_by="cli")
     except (LookupError, db.DatabaseUnavailable) as e:
         _fail(str(e))
-    t = Table(title=f"re-plan{' (dry run: nothing planned)' if dry_run else ''} · {report.stages_analyzed} stage window(s), "
-                    f"{len(report.requests)} request(s), {report.seconds['total_s'] * 1000:.0f} ms", header_style="bold")
+    t = Table(title=f"re-plan{' (dry run: nothing planned)' if dry_run else ''} · "
+                    f"{report.stages_analyzed} stage window(s), {len(report.requests)} request(s), "
+                    f"{report.seconds['total_s'] * 1000:.0f} ms", header_style="bold")
     for col in ("app", "stage", "action", "target", "outcome", "reason", "gain", "cost s", "tokens", "plan"):
         t.add_column(col)
     colors = {"granted": "green", "declined": "red", "deferred": "yellow"}
     for r in control.to_rows(report):
         plan = f"#{r['reconfiguration']} pending" if r["reconfiguration"] else (
             f"until {r['defer_until']:%Y-%m-%d %H:%M}" if r["defer_until"] else "")
-        t.add_row(r["app"], r["stage"], r["action"], str(r["target"] or ""), f"[{colors[r['outcome']]}]{r['outcome']}[/]",
-                  r["reason"], f"{r['gain']:.3g}", f"{r['cost_ms'] / 1000:.1f}", r["tokens"], plan)
+        t.add_row(r["app"], r["stage"], r["action"], str(r["target"] or ""),
+                  f"[{colors[r['outcome']]}]{r['outcome']}[/]", r["reason"], f"{r['gain']:.3g}",
+                  f"{r['cost_ms'] / 1000:.1f}", r["tokens"], plan)
     if not t.rows:
         t.caption = "no requests to decide: every stage is within its thresholds (or its window is not full yet)"
     console.print(t)
@@ -468,7 +475,8 @@ def reconfigure(
 
 @app.command()
 def prestage(stage: str = typer.Argument(..., metavar="STAGE", help="a running app.stage"),
-             partitions: Optional[int] = typer.Option(None, help="repartition the copy to this many state partitions")) -> None:
+             partitions: Optional[int] = typer.Option(None, help="repartition the copy to this many state "
+                                                                 "partitions")) -> None:
     """Copy the running stage's checkpoint (consistent as of its last committed batch) and
     repartition the copy, so that a later scale-out skips both."""
     from streamops.execute import staging
@@ -498,11 +506,11 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
                                                          "or edf|threshold3|ds2"),
         trace: str = typer.Option("diurnal", help="diurnal, ramp, steps, spikes, a generator spec, a CSV "
                                                    "file with columns t_s,rate (or a stage_metrics export), or "
-                                                   "suite:<family>:<seed>, a trace of the suite: <family> is diurnal_noise, "
-                                                   "flash_crowd, outage, step_drift, weekly_growth, pareto_bursts, "
-                                                   "real_export or issue15_day (held out); seeds 1-3 are the "
-                                                   "training split, 101-103 the test split (`streamops bench suite` "
-                                                   "tunes on the first and reports on the second)"),
+                                                   "suite:<family>:<seed>, a trace of the suite: <family> is "
+                                                   "diurnal_noise, flash_crowd, outage, step_drift, weekly_growth, "
+                                                   "pareto_bursts, real_export or issue15_day (held out); seeds "
+                                                   "1-3 are the training split, 101-103 the test split (`streamops "
+                                                   "bench suite` tunes on the first and reports on the second)"),
         seed: int = typer.Option(1, help="seed of every random draw: same seed, same result"),
         duration: Optional[float] = typer.Option(None, help="seconds to simulate (default: the trace's own)"),
         out: Path = typer.Option(Path("sim-out"), help="writes DIR/summary.json and DIR/response.png"),
@@ -779,7 +787,8 @@ def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD
                                                   "yesterday, or today when yesterday has no data"),
            app_name: Optional[str] = typer.Option(None, "--app", metavar="APP", help="one app; default: every app"),
            out: Optional[Path] = typer.Option(None, "--out", metavar="DIR",
-                                              help="reports root; default: reports/ (or STREAMOPS_REPORTS_DIR)")) -> None:
+                                              help="reports root; default: reports/ "
+                                                   "(or STREAMOPS_REPORTS_DIR)")) -> None:
     """Write the day's report: DIR/D/index.html (summary per app, SLO met, availability, downtime,
     charts of response time against R_max and cores, data quality) and a CSV per reporting view,
     and record it in the `reports` table."""
@@ -817,7 +826,8 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="list what would go
                                                   help="keep this many days of quarantine, commits, failed batches, "
                                                        "faults and commands (default: STREAMOPS_RECORDS_RETENTION_DAYS "
                                                        "or 90)"),
-       log_days: float = typer.Option(14.0, "--log-days", help="keep the logs of runs that ended this recently")) -> None:
+       log_days: float = typer.Option(14.0, "--log-days",
+                                      help="keep the logs of runs that ended this recently")) -> None:
     """Housekeeping (the nightly DAG does the same): metrics partitions created a week ahead and
     the default partition drained, old rows of every growing table deleted, and the checkpoints
     (rollback copies, switched-from and half-written ones) and driver logs nothing needs removed."""

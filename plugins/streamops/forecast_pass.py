@@ -56,7 +56,8 @@ def _span(opts: OperatorOptions) -> int:
     return max(MIN_HISTORY_BUCKETS, int(min(HISTORY_SEASONS * opts.forecast_season_s, MAX_HISTORY_S) // b))
 
 
-def with_forecasts(conn: Connection, now: datetime, windows: list[tuple[StageStats, dict]]) -> list[tuple[StageStats, dict]]:
+def with_forecasts(conn: Connection, now: datetime,
+                   windows: list[tuple[StageStats, dict]]) -> list[tuple[StageStats, dict]]:
     """`windows` with `forecast_rate` set on the stages that ask for a forecast."""
     asks = {}
     for stats, policy in windows:

@@ -99,8 +99,10 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise _NotJSON(f"duplicate key {excerpt(dup)}")
+        for k, _ in pairs:
+            if k in seen:
+                raise _NotJSON(f"duplicate key {excerpt(k)}")
+            seen.add(k)
     return obj
 
 
@@ -127,46 +129,59 @@ def _has_lone_surrogate(s: str) -> bool:
 def _typed(name: str, typ: str, value: Any) -> tuple[Any, str | None, str]:
     """(typed value, None, "") or (None, reason kind, detail)."""
     if typ in ("string", "timestamp"):
-        if not isinstance(value, str):
-            return None, "wrong type", f"{name} is {_json_type(value)}"
-        if "\x00" in value:
-            return None, "NUL byte", f"in field {name}"
-        if _has_lone_surrogate(value):
-            return None, "invalid UTF-8", f"{name} holds a lone surrogate"
-        if typ == "string":
-            return value, None, ""
-        try:
-            ts = datetime.fromisoformat(value)
-        except ValueError:
-            ts = None
-        if ts is None or ts.tzinfo is None:
-            return None, "wrong type", f"{name} is not an ISO 8601 timestamp with a time zone ({excerpt(value)})"
-        try:
-            ts = ts.astimezone(timezone.utc)
-        except OverflowError:  # year 1 or 9999 with an offset that leaves the calendar
-            ts = None
-        if ts is None or not TS_RANGE[0] <= ts < TS_RANGE[1]:
-            return None, "out of range", f"{name} is {excerpt(value)}, outside [{TS_RANGE[0]:%Y-%m-%d}, {TS_RANGE[1]:%Y-%m-%d})"
-        return ts, None, ""
+        return _typed_text(name, typ, value)
     if typ == "int":
-        if isinstance(value, float):
-            return None, "wrong type", f"{name} is not an integer ({excerpt(value)})"
-        if isinstance(value, bool) or not isinstance(value, int):
-            return None, "wrong type", f"{name} is {_json_type(value)}"
-        if not _INT32[0] <= value <= _INT32[1]:
-            return None, "out of range", f"{name} is {excerpt(value)}, outside 32-bit integers"
-        return value, None, ""
+        return _typed_int(name, value)
     if typ == "double":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None, "wrong type", f"{name} is {_json_type(value)}"
-        try:
-            f = float(value)
-        except OverflowError:
-            f = math.inf
-        if not math.isfinite(f):
-            return None, "out of range", f"{name} is not a finite number"
-        return f, None, ""
+        return _typed_double(name, value)
     raise ValueError(f"unknown field type {typ!r}")
+
+
+def _typed_text(name: str, typ: str, value: Any) -> tuple[Any, str | None, str]:
+    if not isinstance(value, str):
+        return None, "wrong type", f"{name} is {_json_type(value)}"
+    if "\x00" in value:
+        return None, "NUL byte", f"in field {name}"
+    if _has_lone_surrogate(value):
+        return None, "invalid UTF-8", f"{name} holds a lone surrogate"
+    if typ == "string":
+        return value, None, ""
+    try:
+        ts = datetime.fromisoformat(value)
+    except ValueError:
+        ts = None
+    if ts is None or ts.tzinfo is None:
+        return None, "wrong type", f"{name} is not an ISO 8601 timestamp with a time zone ({excerpt(value)})"
+    try:
+        ts = ts.astimezone(timezone.utc)
+    except OverflowError:  # year 1 or 9999 with an offset that leaves the calendar
+        ts = None
+    if ts is None or not TS_RANGE[0] <= ts < TS_RANGE[1]:
+        return None, "out of range", \
+            f"{name} is {excerpt(value)}, outside [{TS_RANGE[0]:%Y-%m-%d}, {TS_RANGE[1]:%Y-%m-%d})"
+    return ts, None, ""
+
+
+def _typed_int(name: str, value: Any) -> tuple[Any, str | None, str]:
+    if isinstance(value, float):
+        return None, "wrong type", f"{name} is not an integer ({excerpt(value)})"
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None, "wrong type", f"{name} is {_json_type(value)}"
+    if not _INT32[0] <= value <= _INT32[1]:
+        return None, "out of range", f"{name} is {excerpt(value)}, outside 32-bit integers"
+    return value, None, ""
+
+
+def _typed_double(name: str, value: Any) -> tuple[Any, str | None, str]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, "wrong type", f"{name} is {_json_type(value)}"
+    try:
+        f = float(value)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        return None, "out of range", f"{name} is not a finite number"
+    return f, None, ""
 
 
 def check_line(family: str, raw: bytes, max_bytes: int = MAX_RECORD_BYTES) -> Verdict:
@@ -178,8 +193,8 @@ def check_line(family: str, raw: bytes, max_bytes: int = MAX_RECORD_BYTES) -> Ve
         return _refuse("unreadable", f"{type(e).__name__}: {excerpt(str(e), 200)}")
 
 
-def _check_line(family: str, raw: bytes, max_bytes: int) -> Verdict:
-    fields = FIELDS[family]
+def _json_object(raw: bytes, max_bytes: int) -> dict[str, Any] | Verdict:
+    """The line as a non-empty JSON object, or the verdict refusing it."""
     if len(raw) > max_bytes:
         return _refuse("too large", f"{len(raw)} bytes (limit {max_bytes})")
     if not raw.strip():
@@ -205,17 +220,28 @@ def _check_line(family: str, raw: bytes, max_bytes: int) -> Verdict:
         return _refuse("not a JSON object", _json_type(obj))
     if not obj:
         return _refuse("empty JSON object")
+    return obj
+
+
+def _check_line(family: str, raw: bytes, max_bytes: int) -> Verdict:
+    fields = FIELDS[family]
+    obj = _json_object(raw, max_bytes)
+    if isinstance(obj, Verdict):
+        return obj
     missing = [f for f in fields if f not in obj]
     if missing:
-        return Verdict(kind="missing field", reason=f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        return Verdict(kind="missing field",
+                       reason=f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     # Every field is checked, so one reason names every bad field. A NUL or a lone surrogate
     # outranks a wrong type: it says the most about the line.
-    record, problems = {}, {}
+    record: dict[str, Any] = {}
+    problems: dict[str, list[str]] = {}
     ranges = RANGES.get(family, {})
     for name, typ in fields.items():
         value, kind, detail = _typed(name, typ, obj[name])
         if kind is None and name in ranges and not ranges[name][0] <= value <= ranges[name][1]:
-            kind, detail = "out of range", f"{name} is {excerpt(value)}, outside [{ranges[name][0]:g}, {ranges[name][1]:g}]"
+            lo, hi = ranges[name]
+            kind, detail = "out of range", f"{name} is {excerpt(value)}, outside [{lo:g}, {hi:g}]"
         if kind:
             problems.setdefault(kind, []).append(detail)
         record[name] = value
@@ -229,7 +255,7 @@ def epoch_micros(ts: datetime) -> int:
     return (ts - _EPOCH) // timedelta(microseconds=1)
 
 
-def udf_row(family: str, raw: bytes | None, size: int, max_bytes: int = MAX_RECORD_BYTES) -> tuple:
+def udf_row(family: str, raw: bytes | None, size: int, max_bytes: int = MAX_RECORD_BYTES) -> tuple[Any, ...]:
     """`check_line` as a flat row for Spark: (kind, reason, *fields), timestamps as epoch
     microseconds. `raw` is None for a line over the limit (it is not shipped to Python)."""
     fields = FIELDS[family]

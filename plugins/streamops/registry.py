@@ -15,6 +15,7 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from streamops.paths import data_dir, registry_path
+from streamops.plan.model import stage_id as stage_id  # defined with the plan's plain data, used as registry.stage_id
 from streamops.records import MAX_RECORD_BYTES
 
 # Workload → the record family its generator writes (streamops.generator kinds).
@@ -243,10 +244,6 @@ class Registry(_Frozen):
         return [(a, s, st) for a, app in self.apps.items() for s, st in app.stages.items()]
 
 
-def stage_id(app: str, stage: str) -> str:
-    return f"{app}.{stage}"
-
-
 def resolve_path(p: str) -> Path:
     path = Path(p)
     return path if path.is_absolute() else data_dir() / path
@@ -321,7 +318,8 @@ def _cross_check(reg: Registry, source: str) -> None:
 
 def parse(data: Any, source: str = "apps.yaml") -> Registry:
     if not isinstance(data, dict):
-        raise RegistryError(f"{source}: top level: expected a mapping with 'pools' and 'apps', got {type(data).__name__}")
+        raise RegistryError(f"{source}: top level: expected a mapping with 'pools' and 'apps', "
+                            f"got {type(data).__name__}")
     try:
         reg = Registry.model_validate(data)
     except ValidationError as e:

@@ -142,7 +142,8 @@ def _env() -> dict[str, str]:
     # spark_apps importable (the executors' working directory is their own work dir).
     from streamops.paths import REPO_ROOT
 
-    path = os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    path = os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT),
+                            os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     # Every port on loopback (SPARK_LOCAL_IP), and no REST submission server: anyone who reaches
     # it could run code on the workers without a word of authentication. The master keeps its
     # applications and workers in `recovery/`, so a master restarted on its port takes them

@@ -34,8 +34,10 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 MIN_BUCKETS = 10  # statsmodels' heuristic initialization needs 10 observations
 LATE_TOLERANCE = 0.1  # the newest bucket the model saw may grow this much (late metrics) without a refit
@@ -70,7 +72,7 @@ def bucket_means(x: np.ndarray, bucket_s: float) -> np.ndarray:
     return np.asarray(x[:n * b], dtype=float).reshape(n, b).mean(axis=1) if n else np.zeros(0)
 
 
-def clean_history(history) -> np.ndarray:
+def clean_history(history: ArrayLike) -> np.ndarray:
     """NaNs interpolated (leading ones dropped, trailing ones carry the last value), negatives → 0."""
     y = np.asarray(history, dtype=float).ravel()
     ok = np.isfinite(y)
@@ -81,7 +83,8 @@ def clean_history(history) -> np.ndarray:
     if not ok.all():
         idx = np.arange(len(y))
         y = np.interp(idx, idx[ok], y[ok])  # beyond the last finite value: that value
-    return np.maximum(y, 0.0)
+    out: np.ndarray = np.maximum(y, 0.0)
+    return out
 
 
 def _model_kind(y: np.ndarray, season: int, seasonal: str) -> str:
@@ -90,7 +93,8 @@ def _model_kind(y: np.ndarray, season: int, seasonal: str) -> str:
     return HOLT
 
 
-def _fit(y: np.ndarray, kind: str, season: int) -> tuple[tuple[float, float, float, float], float, float, tuple]:
+def _fit(y: np.ndarray, kind: str,
+         season: int) -> tuple[tuple[float, float, float, float], float, float, tuple[float, ...]]:
     """statsmodels' fit → (alpha, beta, gamma, phi) and the states after the last observation."""
     from statsmodels.tools.sm_exceptions import ConvergenceWarning, ValueWarning
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
@@ -101,7 +105,8 @@ def _fit(y: np.ndarray, kind: str, season: int) -> tuple[tuple[float, float, flo
             warnings.simplefilter("ignore", w)
         res = ExponentialSmoothing(y, trend="add", damped_trend=True, seasonal=seasonal,
                                    seasonal_periods=season if seasonal else None,
-                                   initialization_method="heuristic").fit(use_brute=not seasonal)  # brute: slow with a season
+                                   initialization_method="heuristic"
+                                   ).fit(use_brute=not seasonal)  # brute: slow with a season
     p = res.params
     gamma = float(p["smoothing_seasonal"]) if seasonal else 0.0
     params = (float(p["smoothing_level"]), float(p["smoothing_trend"]), gamma, float(p["damping_trend"]))
@@ -109,7 +114,8 @@ def _fit(y: np.ndarray, kind: str, season: int) -> tuple[tuple[float, float, flo
     return params, float(np.asarray(res.level)[-1]), float(np.asarray(res.trend)[-1]), season_states
 
 
-def _step(kind: str, params, level: float, trend: float, season: tuple, y: float) -> tuple[float, float, tuple]:
+def _step(kind: str, params: tuple[float, float, float, float], level: float, trend: float, season: tuple[float, ...],
+          y: float) -> tuple[float, float, tuple[float, ...]]:
     """One observation through the damped-trend smoothing recursion (statsmodels' holtwinters)."""
     alpha, beta, gamma, phi = params
     base = level + phi * trend
@@ -124,7 +130,7 @@ def _step(kind: str, params, level: float, trend: float, season: tuple, y: float
     return new_level, beta * (new_level - level) + (1 - beta) * phi * trend, season
 
 
-def _path(kind: str, phi: float, level: float, trend: float, season: tuple, steps: int) -> np.ndarray:
+def _path(kind: str, phi: float, level: float, trend: float, season: tuple[float, ...], steps: int) -> np.ndarray:
     damp = np.cumsum(phi ** np.arange(1, steps + 1))
     path = level + damp * trend
     if kind in (HW_ADD, HW_MUL):
@@ -145,8 +151,9 @@ def _advanceable(prior: Forecast | None, kind: str, y: np.ndarray, new: int, ref
     return since_fit < refit_s and since_fit < prior.fitted_n * bucket_s  # refit when the history doubled
 
 
-def forecast_input(history, *, bucket_s: float, season_s: float, horizon_s: float, end_s: float | None = None,
-                   prior: Forecast | None = None, refit_s: float = 1800.0, seasonal: str = "add") -> Forecast | None:
+def forecast_input(history: ArrayLike, *, bucket_s: float, season_s: float, horizon_s: float,
+                   end_s: float | None = None, prior: Forecast | None = None, refit_s: float = 1800.0,
+                   seasonal: str = "add") -> Forecast | None:
     """Forecast the input rate over the next `horizon_s` from `history` (rows/s per complete
     bucket of `bucket_s` seconds, oldest first, ending at `end_s`; default: a history that
     started at 0). `prior`, the previous call's result for the same series, is reused: returned
@@ -165,12 +172,13 @@ def forecast_input(history, *, bucket_s: float, season_s: float, horizon_s: floa
     steps = int(math.ceil(horizon_s / bucket_s)) + 1  # the bucket in progress, then the horizon's
     if float(np.ptp(y)) == 0.0:
         return Forecast(last, (last,) * steps, FLAT, end, n, last, horizon_s, end, n)
-    if prior is not None and prior.end_s == end and prior.n == n and prior.last == last and prior.horizon_s == horizon_s:
+    if prior is not None and prior.end_s == end and prior.n == n and prior.last == last \
+            and prior.horizon_s == horizon_s:
         return replace(prior, fitted=False)
     season = int(round(season_s / bucket_s)) if season_s > 0 else 0
     kind = _model_kind(y, season, seasonal)
     new = int(round((end - prior.end_s) / bucket_s)) if prior is not None else -1
-    if _advanceable(prior, kind, y, new, refit_s, end, bucket_s):
+    if prior is not None and _advanceable(prior, kind, y, new, refit_s, end, bucket_s):
         level, trend, states = prior.level, prior.trend, prior.season
         for v in y[n - new:]:
             level, trend, states = _step(kind, prior.params, level, trend, states, float(v))
@@ -197,7 +205,7 @@ class Forecaster:
     def __init__(self) -> None:
         self.last: dict[str, Forecast] = {}
 
-    def forecast(self, key: str, history, **kw) -> Forecast | None:
+    def forecast(self, key: str, history: ArrayLike, **kw: Any) -> Forecast | None:
         """`forecast_input(history, prior=<key's previous forecast>, **kw)`, remembered under `key`."""
         f = forecast_input(history, prior=self.last.get(key), **kw)
         if f is None:

@@ -18,6 +18,7 @@ evaluate one crisp input at a time, too slow for a 10 000-stage cycle.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 LEVELS = ("low", "medium", "high")
 
@@ -33,7 +34,7 @@ OUT_SETS = {"low": (0.0, 0.0, 40.0), "medium": (30.0, 50.0, 70.0), "high": (60.0
 OUT_CENTROID = np.array([(a + b + c) / 3.0 for a, b, c in OUT_SETS.values()])  # 13.3, 50, 86.7
 
 
-def memberships(x, lo: float, mid: float, hi: float) -> np.ndarray:
+def memberships(x: ArrayLike, lo: float, mid: float, hi: float) -> np.ndarray:
     """[..., 3] memberships in (low, medium, high); each row sums to 1."""
     x = np.asarray(x, dtype=float)
     rising = np.clip((x - lo) / (mid - lo), 0.0, 1.0)  # low → medium between lo and mid
@@ -41,18 +42,18 @@ def memberships(x, lo: float, mid: float, hi: float) -> np.ndarray:
     return np.stack([1.0 - rising, rising - topping, topping], axis=-1)
 
 
-def level_masses(cpu, mem, data) -> np.ndarray:
+def level_masses(cpu: ArrayLike, mem: ArrayLike, data: ArrayLike) -> np.ndarray:
     """[..., 3] total firing strength of the rules concluding low, medium, high."""
-    cdf = None  # P(max level ≤ k) = product over inputs of the membership up to level k
-    for name, x in (("cpu", cpu), ("mem", mem), ("data", data)):
-        c = np.cumsum(memberships(x, *INPUTS[name]), axis=-1)
-        cdf = c if cdf is None else cdf * c
-    return np.diff(cdf, prepend=0.0, axis=-1)
+    # P(max level ≤ k) = product over inputs of the membership up to level k
+    c_cpu, c_mem, c_data = (np.cumsum(memberships(x, *INPUTS[name]), axis=-1)
+                            for name, x in (("cpu", cpu), ("mem", mem), ("data", data)))
+    return np.diff(c_cpu * c_mem * c_data, prepend=0.0, axis=-1)
 
 
-def bottleneck_scores(cpu, mem, data) -> np.ndarray:
+def bottleneck_scores(cpu: ArrayLike, mem: ArrayLike, data: ArrayLike) -> np.ndarray:
     """Vectorized O(x): arrays of cpu (0..1), mem (0..1), data (load ratio, 0..) → scores in [13.3, 86.7]."""
-    return level_masses(cpu, mem, data) @ OUT_CENTROID
+    scores: np.ndarray = level_masses(cpu, mem, data) @ OUT_CENTROID
+    return scores
 
 
 def bottleneck_score(cpu: float, mem: float, data: float) -> float:
@@ -65,5 +66,5 @@ def bottleneck_score(cpu: float, mem: float, data: float) -> float:
         topping = min(1.0, max(0.0, (x - mid) / (hi - mid)))
         cdf_low *= 1.0 - rising  # membership in low
         cdf_mid *= 1.0 - topping  # membership in low or medium
-    c_low, c_mid, c_high = OUT_CENTROID
+    c_low, c_mid, c_high = (float(c) for c in OUT_CENTROID)
     return cdf_low * c_low + (cdf_mid - cdf_low) * c_mid + (1.0 - cdf_mid) * c_high

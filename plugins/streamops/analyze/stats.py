@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class StageStats:
     host_cpu: float | None = None  # U_r: CPU utilization of the pool's hosts, 0..1
     host_mem: float | None = None  # memory utilization of the pool's hosts, 0..1
     busy_source: str = "batch_busy"  # how busy_ms was measured: batch_busy | executor_tasks
-    extra: dict = field(default_factory=dict, compare=False)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
     forecast_rate: float | None = None  # forecast peak input rate (rows/s) over the horizon (analyze.forecast)
 
     @property

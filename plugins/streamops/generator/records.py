@@ -109,7 +109,8 @@ def _unique(rng: random.Random, n: int, make: Any) -> list[Any]:
 # web: HiBench web-access records
 # ---------------------------------------------------------------------------
 
-_SYLLABLES = ["ka", "lo", "mi", "te", "su", "ra", "no", "vi", "de", "po", "an", "el", "is", "or", "un", "ba", "ge", "hu", "ji", "ze"]
+_SYLLABLES = ["ka", "lo", "mi", "te", "su", "ra", "no", "vi", "de", "po",
+              "an", "el", "is", "or", "un", "ba", "ge", "hu", "ji", "ze"]
 
 
 def _word(rng: random.Random) -> str:

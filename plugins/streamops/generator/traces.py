@@ -26,9 +26,11 @@ _PARAMS: dict[str, dict[str, tuple[str, Any]]] = {
     "constant": {"rate": (_RATE, 100.0)},
     # The paper's source: 200 rows/s roughly doubling every 500 s.
     "ramp": {"start_rate": (_RATE, 200.0), "doubling_s": (_POSITIVE, 500.0), "max_rate": (_OPT_RATE, None)},
-    "diurnal": {"base": (_RATE, 50.0), "peak": (_RATE, 500.0), "period_s": (_POSITIVE, 86400.0), "phase_s": (_REAL, 0.0)},
+    "diurnal": {"base": (_RATE, 50.0), "peak": (_RATE, 500.0), "period_s": (_POSITIVE, 86400.0),
+                "phase_s": (_REAL, 0.0)},
     "step": {"rates": (_RATES, (100.0, 200.0, 400.0)), "step_s": (_POSITIVE, 60.0)},
-    "spike": {"base": (_RATE, 100.0), "spike_rate": (_RATE, 1000.0), "every_s": (_POSITIVE, 60.0), "duration_s": (_NONNEG, 5.0)},
+    "spike": {"base": (_RATE, 100.0), "spike_rate": (_RATE, 1000.0), "every_s": (_POSITIVE, 60.0),
+              "duration_s": (_NONNEG, 5.0)},
 }
 
 TRACE_KINDS: tuple[str, ...] = tuple(_PARAMS)
@@ -58,7 +60,8 @@ def _split_rates(value: str) -> list[str]:
 
 
 def _coerce(kind: str, name: str, ptype: str, value: Any) -> Any:
-    if ptype == _OPT_RATE and (value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null"))):
+    unset = value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null"))
+    if ptype == _OPT_RATE and unset:
         return None
     if ptype == _RATES:
         items = _split_rates(value) if isinstance(value, str) else value
@@ -192,7 +195,8 @@ def _constant(rate: float) -> tuple[RateFn, Callable[[float, float], float]]:
     return (lambda t: rate), (lambda a, b: rate * (b - a))
 
 
-def _ramp(start_rate: float, doubling_s: float, max_rate: float | None) -> tuple[RateFn, Callable[[float, float], float]]:
+def _ramp(start_rate: float, doubling_s: float,
+          max_rate: float | None) -> tuple[RateFn, Callable[[float, float], float]]:
     k = math.log(2.0) / doubling_s
     # Time at which the exponential reaches the cap (inf: never, -inf: capped from the start).
     if max_rate is None or start_rate == 0:
@@ -218,7 +222,8 @@ def _ramp(start_rate: float, doubling_s: float, max_rate: float | None) -> tuple
     return rate, integral
 
 
-def _diurnal(base: float, peak: float, period_s: float, phase_s: float) -> tuple[RateFn, Callable[[float, float], float]]:
+def _diurnal(base: float, peak: float, period_s: float,
+             phase_s: float) -> tuple[RateFn, Callable[[float, float], float]]:
     # rate = mid - amp*cos(w(t+phase)): base at t=-phase (night), peak half a period later.
     mid, amp, w = (base + peak) / 2.0, (peak - base) / 2.0, 2.0 * math.pi / period_s
 
@@ -249,7 +254,8 @@ def _step(rates: tuple[float, ...], step_s: float) -> tuple[RateFn, Callable[[fl
     return rate, (lambda a, b: cumulative(b) - cumulative(a))
 
 
-def _spike(base: float, spike_rate: float, every_s: float, duration_s: float) -> tuple[RateFn, Callable[[float, float], float]]:
+def _spike(base: float, spike_rate: float, every_s: float,
+           duration_s: float) -> tuple[RateFn, Callable[[float, float], float]]:
     on = min(duration_s, every_s)  # a spike longer than its period is just "always spiking"
 
     def rate(t: float) -> float:

@@ -152,7 +152,8 @@ class Generator:
             raise ValueError(f"start must be timezone-aware (UTC), got naive {start!r}")
         self.run_id = run if run is not None else default_run(self.seed)
         if not _RUN_RE.match(self.run_id):
-            raise ValueError(f"run must match {_RUN_RE.pattern} (it is part of file names and ids), got {self.run_id!r}")
+            raise ValueError(f"run must match {_RUN_RE.pattern} (it is part of file names and ids), "
+                             f"got {self.run_id!r}")
         self.duration_s = float(duration_s)
         self.tick_s = float(tick_s)
         self.garbage_fraction = float(garbage_fraction)
@@ -188,7 +189,8 @@ class Generator:
                     break
                 self._publish(tmp, entry)
                 state = new_state
-                counts = [counts[0] + 1, counts[1] + entry["rows"], counts[2] + entry["valid"], counts[3] + entry["garbage"]]
+                counts = [counts[0] + 1, counts[1] + entry["rows"], counts[2] + entry["valid"],
+                          counts[3] + entry["garbage"]]
                 if self.on_tick is not None:
                     self.on_tick(entry)
         return GenerateSummary(
@@ -294,7 +296,8 @@ class Generator:
             ts_from=origin + timedelta(seconds=i * self.tick_s),
             ts_to=origin + timedelta(seconds=(i + 1) * self.tick_s),
         )
-        lines, valid, garbage_ids, reasons = self._corrupt(records, _tick_rng(self.seed, self.run_id, self.kind, i, "garbage"))
+        rng = _tick_rng(self.seed, self.run_id, self.kind, i, "garbage")
+        lines, valid, garbage_ids, reasons = self._corrupt(records, rng)
         name = data_file_name(self.run_id, i)
         entry = self._entry(i, name, state.next_seq, rows, valid, garbage_ids, reasons, carry, origin)
         entry["first_id"] = records[0]["id"] if records else None

@@ -185,7 +185,8 @@ def health(s: AirflowSite, timeout: float = 3.0) -> dict | None:
 def _start(s: AirflowSite, component: str, env: dict[str, str]) -> int:
     proc = processes.spawn_detached([str(Path(sys.executable).parent / "airflow"), component,
                                      *COMPONENT_ARGS.get(component, [])],
-                                    log_path=log_file(s, component), pid_file=_pid_file(s, component), env=env, cwd=s.home)
+                                    log_path=log_file(s, component), pid_file=_pid_file(s, component), env=env,
+                                    cwd=s.home)
     return proc.pid
 
 
@@ -205,7 +206,8 @@ def up(s: AirflowSite, wait_s: float = 240, progress=lambda _: None) -> float:
 
     def healthy() -> bool:
         h = health(s)
-        if h and all((h.get(k) or {}).get("status") == "healthy" for k in ("metadatabase", "scheduler", "dag_processor")):
+        parts = ("metadatabase", "scheduler", "dag_processor")
+        if h and all((h.get(k) or {}).get("status") == "healthy" for k in parts):
             return True
         dead = [c for c in COMPONENTS if c not in running(s)]
         if dead:

@@ -65,7 +65,9 @@ class AirflowClient:
                           params={"limit": limit, "order_by": "-start_date"})["dag_runs"]
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
-        return self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", f"tasks of {run_id}")["task_instances"]
+        tasks: list[dict] = self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+                                       f"tasks of {run_id}")["task_instances"]
+        return tasks
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         """A task's log as text (what the UI's log view shows)."""

@@ -14,12 +14,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Callable
+from typing import Any, Callable
 
 from croniter import croniter
 
-from streamops.plan.model import (ADD_REPLICA, DISRUPTIVE, LOCAL, REMOVE_REPLICA, SCALE_IN, SCALE_OUT, AppState, Decision,
-                                  Request)
+from streamops.plan.model import (ADD_REPLICA, DISRUPTIVE, LOCAL, REMOVE_REPLICA, SCALE_IN, SCALE_OUT, AppState,
+                                  Decision, Request)
 from streamops.plan.options import AppOptions
 
 TokenGenerator = Callable[[float | None, float, float], float]
@@ -75,7 +75,8 @@ def _window(cron: str, minutes: float, now: datetime) -> WindowState:
 def net_gain(r: Request, opt: AppOptions, hold_h: float) -> float:
     """The request's gain with the cost of holding cores (`core_hour_cost`): a scale-out's new
     cores are held for `hold_h` hours at least, a scale-in saves holding its cores that long."""
-    cores, target = r.snapshot.get("cores"), r.target_cores
+    cores: int | None = r.snapshot.get("cores")
+    target = r.target_cores
     if not opt.core_hour_cost or cores is None or target is None:
         return r.gain
     if r.action == SCALE_OUT:
@@ -85,7 +86,7 @@ def net_gain(r: Request, opt: AppOptions, hold_h: float) -> float:
     return r.gain
 
 
-def _decide(r: Request, outcome: str, reason: str, before: float, after: float, **kw) -> Decision:
+def _decide(r: Request, outcome: str, reason: str, before: float, after: float, **kw: Any) -> Decision:
     return Decision(r, outcome, reason, round(before, 3), round(after, 3), **kw)
 
 
@@ -107,7 +108,7 @@ def application_cycle(
     decisions: list[Decision] = []
     granted_stages: set[str] = set()
 
-    def grant(r: Request, reason: str, before: float, after: float, **kw) -> None:
+    def grant(r: Request, reason: str, before: float, after: float, **kw: Any) -> None:
         decisions.append(_decide(r, "granted", reason, before, after, **kw))
         granted_stages.add(r.stage_id)
 
@@ -139,10 +140,12 @@ def application_cycle(
                                      tokens, tokens))
         elif tokens >= 1.0:
             grant(r, f"{'urgent: response > R_max and backlog growing; ' if urgent else ''}"
-                     f"best gain/cost {net[id(r)] / max(r.cost_ms / 1000.0, 0.001):.3g}, token spent", tokens, tokens - 1.0, urgent=urgent)
+                     f"best gain/cost {net[id(r)] / max(r.cost_ms / 1000.0, 0.001):.3g}, token spent",
+                  tokens, tokens - 1.0, urgent=urgent)
             tokens -= 1.0
         else:
-            decisions.append(_decide(r, "declined", f"no token ({tokens:.2f} < 1); re-proposed while the condition lasts",
+            decisions.append(_decide(r, "declined",
+                                     f"no token ({tokens:.2f} < 1); re-proposed while the condition lasts",
                                      tokens, tokens, urgent=urgent))
 
     for r in (r for r in reconfigs if r.action in DISRUPTIVE):

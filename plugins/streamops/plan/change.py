@@ -4,16 +4,19 @@ The CLI and the Airflow reconfigure task ask `validate_change` before a `reconfi
 row exists, the re-plan asks `grant_refusal` before it grants (no token is spent on a refused
 request), and the executor asks `is_noop` again when it acts: a bad request gets the same clear
 message everywhere, and nothing stops for a change that changes nothing. Pure: the caller
-passes the registry and the stage's current configuration.
+passes the registry and the stage's current configuration. plan/ is below the registry (which
+validates its policy parameters with plan.options), so the registry is read through the
+protocols below, not imported.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
-from streamops import registry
-from streamops.plan.model import Request
+from streamops.plan.model import Request, stage_id
 
 ACTIONS = ("scale_out", "scale_in", "migrate")
 
@@ -41,16 +44,49 @@ class Change:
     pool: str | None
 
 
-def stage_of(reg: registry.Registry, stage_ref: str) -> str:
+class CoreBounds(Protocol):
+    @property
+    def min(self) -> int: ...
+    @property
+    def max(self) -> int: ...
+
+
+class StageLimits(Protocol):
+    """What a change is checked against in a stage of the registry (registry.Stage)."""
+
+    @property
+    def cores(self) -> CoreBounds: ...
+    @property
+    def stateful(self) -> bool: ...
+    @property
+    def workload(self) -> str: ...
+
+
+class PoolSize(Protocol):
+    @property
+    def cores(self) -> int: ...
+
+
+class StageRegistry(Protocol):
+    """What a change is checked against in the registry (registry.Registry): its pools, and
+    `stage(ref)` → (app, stage name, stage), raising ValueError (RegistryError) for an unknown or
+    ambiguous reference."""
+
+    @property
+    def pools(self) -> Mapping[str, PoolSize]: ...
+    def stage(self, ref: str) -> tuple[str, str, StageLimits]: ...
+
+
+def stage_of(reg: StageRegistry, stage_ref: str) -> str:
     """The stage id `stage_ref` names, or InvalidChange naming the known stages."""
     try:
         app, name, _ = reg.stage(stage_ref)
-    except registry.RegistryError as e:
+    except ValueError as e:  # registry.RegistryError
         raise InvalidChange(str(e)) from None
-    return registry.stage_id(app, name)
+    return stage_id(app, name)
 
 
-def validate_change(reg: registry.Registry, stage_ref: str, action: str, *, cores: int | None = None,
+def validate_change(reg: StageRegistry, stage_ref: str, action: str, *, cores: int | None = None,
                     partitions: int | None = None, pool: str | None = None,
                     current: Current = Current()) -> Change:
     action = action.replace("-", "_")

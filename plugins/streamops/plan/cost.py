@@ -48,7 +48,7 @@ class CostModel:
 
     def __init__(self, history: Iterable[Observation] = (), min_rows: int = MIN_ROWS):
         self.min_rows = min_rows
-        self.rows: dict[tuple, list[Observation]] = defaultdict(list)
+        self.rows: dict[tuple[str | None, ...], list[Observation]] = defaultdict(list)
         for o in history:
             self.add(o)
 

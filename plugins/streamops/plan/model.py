@@ -17,6 +17,11 @@ ADD_REPLICA, REMOVE_REPLICA = "add_replica", "remove_replica"
 REPLICA_ACTIONS = (ADD_REPLICA, REMOVE_REPLICA)
 
 
+def stage_id(app: str, stage: str) -> str:
+    """A stage's id everywhere (requests, deployments, metrics): `app.stage`."""
+    return f"{app}.{stage}"
+
+
 @dataclass(frozen=True)
 class Request:
     stage_id: str

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from streamops.analyze.fuzzy import bottleneck_score
 from streamops.analyze.stats import StageStats, busy_fraction, ds2_target, load_ratio, true_rate_per_core
@@ -42,7 +42,7 @@ def _risk(u: float, latency_ms: float | None, r_max_ms: float, target: float) ->
     return max(0.0, u - target) + lat
 
 
-def _snapshot(s: StageStats, **extra) -> dict:
+def _snapshot(s: StageStats, **extra: Any) -> dict[str, Any]:
     return {"cores": s.cores, "S": round(busy_fraction(s), 4), "busy_source": s.busy_source,
             "input_rate": round(s.input_rate, 2), "backlog_rows": s.backlog_rows,
             "backlog_growth_rps": round(s.backlog_growth_rps, 2), "latency_p95_ms": s.latency_p95_ms,
@@ -76,13 +76,14 @@ def _busy_ahead(s: StageStats, opt: OperatorOptions) -> float:
 
 
 def _request(s: StageStats, action: str, target: int | None, gain: float, ctx: OperatorContext, reason: str,
-             pool: str | None = None, mechanism: str | None = None, **snap) -> Request:
+             pool: str | None = None, mechanism: str | None = None, **snap: Any) -> Request:
     cost = 0.0 if action in (PRESTAGE, RELEASE) else ctx.cost(s.stage_id, action, s.state_bytes, mechanism)
-    return Request(s.stage_id, action, target, pool, round(gain, 4), round(cost, 1), reason, _snapshot(s, **snap), app=s.app)
+    return Request(s.stage_id, action, target, pool, round(gain, 4), round(cost, 1), reason, _snapshot(s, **snap),
+                   app=s.app)
 
 
 def _scale_out(s: StageStats, target: int, opt: OperatorOptions, ctx: OperatorContext, reason: str,
-               mechanism: str | None = None, **snap) -> Request:
+               mechanism: str | None = None, **snap: Any) -> Request:
     u = load_ratio(s, opt.catch_up_s, _demand(s, opt))
     before = _risk(u, s.latency_p95_ms, ctx.r_max_ms, opt.target_utilization)
     after = _risk(u * s.cores / target, None, ctx.r_max_ms, opt.target_utilization)
@@ -90,7 +91,7 @@ def _scale_out(s: StageStats, target: int, opt: OperatorOptions, ctx: OperatorCo
     return _request(s, SCALE_OUT, target, gain, ctx, reason, mechanism=mechanism, **snap)
 
 
-def _scale_in(s: StageStats, target: int, ctx: OperatorContext, reason: str, **snap) -> Request:
+def _scale_in(s: StageStats, target: int, ctx: OperatorContext, reason: str, **snap: Any) -> Request:
     return _request(s, SCALE_IN, target, 0.1 * (s.cores - target) / s.cores, ctx, reason, **snap)
 
 
@@ -111,7 +112,8 @@ def pick_migration_target(pools: dict[str, PoolRoom], cores: int, rng: random.Ra
     return rng.choices(ranked, weights=weights)[0]
 
 
-def edf(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: OperatorContext):
+def edf(s: StageStats, opt: OperatorOptions, state: OperatorState,
+        ctx: OperatorContext) -> tuple[list[Request], OperatorState]:
     """EDF thresholds [000]: migrate when U_r > U_max; scale out when S > S_out; scale in when
     sum(S)/(n−1) < c·S_out (sum over the n replicas, each busy S). A stage that is itself
     saturated scales out first: moving it would keep its n cores, and a migration waits for the
@@ -130,17 +132,19 @@ def edf(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: Operator
     return [], state
 
 
-def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: OperatorContext):
+def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState,
+               ctx: OperatorContext) -> tuple[list[Request], OperatorState]:
     """Bottleneck score with three thresholds [001]: pre-stage at the alarming level, scale out
     above δ2 (sized by DS2, at least +1), scale in below δ1, release pre-staged with hysteresis."""
     S, n = busy_fraction(s), s.cores
     demand = _demand(s, opt)  # with `forecast`: u and the DS2 size at the forecast peak
     u = load_ratio(s, opt.catch_up_s, demand)
     score = bottleneck_score(S, s.host_mem or 0.0, u)
-    snap = {"score": round(score, 1), "load_ratio": round(u, 3)}
+    snap: dict[str, Any] = {"score": round(score, 1), "load_ratio": round(u, 3)}
     out: list[Request] = []
     if state.prestaged and score < opt.alarming_threshold - opt.release_hysteresis:
-        out.append(_request(s, RELEASE, None, 0.0, ctx, f"O {score:.0f} < {opt.alarming_threshold - opt.release_hysteresis:.0f}", **snap))
+        out.append(_request(s, RELEASE, None, 0.0, ctx,
+                            f"O {score:.0f} < {opt.alarming_threshold - opt.release_hysteresis:.0f}", **snap))
         state = OperatorState(prestaged=False)
     target = max(n + 1, ds2_target(s, opt.catch_up_s, opt.target_utilization, demand))
     if score > opt.scale_out_threshold and n < s.max_cores:
@@ -149,7 +153,8 @@ def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: O
         out.append(_scale_out(s, min(target, s.max_cores), opt, ctx, f"O {score:.0f} > {opt.scale_out_threshold:.0f}",
                               mechanism="prestaged" if state.prestaged else None, **snap))
     elif score > opt.alarming_threshold and n < s.max_cores and not state.prestaged:
-        out.append(_request(s, PRESTAGE, min(target, s.max_cores), 0.0, ctx, f"O {score:.0f} > alarming {opt.alarming_threshold:.0f}", **snap))
+        out.append(_request(s, PRESTAGE, min(target, s.max_cores), 0.0, ctx,
+                            f"O {score:.0f} > alarming {opt.alarming_threshold:.0f}", **snap))
         state = OperatorState(prestaged=True)
     elif score < opt.scale_in_threshold and n > s.min_cores and not _forecast_holds(s, opt, n - 1):
         out.append(_scale_in(s, _give_back(s, opt), ctx, f"O {score:.0f} < {opt.scale_in_threshold:.0f}", **snap))
@@ -160,7 +165,8 @@ def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: O
     return out, state
 
 
-def ds2(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: OperatorContext):
+def ds2(s: StageStats, opt: OperatorOptions, state: OperatorState,
+        ctx: OperatorContext) -> tuple[list[Request], OperatorState]:
     """Rate-based target sized in one step. Scale-in uses a lower utilization target than
     scale-out (a hysteresis band), so a constant load cannot make it flap."""
     n = s.cores
@@ -168,18 +174,20 @@ def ds2(s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: Operator
     u = load_ratio(s, opt.catch_up_s, demand)
     up = ds2_target(s, opt.catch_up_s, opt.target_utilization, demand)
     down = ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin, demand)
-    snap = {"load_ratio": round(u, 3), "n_star": up}
+    snap: dict[str, Any] = {"load_ratio": round(u, 3), "n_star": up}
     if up > n:
         return [_scale_out(s, up, opt, ctx, f"DS2 n* {up} > n {n} (load {u:.2f})", **snap)], state
     if down < n:
-        return [_scale_in(s, down, ctx, f"DS2 n* {down} < n {n} at {opt.ds2_scale_in_margin:.0%} target", **snap)], state
+        why = f"DS2 n* {down} < n {n} at {opt.ds2_scale_in_margin:.0%} target"
+        return [_scale_in(s, down, ctx, why, **snap)], state
     return [], state
 
 
 POLICIES = {"edf": edf, "threshold3": threshold3, "ds2": ds2}
 
 
-def operator_cycle(policy: str, s: StageStats, opt: OperatorOptions, state: OperatorState, ctx: OperatorContext):
+def operator_cycle(policy: str, s: StageStats, opt: OperatorOptions, state: OperatorState,
+                   ctx: OperatorContext) -> tuple[list[Request], OperatorState]:
     """Run one Operator Manager decision. Nothing is requested on a half-filled window."""
     if s.span_s < opt.min_window_fill * opt.window_s or s.batches == 0:
         return [], state

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class OperatorOptions:
     # DS2-style sizing (goes beyond the papers)
     catch_up_s: float = 60.0
     target_utilization: float = 0.7
-    ds2_scale_in_margin: float = 0.6  # scale in to the cores that keep utilization ≤ this (absolute), a band below target
+    # scale in to the cores that keep utilization ≤ this (absolute), a band below target
+    ds2_scale_in_margin: float = 0.6
     # Predictive input (docs/policies.md §4.1): demand = max(measured, forecast peak over the horizon)
     forecast: bool = False
     forecast_horizon_s: float = 600.0  # how far ahead to ask: a scale-out's restart + stabilization + window
@@ -99,14 +100,19 @@ def _coerce(default: Any, value: Any) -> Any:
     return type(default)(value)
 
 
-def _from_params(cls, params: dict[str, Any] | None):
+_Options = TypeVar("_Options", "OperatorOptions", "AppOptions")
+
+
+def _from_params(cls: type[_Options], params: dict[str, Any] | None) -> _Options:
     # Thousands of stages share a handful of parameter sets: parse each set once.
     key = json.dumps(params or {}, sort_keys=True, default=str)
-    return _parsed(cls, key)
+    # lru_cache keeps no type parameter; and mypy finds a class object unhashable (its __hash__ is the metaclass's)
+    parsed: _Options = _parsed(cls, key)  # type: ignore[arg-type]
+    return parsed
 
 
 @functools.lru_cache(maxsize=4096)
-def _parsed(cls, key: str):
+def _parsed(cls: type[Any], key: str) -> Any:
     params = json.loads(key)
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(params) - known)

@@ -169,7 +169,8 @@ def step(state: RedundancyState, tail_latency_ms: float | None, bound_ms: float,
         elif abs(dl) > abs(prev):
             direction, why = -state.direction, f"|Δl| grew from {abs(prev):.1f} ms: reverse"
         else:  # shrank, or unchanged (the thesis only adapts when Δl changes)
-            direction, why = state.direction, f"|Δl| {'shrank' if abs(dl) < abs(prev) else 'unchanged'} from {abs(prev):.1f} ms: keep going"
+            how = "shrank" if abs(dl) < abs(prev) else "unchanged"
+            direction, why = state.direction, f"|Δl| {how} from {abs(prev):.1f} ms: keep going"
         if direction < 0 and r0 <= opts.r_min:
             # Pushing into the floor would leave r there for as long as Δl stays put: a
             # hill-climb that cannot test one side tests the other.

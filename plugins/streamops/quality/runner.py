@@ -62,7 +62,8 @@ class Result:
 @dataclass(frozen=True)
 class GateResult:
     passed: bool
-    details: dict[str, Any]            # {"deployment_id", "stage_id", "first_batches", "sink", "elapsed_s", "results": [...]}
+    # {"deployment_id", "stage_id", "first_batches", "sink", "elapsed_s", "results": [...]}
+    details: dict[str, Any]
     results: list[Result] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -71,8 +72,11 @@ class GateResult:
     @property
     def reason(self) -> str:
         """One line for a rollback reason: which suite failed which expectations."""
-        bad = [f"{r.suite}: {', '.join(f['expectation'] + (' ' + f['column'] if f.get('column') else '') for f in r.details.get('failed', []))}"
-               for r in self.results if not r.success]
+        def failed(r: Result) -> str:
+            return ", ".join(f["expectation"] + (" " + f["column"] if f.get("column") else "")
+                             for f in r.details.get("failed", []))
+
+        bad = [f"{r.suite}: {failed(r)}" for r in self.results if not r.success]
         return "data-quality gate failed: " + "; ".join(bad) if bad else "data-quality gate passed"
 
 
@@ -235,7 +239,8 @@ def _validate_day(v: Validator, found: list[dict], day: date) -> list[Result]:
     results: list[Result] = []
     for a in sorted({t["app"] for t in found if t["has_metrics"]}):
         results.append(guard(suites.STAGE_METRICS, f"stage_metrics:{a}", a, day, lambda a=a: to_result(
-            v.validate_query(sql_text("dq_stage_metrics_day", day=day.isoformat(), app=a), suites.stage_metrics_suite()),
+            v.validate_query(sql_text("dq_stage_metrics_day", day=day.isoformat(), app=a),
+                             suites.stage_metrics_suite()),
             suites.STAGE_METRICS, f"stage_metrics:{a}", a, day)))
     for t in found:
         sink = (t["spec"] or {}).get("sink") or {"kind": "postgres"}
@@ -329,8 +334,8 @@ def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, 
     """Validate a new run's first `first_batches` batches: its stage_metrics rows (suite
     stage_metrics, plus at least one row) and the sink outputs those batches wrote (suite
     sink_outputs, on the `sink_outputs` rows the run has written so far: a run that starts
-    behind overwrites its first batches' keys within seconds). About 0.3 s (1 s for the first GX validation in a process): two small queries
-    and their GX checks.
+    behind overwrites its first batches' keys within seconds). About 0.3 s (1 s for the first GX
+    validation in a process): two small queries and their GX checks.
 
     It is the `gate` the CLI and the Airflow tasks pass to `execute.reconfigure.execute`, which
     calls it once the new run has caught up (and its first batches' metrics are written), before

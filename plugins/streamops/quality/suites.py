@@ -109,7 +109,8 @@ def input_records_suite(kind: str, schema: dict[str, str], *, max_malformed: flo
     mostly = 1.0 - max_malformed
     # Schema: every column the workload reads, with the type the parser casts it to, and present.
     s.add_expectation(gxe.ExpectTableColumnsToMatchSet(
-        column_set=["raw", "source_file", "reason_kind", "reason", *schema, "event_age_s", "publish_lag_s"], exact_match=True))
+        column_set=["raw", "source_file", "reason_kind", "reason", *schema, "event_age_s", "publish_lag_s"],
+        exact_match=True))
     s.add_expectation(gxe.ExpectColumnValuesToBeNull(column="reason", mostly=mostly))
     for field, typ in schema.items():
         s.add_expectation(gxe.ExpectColumnValuesToBeOfType(column=field, type_=_SPARK_TYPE[typ]))

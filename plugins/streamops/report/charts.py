@@ -168,7 +168,8 @@ def ha_chart(stages: list[HaStage], title: str) -> bytes:
     left.barh([i - h / 2 for i in y], real, height=h, color=CAUSE_COLOURS["real"], label="real failures")
     left.barh([i + h / 2 for i in y], inj, height=h, color=CAUSE_COLOURS["injected"], label="injected failures")
     for i, s in enumerate(stages):
-        for n, mttr, y0 in ((s.failures_real, s.mttr_real, i - h / 2), (s.failures_injected, s.mttr_injected, i + h / 2)):
+        for n, mttr, y0 in ((s.failures_real, s.mttr_real, i - h / 2),
+                            (s.failures_injected, s.mttr_injected, i + h / 2)):
             if n:
                 left.annotate(f"{n} · MTTR p50 {mttr}", (n, y0), xytext=(3, 0), textcoords="offset points",
                               va="center", fontsize=8)

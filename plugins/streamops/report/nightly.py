@@ -119,8 +119,8 @@ def _data_uri(png: bytes) -> str:
 
 def _break_gaps(series: list[dict]) -> list[dict]:
     """Insert an incomplete point where no batch arrived for a while (the app was down or stopped),
-    so the lines break there instead of joining across the gap (the cores too: nothing ran). "A while": more than 3 times the
-    usual spacing of the app's buckets (a slow trigger leaves regular empty buckets)."""
+    so the lines break there instead of joining across the gap (the cores too: nothing ran). "A while":
+    more than 3 times the usual spacing of the app's buckets (a slow trigger leaves regular empty buckets)."""
     steps = sorted(b["bucket"] - a["bucket"] for a, b in zip(series, series[1:]))
     if not steps:
         return series
@@ -133,7 +133,8 @@ def _break_gaps(series: list[dict]) -> list[dict]:
     return out
 
 
-def _app_chart(app: AppSummary, series: list[dict], reconfigs: list[dict], failures: list[dict], day: date) -> str | None:
+def _app_chart(app: AppSummary, series: list[dict], reconfigs: list[dict], failures: list[dict],
+               day: date) -> str | None:
     if not series:
         return None
     markers = []
@@ -201,8 +202,10 @@ def ha_section(cost: list[dict], failures: list[dict], windows: list[dict], day:
         bars.append(charts.HaStage(
             stage=sid, failures_real=sum(f["failures"] for f in real),
             failures_injected=sum(f["failures"] for f in injected),
-            mttr_real=_seconds([f["mttr_p50_s"] for f in real]), mttr_injected=_seconds([f["mttr_p50_s"] for f in injected]),
-            share_with=w.get("share_violated_with_redundancy"), share_without=w.get("share_violated_without_redundancy")))
+            mttr_real=_seconds([f["mttr_p50_s"] for f in real]),
+            mttr_injected=_seconds([f["mttr_p50_s"] for f in injected]),
+            share_with=w.get("share_violated_with_redundancy"),
+            share_without=w.get("share_violated_without_redundancy")))
     more = f" ({len(stages)} of {len(shown)} stages)" if len(shown) > len(stages) else ""
     png = charts.ha_chart(bars, title=f"failures by cause, and violated windows with and without redundancy, "
                                       f"on {day}{more}") if bars else None

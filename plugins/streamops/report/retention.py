@@ -51,7 +51,8 @@ def apply_retention(keep_days: int | None = None, today: date | None = None, eng
         today = today or conn.execute(db.query("today")).scalar_one()
         rows = conn.execute(db.query("metrics_retention"), {"keep_days": keep, "today": today,
                                                             "ahead_days": ahead_days}).all()
-        deleted = {r.target: r.deleted for r in conn.execute(db.query("records_retention"), {"keep_days": keep_records})}
+        deleted = {r.target: r.deleted
+                   for r in conn.execute(db.query("records_retention"), {"keep_days": keep_records})}
     dropped = [r.target for r in rows if r.action == "dropped"]
     deleted_default = sum(int(r.detail.split()[0]) for r in rows if r.action == "deleted")
     created = sum(int(r.detail.split()[0]) for r in rows if r.action in ("ensured", "drained"))

@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from streamops.sim import rundata
 from streamops.sim.calibration_chart import plot_calibration
-from streamops.sim.model import ScriptedChange, SimConfig, StageSpec, batch_capacity
+from streamops.sim.model import ScriptedChange, SimConfig, StageSpec
+from streamops.sim.replay_measures import catch_up, simulated_backlog, simulated_windows
 from streamops.sim.restart_cost import restart_cost
 from streamops.sim.rundata import RunData
 from streamops.sim.traces import SimTrace
@@ -39,12 +41,19 @@ from streamops.sim.traces import SimTrace
 MECHANISM_FIELDS = {"pause_resume": "pause_resume_median_s", "prestaged": "prestaged_median_s",
                     "active_backup": "active_backup_median_s"}
 PHASES = (("stop_s", "stop_requested_at", "stopped_at"), ("restart_s", "stopped_at", "restarted_at"),
-          ("first_batch_s", "restarted_at", "first_batch_done_at"), ("catch_up_s", "first_batch_done_at", "caught_up_at"))
+          ("first_batch_s", "restarted_at", "first_batch_done_at"),
+          ("catch_up_s", "first_batch_done_at", "caught_up_at"))
 
 
-def _median(xs: list[float], default: float | None = None) -> float | None:
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
-    return float(np.median(xs)) if xs else default
+@overload
+def _median(xs: Sequence[float | None], default: float) -> float: ...
+@overload
+def _median(xs: Sequence[float | None], default: None = None) -> float | None: ...
+
+
+def _median(xs: Sequence[float | None], default: float | None = None) -> float | None:
+    finite = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.median(finite)) if finite else default
 
 
 def _warm_up(run: RunData) -> set[int]:
@@ -182,7 +191,8 @@ def model_of(run: RunData, cal: dict[str, Any], own_gaps: bool = False) -> tuple
     script: list[dict[str, Any]] = []
     gaps = {g[2]: g for g in rundata.outage_gaps(run)}
 
-    def outage(t_s: float, a: float, down: float, to: int, mech: str, action: str, source: tuple, own: float) -> None:
+    def outage(t_s: float, a: float, down: float, to: int, mech: str, action: str, source: tuple[str, str],
+               own: float) -> None:
         start = max(0.0, a)  # an outage that began before the range: its rest
         script.append({"t_s": max(0.0, t_s), "stage": run.stage_id, "to_cores": to, "mechanism": mech,
                        "action": action, "down_start_s": start, "downtime_s": round(max(0.0, a + down - start), 3),
@@ -198,14 +208,14 @@ def model_of(run: RunData, cal: dict[str, Any], own_gaps: bool = False) -> tuple
     cores = first_cores
     for r in run.reconfigs:
         mech, gap = r.get("mechanism") or "pause_resume", gaps.get(f"reconfiguration {r['id']}")
-        to = int(r["target_cores"] if r["status"] == "done" and r.get("target_cores") else (r.get("from_cores") or cores))
-        if gap is None:
-            gap = (run.sec(r["requested_at"]),) * 2
-        own = gap[1] - gap[0]
+        done = r["status"] == "done" and r.get("target_cores")
+        to = int(r["target_cores"] if done else (r.get("from_cores") or cores))
+        g0, g1 = (gap[0], gap[1]) if gap is not None else (run.sec(r["requested_at"]),) * 2
+        own = g1 - g0
         down, source = cost("reconfiguration", r, mech, own) if own > 0 else (own, ("none", "no outage"))
         if source[0] == "prior" and mech not in MECHANISM_FIELDS:  # no history, no model: as measured
             source = ("own gap", f"no other {mech} change of the stage, no model for it")
-        outage(min(gap[0], run.sec(r.get("stop_requested_at") or r["requested_at"])), gap[0], down, to, mech,
+        outage(min(g0, run.sec(r.get("stop_requested_at") or r["requested_at"])), g0, down, to, mech,
                r["action"], source, own)
         cores = to
     for f in run.failures:
@@ -226,7 +236,7 @@ def model_of(run: RunData, cal: dict[str, Any], own_gaps: bool = False) -> tuple
                            "own_gap_s": 0.0})
             script.sort(key=lambda x: x["t_s"])
     # the replayed outages as the per-mechanism restart cost too (less the state's part), for run_simulation
-    over = {}
+    over: dict[str, Any] = {}  # SimConfig field → value
     for mech, fld in MECHANISM_FIELDS.items():
         downs = [x["downtime_s"] for x in script if x["mechanism"] == mech and x["downtime_source"] != "none"]
         if downs:
@@ -263,81 +273,6 @@ def trace_of(run: RunData, smooth_s: int = 5) -> SimTrace:
 
 
 # ---------------------------------------------------------------------- the replay
-def _cores_running(sim: Any, w: int) -> float:
-    """The cores of the run that processes in second w (in a restart's last second: the new one's)."""
-    st = sim.stages[0]
-    return float(st.cores[min(sim.T - 1, w + 1)] if 0 < st.up[w] < 1 else st.cores[w])
-
-
-def _simulated_windows(sim: Any, spec: StageSpec) -> dict[int, float]:
-    """The simulated stage's response per window, measured as a batch reports it: a batch starts
-    every max(trigger, duration) seconds while the stage is up; its p95 latency is the base
-    latency + its duration + how long its oldest rows waited (the FIFO queue's age); it speaks for
-    the windows of its trigger interval from the one it started in (10_sla.sql)."""
-    st = sim.stages[0]
-    T = sim.T
-    arr, done = st.arrivals, st.processed
-    a_cum = np.concatenate([[0.0], np.cumsum(arr)])  # rows arrived by second t
-    p_cum = np.concatenate([[0.0], np.cumsum(done)])
-    vals: dict[int, list[float]] = {}
-    hold = max(1, int(math.ceil(spec.trigger_interval_s)))
-    hours = np.arange(T + 1, dtype=float)
-    # a restart's first batch ran in the outage and lands as it ends (engine): it started before,
-    # in a window of its own; the next batch starts then, with the rows after the first one's
-    restarts = {int(rc.down_end): rc.down_end for rc in sim.reconfigs} if spec.micro_batch else {}
-
-    def record(at: float, rows_before: float, dur: float) -> None:
-        # the oldest row a batch starting at `at` takes arrived when the arrivals reached the rows
-        # taken before it
-        tau, w = float(np.interp(rows_before, a_cum, hours)), int(at)
-        for h in range(max(0, w), min(T, w + hold)):
-            vals.setdefault(h, []).append(spec.base_latency_ms + 1000.0 * dur + 1000.0 * max(0.0, at - tau))
-
-    s = 0.0
-    while s < T:
-        w = int(s)
-        if st.up[w] <= 0 or done[w] <= 0:
-            s = w + 1.0
-            continue
-        cap = _cores_running(sim, w) * spec.rate_per_core
-        avail = (st.backlog[w - 1] if w > 0 else 0.0) + arr[w]
-        _, dur = batch_capacity(spec, cap, avail, arr[w])
-        if w in restarts:
-            s = max(s, restarts.pop(w))
-            record(w - 1.0, p_cum[w], dur)
-            record(s, p_cum[w] + min(avail, spec.max_batch_rows or avail), dur)
-        else:
-            record(s, float(np.interp(s, hours, p_cum)), dur)
-        s += max(spec.trigger_interval_s, dur, 0.05)
-    return {w: sum(v) / len(v) for w, v in vals.items()}
-
-
-def _simulated_backlog(sim: Any, spec: StageSpec, at: list[float]) -> list[float]:
-    """The simulated backlog when a batch ends at each of `at`, as the agent counts it: the rows
-    left over, plus those that arrived during the batch when the next trigger is still ahead (the
-    batch took less than a trigger interval); with batches back to back the next one has them."""
-    st = sim.stages[0]
-    out = []
-    for t in at:
-        w = min(sim.T - 1, max(0, int(t)))
-        cap = _cores_running(sim, w) * spec.rate_per_core
-        _, dur = batch_capacity(spec, cap, st.backlog[w] + st.arrivals[w], st.arrivals[w])
-        waiting = st.arrivals[w] * dur if spec.micro_batch and dur < spec.trigger_interval_s else 0.0
-        out.append(float(st.backlog[w] + waiting))
-    return out
-
-
-def _catch_up(sim: Any) -> list[float]:
-    """Per scripted change: seconds from the restart until the backlog is ≤ 1 s of input."""
-    st = sim.stages[0]
-    out = []
-    for rc in sim.reconfigs:
-        t0 = int(math.ceil(rc.down_end))
-        t = next((u for u in range(t0, sim.T) if st.backlog[u] <= max(1.0, st.arrivals[u])), None)
-        out.append(None if t is None else float(t - rc.down_end))
-    return out
-
-
 def _err(measured: float | None, simulated: float | None) -> float | None:
     if measured is None or simulated is None or measured == 0:
         return None
@@ -345,7 +280,9 @@ def _err(measured: float | None, simulated: float | None) -> float | None:
 
 
 def _row(measured: float | None, simulated: float | None, nd: int = 1) -> dict[str, Any]:
-    r = lambda v: None if v is None else round(float(v), nd)  # noqa: E731
+    def r(v: float | None) -> float | None:
+        return None if v is None else round(float(v), nd)
+
     return {"measured": r(measured), "simulated": r(simulated), "error": _err(measured, simulated)}
 
 
@@ -366,7 +303,7 @@ def fit_base_latency(run: RunData, cal: dict[str, Any], seed: int = 1) -> dict[s
     input's own delay and the wait for the trigger): the median, over the steady batches, of the
     measured p95 latency less what the model gives without it at the same second."""
     sim, cfg, _ = _simulate(run, {**cal, "base_latency_ms": 0.0}, seed)
-    got = _simulated_windows(sim, cfg.stages[0])
+    got = simulated_windows(sim, cfg.stages[0])
     res = [p95 - got[w] for w, p95 in cal["steady_windows"] if w in got]
     res = res or [p95 - v for (_, p95), v in zip(cal["steady_windows"], got.values())]
     return {**cal, "base_latency_direct_ms": cal["base_latency_ms"],
@@ -378,9 +315,11 @@ def replay(run: RunData, cal: dict[str, Any], seed: int = 1) -> dict[str, Any]:
     sim, cfg, script = _simulate(run, cal, seed)
     spec = cfg.stages[0]
     st = sim.stages[0]
-    m_resp, s_resp = rundata.response_windows(run), _simulated_windows(sim, spec)
+    m_resp, s_resp = rundata.response_windows(run), simulated_windows(sim, spec)
     mv, sv = list(m_resp.values()), list(s_resp.values())
-    pct = lambda v, q: float(np.percentile(v, q)) if v else None  # noqa: E731  (linear: percentile_cont)
+    def pct(v: list[float], q: float) -> float | None:
+        return float(np.percentile(v, q)) if v else None  # linear: percentile_cont
+
     observed = (run.t_to - run.t_from).total_seconds()
     r_max = float(run.stage.get("r_max_ms") or cfg.r_max_ms)  # the app's bound (10_sla.sql: share_within_rmax)
     m_avail, m_down = rundata.availability(run)
@@ -389,12 +328,12 @@ def replay(run: RunData, cal: dict[str, Any], seed: int = 1) -> dict[str, Any]:
     # the accounting check: each outage its own measured gap (circular: both sides count alike)
     own, own_cfg, _ = _simulate(run, cal, seed, own_gaps=True)
     a_avail = 1.0 - float(own.down.sum()) / observed
-    a_resp = list(_simulated_windows(own, own_cfg.stages[0]).values())
+    a_resp = list(simulated_windows(own, own_cfg.stages[0]).values())
     samples = rundata.backlog_samples(run)
     m_bl = [v for _, v in samples]
-    s_bl = _simulated_backlog(sim, spec, [t for t, _ in samples])
+    s_bl = simulated_backlog(sim, spec, [t for t, _ in samples])
     m_catch = _median([r["catch_up_s"] for r in cal["reconfigurations"]])
-    s_catch = _median([c for c in _catch_up(sim) if c is not None])
+    s_catch = _median([c for c in catch_up(sim) if c is not None])
     common = sorted(set(m_resp) & set(s_resp))
     rel = [abs(s_resp[w] - m_resp[w]) / m_resp[w] for w in common if m_resp[w] > 0]
     comparison = {

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 
-def _broken(points: list, gap: float) -> np.ndarray:
+def _broken(points: list[tuple[float, float]], gap: float) -> np.ndarray:
     """(t, v) points as an array, with a NaN row where they are more than `gap` s apart (no line
     across an outage: nothing was measured there)."""
-    out: list = []
+    out: list[list[float]] = []
     for p in points:
         if out and p[0] - out[-1][0] > gap:
             out.append([out[-1][0], np.nan])

@@ -21,16 +21,15 @@ is exactly the model above.
 
 Micro-batches (StageSpec.trigger_interval_s, batch_overhead_ms, max_batch_rows: model.batch_capacity) take
 each batch's overhead out of the capacity, its duration replaces queue_ms, a restart's first batch lands at once.
-SimConfig.scripted replays a real run's changes instead of the managers' (sim/calibrate.py).
+SimConfig.scripted replays a real run's changes instead of the managers' (sim/calibrate.py, stagerun.apply_scripted).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
 import numpy as np
 
@@ -38,62 +37,13 @@ from streamops.analyze.forecast import Forecaster, bucket_means
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
-from streamops.plan.model import (LOCAL, MIGRATE, PRESTAGE, RELEASE, REPLICA_ACTIONS, SCALE_OUT, AppState,
-                                  OperatorState, Request)
+from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, REPLICA_ACTIONS, SCALE_OUT, AppState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.sim import ha as ha_mod
-from streamops.sim.ha import StageHA
-from streamops.sim.model import SimConfig, StageSpec, apply_scripted, batch_capacity, lognormal
+from streamops.sim.model import SimConfig, batch_capacity, lognormal
+from streamops.sim.stagerun import Reconfig, StageRun, apply_scripted
 from streamops.sim.traces import SimTrace
-
-
-@dataclass
-class Reconfig:
-    t: float  # granted at
-    stage: str
-    action: str
-    from_cores: int
-    to_cores: int
-    mechanism: str
-    downtime_s: float
-    down_start: float
-    down_end: float
-    reason: str = ""
-    pool: str | None = None
-    urgent: bool = False
-    backlog_before: float = 0.0  # at the grant: the catch-up ends when the backlog is back to it
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"t_s": self.t, "stage": self.stage, "action": self.action, "from_cores": self.from_cores,
-                "to_cores": self.to_cores, "mechanism": self.mechanism, "downtime_s": round(self.downtime_s, 3),
-                "pool": self.pool, "urgent": self.urgent, "reason": self.reason}
-
-
-@dataclass
-class StageRun:
-    spec: StageSpec
-    n: int
-    cores: np.ndarray
-    backlog: np.ndarray
-    latency: np.ndarray
-    latency_p90: np.ndarray
-    busy: np.ndarray
-    processed: np.ndarray
-    arrivals: np.ndarray
-    up: np.ndarray
-    ha: StageHA
-    pool: str = "local"
-    backlog_now: float = 0.0
-    restart_t: float = -math.inf  # end of the last downtime
-    pending: Reconfig | None = None  # a reconfiguration in progress
-    overlap_until: float = -math.inf  # active backup: secondary running until then
-    op_state: OperatorState = field(default_factory=OperatorState)
-    prestage_ready_at: float | None = None  # a granted pre-staged copy, usable from then on
-    catching_up: Reconfig | None = None  # restarted, its backlog not yet back to normal
-
-    def busy_until(self) -> float:
-        return self.pending.down_end if self.pending else -math.inf
 
 
 def _slope(y: np.ndarray) -> float:
@@ -239,24 +189,9 @@ class Simulation:
         st.backlog_now = backlog
         return out, up, lat, lat90
 
-    def _advance_reconfig(self, st: StageRun, t: int) -> None:
-        p = st.pending
-        if p is None or t < p.down_end:
-            return
-        # the restart is done at down_end: new cores from here on, stabilization begins
-        st.n = p.to_cores
-        if p.pool:
-            st.pool = p.pool
-        st.restart_t = p.down_end
-        st.pending = None
-        st.op_state = OperatorState()  # the staged copy (if any) was consumed by the restart
-        st.prestage_ready_at = None
-        st.catching_up = p
-
-    def _caught_up(self, st: StageRun, t: int) -> None:
-        """The cost model learns a change's output gap plus its catch-up, as production does
+    def _caught_up(self, st: StageRun, p: Reconfig, t: int) -> None:
+        """The cost model learns change `p`'s output gap plus its catch-up, as production does
         (`reconfigurations.downtime_ms` + caught_up_at − first_batch_done_at)."""
-        p = st.catching_up
         one_second = st.n * st.spec.rate_per_core
         if st.backlog_now > max(p.backlog_before, one_second) and t + 1 - p.down_end < 600 and st.pending is None:
             return
@@ -328,8 +263,8 @@ class Simulation:
         for o in self.stages:
             used[o.pool] = used.get(o.pool, 0) + o.n
         here = self.pool_delay[st.pool]
-        rooms = {p: PoolRoom(self.pool_cores[p] - used.get(p, 0), abs(self.pool_delay[p] - here) if "local" in (p, st.pool)
-                             else self.pool_delay[p] + here)
+        rooms = {p: PoolRoom(self.pool_cores[p] - used.get(p, 0),
+                             abs(self.pool_delay[p] - here) if "local" in (p, st.pool) else self.pool_delay[p] + here)
                  for p in self.pool_cores if p != st.pool}
         return OperatorContext(self.cfg.r_max_ms, self.cost, rooms, self.op_rng)
 
@@ -428,9 +363,9 @@ class Simulation:
         faulty = [st for st in self.stages if st.ha.events]
         for t in range(self.T):
             for st in self.stages:
-                self._advance_reconfig(st, t)  # restarts that completed by t, before anyone looks
+                st.advance_reconfig(t)  # restarts that completed by t, before anyone looks
             if scripted:
-                apply_scripted(self, t)
+                apply_scripted(self.cfg.scripted or (), self.stages, self.reconfigs, t)
             if t > 0 and t % lp == 0 and not scripted:
                 self._operator_cycles(t)
             if managed:
@@ -442,6 +377,6 @@ class Simulation:
             self._step(t)
             for st in self.stages:
                 if st.catching_up is not None:
-                    self._caught_up(st, t)
+                    self._caught_up(st, st.catching_up, t)
         for st in self.stages:
             ha_mod.finish(st.ha, self.T)

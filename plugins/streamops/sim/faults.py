@@ -159,7 +159,9 @@ class Failure:
     output_gap_s: float = 0.0  # filled by `finish`: the stage's output stall during [start, end)
 
     def as_dict(self) -> dict[str, Any]:
-        r = lambda v: None if v is None else round(v, 3)  # noqa: E731
+        def r(v: float | None) -> float | None:
+            return None if v is None else round(v, 3)
+
         return {"t_s": r(self.t), "stage": self.stage, "kind": self.kind, "replica": self.replica,
                 "magnitude_s": r(self.magnitude_s), "stop_s": r(self.start), "stop_end_s": r(self.end),
                 "restart": self.restart, "mttr_s": r(self.mttr_s), "output_gap_s": r(self.output_gap_s)}
@@ -182,6 +184,6 @@ def strike(e: FaultEvent, rp: Replica, stage: str, cores: int, restart_s: float,
             f.start, f.end, f.restart = kill, kill + restart_s, True
     else:  # slow_batch, db_outage
         f.start, f.end = e.t, e.t + e.magnitude_s
-    if f.start is not None:
+    if f.start is not None and f.end is not None:  # set together
         rp.blocks.add(f.start, f.end)
     return f

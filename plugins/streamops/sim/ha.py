@@ -72,7 +72,8 @@ class StageHA:
 
     def violated(self) -> np.ndarray:
         """1-second windows whose tail exceeds the bound, or with the output stalled while rows waited."""
-        return (self.tail > self.bound_ms) | self.stalled
+        out: np.ndarray = (self.tail > self.bound_ms) | self.stalled
+        return out
 
 
 def build(spec: StageSpec, cfg: SimConfig, T: int, seed: int) -> StageHA:
@@ -110,6 +111,8 @@ def redundancy_request(ha: StageHA, t: int, app: str) -> Request | None:
     """One step of Algorithm 2 on the last period's p90 tail; a request when `replicas_for(r)`
     differs from the replicas the stage runs (None: nothing to change)."""
     m = ha.manager
+    if m is None:  # a stage without a redundancy manager: due() is never true for it
+        return None
     window = ha.tail[max(0, t - m.period):t]
     tail = float(np.percentile(window, 90)) if len(window) else None
     r_before = m.state.r
@@ -152,7 +155,7 @@ def finish(ha: StageHA, T: int) -> None:
     which no replica of the stage processed (0 when another replica masked it)."""
     by_id = {rp.id: rp for rp in ha.replicas + ha.retired}
     for f in ha.failures:
-        if f.start is None:
+        if f.start is None or f.end is None:  # set together: the fault stopped nothing
             continue
         rp = by_id[f.replica]
         if f.restart:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -41,7 +42,7 @@ class StageSpec:
         # dicts (from JSON, run_simulation(stages=[{...}])) become the registry's models
         faults = tuple(f if isinstance(f, Fault) else Fault.model_validate(f) for f in self.faults)
         object.__setattr__(self, "faults", faults)
-        red = self.redundancy
+        red: Redundancy | bool | dict[str, Any] | None = self.redundancy  # JSON gives a bool or a dict
         if red is True:
             red = Redundancy()
         elif red is False:
@@ -99,28 +100,13 @@ class ScriptedChange:
     down_start_s: float | None = None
 
 
-def apply_scripted(sim: Any, t: int) -> None:
-    """Start the scripted changes due in [t, t+1) (Simulation.run calls this instead of the managers)."""
-    from streamops.sim.engine import Reconfig
-
-    for c in sim.cfg.scripted or ():
-        if t <= c.t_s < t + 1:
-            st = next(s for s in sim.stages if s.spec.name == c.stage)
-            if st.pending is not None:  # a failure during a change: that change ends first
-                sim._advance_reconfig(st, int(math.ceil(st.pending.down_end)))
-            start = max(c.t_s, c.t_s if c.down_start_s is None else c.down_start_s)
-            st.pending = Reconfig(t=c.t_s, stage=c.stage, action=c.action, from_cores=st.n, to_cores=c.to_cores,
-                                  mechanism=c.mechanism, downtime_s=c.downtime_s, down_start=start,
-                                  down_end=start + c.downtime_s, reason="scripted")
-            sim.reconfigs.append(st.pending)
-
-
 # EDF's DEBS top-10 routes query cut at its stateful operator: parse+filter+route id → windowed
 # count → top-10. At their initial cores every stage is overloaded by the diurnal peak
 # (300 rows/s) and nearly idle at night (30 rows/s).
 DEFAULT_STAGES: tuple[StageSpec, ...] = (
     StageSpec("parse", rate_per_core=130.0, cores=2, min_cores=1, max_cores=12, state_bytes=0.0, base_latency_ms=20.0),
-    StageSpec("count", rate_per_core=100.0, cores=2, min_cores=1, max_cores=12, state_bytes=200e6, base_latency_ms=40.0),
+    StageSpec("count", rate_per_core=100.0, cores=2, min_cores=1, max_cores=12, state_bytes=200e6,
+              base_latency_ms=40.0),
     StageSpec("top10", rate_per_core=220.0, cores=1, min_cores=1, max_cores=12, state_bytes=10e6, base_latency_ms=20.0),
 )
 
@@ -146,7 +132,8 @@ class SimConfig:
     rho_cap: float = 0.95
     # --- what the Operator Manager sees ---
     host_mem: float = 0.3  # U_mem, constant
-    pools: dict = field(default_factory=dict)  # pools besides "local": name → (cores, delay_ms to local); none = no migration
+    # pools besides "local": name → (cores, delay_ms to local); none = no migration
+    pools: dict[str, Sequence[float]] = field(default_factory=dict)
     # --- reconfiguration mechanisms (downtimes in seconds, lognormal: median, sigma) ---
     mechanism: str = "pause_resume"  # pause_resume | active_backup (scale-outs; prestaged is automatic)
     pause_resume_median_s: float = 10.0
@@ -161,7 +148,8 @@ class SimConfig:
     restart_s: float = 10.0  # a killed driver restarts from its checkpoint in this long ([002]: Heron 10.8 s)
     executor_restart_s: float = 5.0  # an executor kill costs one core for this long
     heartbeat_timeout_s: float = 15.0  # the supervisor kills a driver silent for 3 heartbeats of 5 s
-    fault_periods: tuple = ()  # (start_s, end_s) windows in which faults strike; none = the whole run
+    # (start_s, end_s) windows in which faults strike; none = the whole run
+    fault_periods: tuple[tuple[float, float], ...] = ()
     # --- measurement ---
     response_stat: str = "p95"  # p95 | mean: the response the Application Manager gets per interval
     settle_s: float = 120.0  # convergence: response ≤ R_max for this long

@@ -12,6 +12,7 @@ from streamops.sim.traces import change_points
 
 if TYPE_CHECKING:
     from streamops.sim.engine import Simulation
+    from streamops.sim.faults import Failure
 
 SUMMARY_KEYS = (
     "policy", "trace", "seed", "duration_s", "availability", "downtime_s", "seconds_above_rmax",
@@ -106,7 +107,7 @@ def _mean(xs: list[float]) -> float | None:
     return round(sum(xs) / len(xs), 3) if xs else None
 
 
-def _ha_figures(failures: list, violated: int, replica_s: float, core_s: float) -> dict[str, Any]:
+def _ha_figures(failures: list[Failure], violated: int, replica_s: float, core_s: float) -> dict[str, Any]:
     by_kind: dict[str, int] = {}
     for f in failures:
         by_kind[f.kind] = by_kind.get(f.kind, 0) + 1

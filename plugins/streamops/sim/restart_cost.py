@@ -25,7 +25,7 @@ def _first_start_s(run: RunData) -> float | None:
     end = fs.get("first_commit_at") or fs.get("first_batch_done_at")
     if not fs.get("started_at") or not end or end <= fs["started_at"]:
         return None
-    return (end - fs["started_at"]).total_seconds()
+    return float((end - fs["started_at"]).total_seconds())
 
 
 def _batch_s_before(run: RunData, t_s: float, cal: dict[str, Any]) -> float:

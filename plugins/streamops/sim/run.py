@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from streamops.registry import Fault, Redundancy
 from streamops.sim.engine import Simulation
@@ -15,12 +15,12 @@ from streamops.sim.faults import parse_faults
 from streamops.sim.model import SimConfig, StageSpec
 from streamops.sim.policies import APP_FIELDS, OPERATOR_FIELDS, PolicyConfig, resolve_policy
 from streamops.sim.report import plot, summarize
-from streamops.sim.traces import load_trace
+from streamops.sim.trace_loader import load_trace
 
 
 def run_simulation(policy: str | PolicyConfig, trace: str, seed: int = 1, out_dir: Path | None = None,
                    duration_s: float | None = None, faults: str | Sequence[Any] | None = None,
-                   replicas: int | None = None, redundancy: bool | dict | Redundancy | None = None,
+                   replicas: int | None = None, redundancy: bool | dict[str, Any] | Redundancy | None = None,
                    **overrides: Any) -> dict[str, Any]:
     """Simulate `policy` (a name in POLICY_CONFIGS or a PolicyConfig) on `trace` (a built-in
     name, a generator spec or a CSV path) and return the summary dict.
@@ -85,14 +85,15 @@ HA_TRACE = "constant:rate=130"
 def ha_comparison(trace: str = HA_TRACE, seed: int = 1, mtbf_s: float | None = 120.0, *,
                   slow_mtbf_s: float | None = None, faults: str | Sequence[Any] | None = None,
                   stage: StageSpec = WORDCOUNT_STAGE, duration_s: float | None = 1800.0, static_replicas: int = 2,
-                  max_replicas: int = 2, period_s: float = 60.0, redundancy_params: dict | None = None,
+                  max_replicas: int = 2, period_s: float = 60.0, redundancy_params: dict[str, Any] | None = None,
                   policy: str | PolicyConfig = "recommended", **overrides: Any) -> list[dict[str, Any]]:
     """One stage under the same faults as (a) 1 replica, (b) `static_replicas` static replicas,
     (c) the redundancy manager (1 … `max_replicas`). Faults: driver kills every `mtbf_s` (None:
     none) and slow batches every `slow_mtbf_s` (Fault's default magnitude), or `faults` instead.
     overrides: as run_simulation (restart_s, fault_periods, r_max_ms …). One row per setup."""
-    fl = parse_faults(faults) if faults is not None else tuple(
-        Fault(kind=k, mtbf_s=m) for k, m in (("driver_kill", mtbf_s), ("slow_batch", slow_mtbf_s)) if m)
+    kinds: tuple[tuple[Literal["driver_kill", "slow_batch"], float | None], ...] = (
+        ("driver_kill", mtbf_s), ("slow_batch", slow_mtbf_s))
+    fl = parse_faults(faults) if faults is not None else tuple(Fault(kind=k, mtbf_s=m) for k, m in kinds if m)
     manager = Redundancy(max_replicas=max_replicas, period_s=period_s, params=redundancy_params or {})
     setups = [("1 replica", 1, None), (f"{static_replicas} static replicas", static_replicas, None),
               ("redundancy manager", 1, manager)]

@@ -15,7 +15,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -55,6 +55,11 @@ class RunData:
     first_start: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ time axis
+    @overload
+    def sec(self, ts: datetime) -> float: ...
+    @overload
+    def sec(self, ts: None) -> None: ...
+
     def sec(self, ts: datetime | None) -> float | None:
         """Seconds since t_from."""
         return None if ts is None else (ts - self.t_from).total_seconds()
@@ -70,7 +75,9 @@ class RunData:
 
     # ------------------------------------------------------------------ files
     def to_json(self) -> dict[str, Any]:
-        conv = lambda rows: [{k: _iso(v) for k, v in r.items()} for r in rows]  # noqa: E731
+        def conv(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [{k: _iso(v) for k, v in r.items()} for r in rows]
+
         d = asdict(self)
         d.update(t_from=_iso(self.t_from), t_to=_iso(self.t_to), stage={k: _iso(v) for k, v in self.stage.items()},
                  metrics=conv(self.metrics), reconfigs=conv(self.reconfigs), commits=conv(self.commits),
@@ -80,7 +87,9 @@ class RunData:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "RunData":
-        conv = lambda rows: [{k: (_dt(v) if k in TIME_KEYS else v) for k, v in r.items()} for r in rows]  # noqa: E731
+        def conv(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [{k: (_dt(v) if k in TIME_KEYS else v) for k, v in r.items()} for r in rows]
+
         return cls(stage_id=d["stage_id"], t_from=_dt(d["t_from"]), t_to=_dt(d["t_to"]),
                    stage={k: (_dt(v) if k in TIME_KEYS else v) for k, v in d["stage"].items()},
                    metrics=conv(d["metrics"]), reconfigs=conv(d.get("reconfigs", [])),
@@ -139,7 +148,7 @@ def outage_gaps(run: RunData) -> list[tuple[float, float, str]]:
     """Output gaps (start s, end s, cause) as reporting.downtime_for_day (20_downtime.sql) places
     them: a reconfiguration's downtime_ms ending at its new run's first batch (else its last phase
     stamp); a failure's from its last commit, lasting its measured downtime_ms once recovered."""
-    gaps = []
+    gaps: list[tuple[float, float, str]] = []
     for r in run.reconfigs:
         if (r.get("downtime_ms") or 0) > 0:
             end = next((r[k] for k in ("first_batch_done_at", "caught_up_at", "finished_at", "restarted_at",
@@ -157,16 +166,17 @@ def outage_gaps(run: RunData) -> list[tuple[float, float, str]]:
 
 def union_seconds(gaps: list[tuple[float, float, str]], lo: float, hi: float) -> float:
     """Seconds covered by the gaps within [lo, hi], overlaps counted once."""
-    total, cur_a, cur_b = 0.0, None, None
+    total = 0.0
+    cur: tuple[float, float] | None = None  # the union's interval being extended
     for a, b, _ in sorted((max(lo, a), min(hi, b), c) for a, b, c in gaps):
         if b <= a:
             continue
-        if cur_b is None or a > cur_b:
-            total += 0.0 if cur_b is None else cur_b - cur_a
-            cur_a, cur_b = a, b
+        if cur is None or a > cur[1]:
+            total += 0.0 if cur is None else cur[1] - cur[0]
+            cur = (a, b)
         else:
-            cur_b = max(cur_b, b)
-    return total + (0.0 if cur_b is None else cur_b - cur_a)
+            cur = (cur[0], max(cur[1], b))
+    return total + (0.0 if cur is None else cur[1] - cur[0])
 
 
 def availability(run: RunData) -> tuple[float, float]:

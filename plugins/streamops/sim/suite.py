@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import zlib
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -40,7 +40,8 @@ REAL_TRIM_S = 120  # the real run's first 2 minutes: an empty first batch and th
 
 FAMILIES: dict[str, str] = {
     "diurnal_noise": "compressed diurnal days, base 25–60 and peak 200–320 rows/s, random phase; 10 % noise; 2 days",
-    "flash_crowd": "diurnal (base 30–60, peak 150–220 rows/s) with four 2–5× flash crowds of 5–15 min; 10 % noise; 2 days",
+    "flash_crowd": "diurnal (base 30–60, peak 150–220 rows/s) with four 2–5× flash crowds of 5–15 min; 10 % noise; "
+                   "2 days",
     "outage": "diurnal with four upstream outages (rate 0 for 1–5 min), the missed rows arriving on top of "
               "the normal rate over the next 2–7 min; 10 % noise; 2 days",
     "step_drift": "levels of 40–320 rows/s held 15–40 min, stepping up or down by 1.3–2×; 10 % noise; 2 days",
@@ -80,11 +81,11 @@ class ArrayTrace:
     def _cum(self, t: float) -> float:
         n = len(self.r)
         if t <= 0:
-            return t * self.r[0]
+            return float(t * self.r[0])
         if t >= n:
-            return self.cum[n] + (t - n) * self.r[-1]
+            return float(self.cum[n] + (t - n) * self.r[-1])
         i = int(math.floor(t))
-        return self.cum[i] + (t - i) * self.r[i]
+        return float(self.cum[i] + (t - i) * self.r[i])
 
     def integral(self, a: float, b: float) -> float:
         return float(self._cum(b) - self._cum(a))
@@ -121,7 +122,7 @@ def _slots(rng: np.random.Generator, n: int, count: int, length: Callable[[], in
     return sorted(out)
 
 
-def _trace(family: str, seed: int, rates: np.ndarray, **meta) -> SimTrace:
+def _trace(family: str, seed: int, rates: np.ndarray, **meta: Any) -> SimTrace:
     fn = ArrayTrace(rates)
     return SimTrace(name=f"suite:{family}:{seed}", rate_fn=fn, integral_fn=fn.integral,
                     default_duration_s=float(len(fn)), description=FAMILIES[family],
@@ -129,7 +130,7 @@ def _trace(family: str, seed: int, rates: np.ndarray, **meta) -> SimTrace:
 
 
 def _outages(rng: np.random.Generator, r: np.ndarray, slots: list[tuple[int, int]],
-             catchup: Callable[[int], int]) -> list[dict]:
+             catchup: Callable[[int], int]) -> list[dict[str, Any]]:
     """Zero the rate over each slot and add its missed rows evenly over the catch-up that follows."""
     events = []
     for s, e in slots:
@@ -155,7 +156,7 @@ def flash_crowd(seed: int) -> SimTrace:
     under = _diurnal(n, base, peak, phase) * _noise(g, n)
     r = under.copy()
     events = []
-    for s, e in _slots(g, n, 4, lambda: g.integers(300, 901), gap=1800):
+    for s, e in _slots(g, n, 4, lambda: int(g.integers(300, 901)), gap=1800):
         m = float(g.uniform(2.0, 5.0))
         r[s:e] *= m
         events.append({"start": s, "end": e, "multiplier": round(m, 2)})
@@ -167,7 +168,7 @@ def outage(seed: int) -> SimTrace:
     g, n = _rng("outage", seed), 2 * DAY_S
     base, peak, phase = g.uniform(30, 60), g.uniform(180, 280), g.uniform(0, DAY_S)
     r = _diurnal(n, base, peak, phase) * _noise(g, n)
-    slots = _slots(g, n, 4, lambda: g.integers(60, 301), gap=900)
+    slots = _slots(g, n, 4, lambda: int(g.integers(60, 301)), gap=900)
     events = _outages(g, r, slots, lambda d: min(420, max(120, int(d * g.uniform(1.0, 2.0)))))
     return _trace("outage", seed, r, base=round(base, 1), peak=round(peak, 1), phase_s=round(phase), events=events)
 
@@ -272,7 +273,7 @@ def suite_trace(family: str, seed: int) -> SimTrace:
 
 
 def load_suite_trace(text: str) -> SimTrace:
-    """`suite:FAMILY:SEED` (or `suite:FAMILY`, seed 1), as `traces.load_trace` accepts it."""
+    """`suite:FAMILY:SEED` (or `suite:FAMILY`, seed 1), as `trace_loader.load_trace` accepts it."""
     parts = text.strip().split(":")
     if len(parts) not in (2, 3) or parts[0] != "suite":
         raise ValueError(f"a suite trace is suite:FAMILY:SEED, got {text!r}")

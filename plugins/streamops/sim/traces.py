@@ -1,18 +1,9 @@
 """Arrival-rate traces for the simulator: rows/s into the app's first stage, as a function of
 simulated seconds.
 
-Accepted forms (`load_trace(text)`):
-- a built-in name: `diurnal`, `ramp`, `steps`, `spikes` (see BUILTIN below; each comes with a
-  default duration);
-- any generator spec `kind:name=value,...` of `streamops.generator.traces` (constant, ramp,
-  diurnal, step, spike), e.g. `ramp:start_rate=200,doubling_s=500,max_rate=800`;
-- a CSV file with columns `t_s,rate` (seconds, rows/s; linearly interpolated, held constant
-  before the first and after the last point);
-- a replay of a `stage_metrics` export: a CSV with `ts` and `input_rps` or `input_rows`
-  (ts: ISO-8601 timestamps or epoch seconds). With `input_rps` the rate is taken as is; with
-  `input_rows` a batch's rate is its rows over the time to the next batch (the last batch
-  reuses the previous gap). If the file has a `stage_id` column, one stage is replayed: the one
-  named after `#` in the path (`export.csv#top10`), else the first stage in the file.
+`trace_from_text` reads the built-in, generator and CSV forms that `trace_loader.load_trace`
+accepts (its docstring lists them); the trace suite (`suite.py`) builds on SimTrace and
+`load_csv_trace` here.
 """
 
 from __future__ import annotations
@@ -23,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from streamops.generator.traces import Trace as GenTrace
 from streamops.generator.traces import TRACE_KINDS, make_trace
@@ -31,7 +22,7 @@ from streamops.generator.traces import TRACE_KINDS, make_trace
 # name → (generator spec, default duration in simulated seconds, description[, time shift s])
 # The diurnal "day" is compressed to 2 h (7200 s) of simulated time; the trough (night) is at
 # t = 0, 7200, 14400 …, the peak at 3600, 10800 … EDF-like units: peak 300 rows/s per stage.
-BUILTIN: dict[str, tuple] = {
+BUILTIN: dict[str, tuple[Any, ...]] = {
     "diurnal": ("diurnal:base=30,peak=300,period_s=7200,phase_s=0", 14_400.0,
                 "EDF-like taxi day compressed to 2 h: 30 rows/s at night, 300 rows/s at the peak; 2 days"),
     "ramp": ("ramp:start_rate=200,doubling_s=500,max_rate=800", 3_000.0,
@@ -52,7 +43,7 @@ class SimTrace:
     default_duration_s: float
     integral_fn: Callable[[float, float], float] | None = None
     description: str = ""
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def rate(self, t: float) -> float:
         return max(0.0, float(self.rate_fn(t)))
@@ -80,11 +71,15 @@ def _default_duration(spec: str) -> float:
     tr = make_trace(spec)
     p = tr.spec.params
     if kind == "step":
-        return len(p["rates"]) * p["step_s"]
+        rates: list[float] = p["rates"]
+        step_s: float = p["step_s"]
+        return len(rates) * step_s
     if kind == "spike":
-        return 4 * p["every_s"]
+        every_s: float = p["every_s"]
+        return 4 * every_s
     if kind == "diurnal":
-        return 2 * p["period_s"]
+        period_s: float = p["period_s"]
+        return 2 * period_s
     if kind == "ramp":
         return 3_000.0
     return 3_600.0
@@ -157,21 +152,14 @@ def load_csv_trace(path: str | Path) -> SimTrace:
                 rs.append(v / gap if gap > 0 else 0.0)
         fn = PiecewiseLinear(ts, rs)
         return SimTrace(name=p.name, rate_fn=fn, default_duration_s=max(1.0, math.ceil(ts[-1]) + 1),
-                        description=f"stage_metrics replay ({key}, {len(ts)} batches{', stage ' + stage if stage else ''})",
+                        description=f"stage_metrics replay ({key}, {len(ts)} batches"
+                                    f"{', stage ' + stage if stage else ''})",
                         meta={"path": str(p), "format": f"stage_metrics:{key}", "stage_id": stage})
     raise ValueError(f"{p}: a CSV trace needs columns t_s,rate or ts,input_rps or ts,input_rows; got {cols}")
 
 
-def load_trace(trace: str | SimTrace) -> SimTrace:
-    """A built-in name, a generator spec, or a CSV path (see the module docstring), or
-    `suite:FAMILY:SEED`, a seeded family of the trace suite (`streamops.sim.suite`)."""
-    if isinstance(trace, SimTrace):
-        return trace
-    text = str(trace).strip()
-    if text.startswith("suite:"):  # a family of the trace suite: suite:FAMILY:SEED (sim/suite.py)
-        from streamops.sim.suite import load_suite_trace
-
-        return load_suite_trace(text)
+def trace_from_text(text: str) -> SimTrace:
+    """A built-in name, a generator spec or a CSV path (the forms of `trace_loader.load_trace` but the suite's)."""
     if text in BUILTIN:
         spec, duration, desc, *shift = BUILTIN[text]
         return _from_generator(text, spec, duration, desc, shift[0] if shift else 0.0)
@@ -181,11 +169,12 @@ def load_trace(trace: str | SimTrace) -> SimTrace:
     path = text.rpartition("#")[0] if "#" in text and not Path(text).exists() else text
     if Path(path).exists():
         return load_csv_trace(text)
-    raise ValueError(f"unknown trace {trace!r}: use one of {sorted(BUILTIN)}, suite:FAMILY:SEED, a generator spec "
+    raise ValueError(f"unknown trace {text!r}: use one of {sorted(BUILTIN)}, suite:FAMILY:SEED, a generator spec "
                      f"({', '.join(TRACE_KINDS)}) or a CSV path")
 
 
-def change_points(tr: SimTrace, duration_s: int, rel: float = 0.2, min_abs: float = 5.0) -> list[tuple[int, float, float]]:
+def change_points(tr: SimTrace, duration_s: int, rel: float = 0.2,
+                  min_abs: float = 5.0) -> list[tuple[int, float, float]]:
     """Step changes: seconds t where the per-second rate jumps by more than `rel` of the
     previous rate (and by `min_abs` rows/s at least). Returns (t, rate_before, rate_after)."""
     out: list[tuple[int, float, float]] = []
