@@ -94,10 +94,9 @@ class StageDriver:
                                         self.supervisor, self.executor_cores, standalone=bool(self.master))
 
     def _configure_logging(self) -> None:
-        logging.basicConfig(
-            level=logging.INFO, stream=sys.stdout,
-            format=f"%(asctime)s %(levelname)s [stage={self.sid} deployment={self.deployment_id}] %(name)s: %(message)s",
-        )
+        where = f"[stage={self.sid} deployment={self.deployment_id}]"
+        logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                            format=f"%(asctime)s %(levelname)s {where} %(name)s: %(message)s")
         logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per listener callback otherwise
 
     def _session(self, pool: dict):
@@ -109,7 +108,8 @@ class StageDriver:
                        max_cores=max(self.stage.cores.max, self.dep.cores)) if self.master else {}
         spark = build_session(f"streamops:{self.sid}", self.dep.cores, self.dep.state_partitions,
                               extra_conf=self.dep.config.get("speculation") if self.master else None, **cluster)
-        if self.master:  # the executors admitted at registration: wait for them (and trim any a master launched past them)
+        # The executors admitted at registration: wait for them (and trim any a master launched past them).
+        if self.master:
             from spark_apps.executors import scale_to
 
             log.info("action=executors %s", scale_to(spark.sparkContext, self.dep.cores // self.executor_cores,

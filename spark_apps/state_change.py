@@ -90,7 +90,8 @@ class InDriverChange:
     def __init__(self, spark, agent: StageAgent, stage: Stage, ckpt: Path, deployment_id: int, restart,
                  supervisor: QuerySupervisor, executor_cores: int, standalone: bool):
         self.spark, self.agent, self.stage, self.ckpt, self.deployment_id = spark, agent, stage, ckpt, deployment_id
-        self.restart, self.supervisor, self.executor_cores, self.standalone = restart, supervisor, executor_cores, standalone
+        self.restart, self.supervisor = restart, supervisor
+        self.executor_cores, self.standalone = executor_cores, standalone
         self.lock = threading.Lock()
 
     def __call__(self, args: dict) -> str:
@@ -111,8 +112,8 @@ class InDriverChange:
             if rid:
                 stamp(rid, "stopped")
             self.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-            took = prepare_state(self.spark, self.stage, self.agent.ctx, self.ckpt, self.agent, self.supervisor.excluded,
-                                 partitions, rid)
+            took = prepare_state(self.spark, self.stage, self.agent.ctx, self.ckpt, self.agent,
+                                 self.supervisor.excluded, partitions, rid)
             ledger.record_partitions(self.deployment_id, partitions)
             self.agent.ctx = replace(self.agent.ctx, cores=cores, state_partitions=partitions)
             if cores < before:  # now, while no task runs: nothing re-runs, and no wait for the removal

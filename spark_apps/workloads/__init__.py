@@ -89,7 +89,8 @@ def fixwindow(df: DataFrame, params: dict[str, Any]) -> DataFrame:
     )
     return agg.select(
         F.concat_ws("|", F.date_format("w.start", "yyyy-MM-dd'T'HH:mm:ss"), "ip").alias("key"),
-        F.to_json(F.struct(F.col("w.start").alias("window_start"), "ip", "count", "first_ts", "last_ts")).alias("value"),
+        F.to_json(F.struct(F.col("w.start").alias("window_start"), "ip", "count", "first_ts", "last_ts"))
+        .alias("value"),
         F.col("last_ts").alias("event_ts"),
         F.col("count").cast("double").alias("version"),
     )
@@ -109,7 +110,8 @@ def taxi_top10(df: DataFrame, params: dict[str, Any]) -> DataFrame:
     (view `taxi_top10_routes`): a streaming sort over an aggregate is not supported by Spark."""
     window = f"{int(params.get('window_min', 30))} minutes"
     slide = f"{int(params.get('slide_min', 5))} minutes"
-    routes = df.select(F.concat_ws(">", _cell("pickup_lon", "pickup_lat"), _cell("dropoff_lon", "dropoff_lat")).alias("route"), "ts")
+    route = F.concat_ws(">", _cell("pickup_lon", "pickup_lat"), _cell("dropoff_lon", "dropoff_lat"))
+    routes = df.select(route.alias("route"), "ts")
     agg = (
         routes.withWatermark("ts", params.get("watermark", window))
         .groupBy(F.window("ts", window, slide).alias("w"), "route")
@@ -117,7 +119,8 @@ def taxi_top10(df: DataFrame, params: dict[str, Any]) -> DataFrame:
     )
     return agg.select(
         F.concat_ws("|", F.date_format("w.start", "yyyy-MM-dd'T'HH:mm"), "route").alias("key"),
-        F.to_json(F.struct(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "route", "count")).alias("value"),
+        F.to_json(F.struct(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "route",
+                           "count")).alias("value"),
         "event_ts",
         F.col("count").cast("double").alias("version"),
     )

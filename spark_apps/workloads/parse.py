@@ -42,7 +42,8 @@ def parse_records(lines: DataFrame, family: str, max_bytes: int = MAX_RECORD_BYT
     batch quarantined whole) are dropped."""
     size = F.octet_length("value")
     raw = F.col("value").cast("binary")
-    df = lines.select(raw.alias("raw"), source_file(F.col("_metadata.file_path")).alias("source_file"), size.alias("_size"))
+    df = lines.select(raw.alias("raw"), source_file(F.col("_metadata.file_path")).alias("source_file"),
+                      size.alias("_size"))
     if exclude_files:
         df = df.where(~F.col("source_file").isin(*exclude_files))
     # A line over the limit is not shipped to Python at all: the UDF gets NULL and its size.
@@ -50,8 +51,8 @@ def parse_records(lines: DataFrame, family: str, max_bytes: int = MAX_RECORD_BYT
     typed = [F.timestamp_micros(F.col(f"v.{f}")).alias(f) if t == "timestamp" else F.col(f"v.{f}").alias(f)
              for f, t in FIELDS[family].items()]
     return (df.select("raw", "source_file", verdict.alias("v"))
-            .select("raw", "source_file", F.col("v.reason_kind").alias("reason_kind"), F.col("v.reason").alias("reason"),
-                    *typed))
+            .select("raw", "source_file", F.col("v.reason_kind").alias("reason_kind"),
+                    F.col("v.reason").alias("reason"), *typed))
 
 
 def burn_cpu(df: DataFrame, cost: int) -> DataFrame:

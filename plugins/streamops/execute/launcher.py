@@ -174,8 +174,8 @@ class StandaloneLauncher(LocalProcessLauncher):
 
         # The embedded cluster's drivers authenticate with its secret (SPARK_CONF_DIR); another
         # cluster's come from the launcher's own SPARK_CONF_DIR, if any (docker/spark-auth.sh).
-        auth = spark_cluster.client_env() if self.master == "embedded" and not os.environ.get(spark_cluster.ENV_MASTER) \
-            else {}
+        embedded = self.master == "embedded" and not os.environ.get(spark_cluster.ENV_MASTER)
+        auth = spark_cluster.client_env() if embedded else {}
         return super().launch(deployment_id, stage_id, {**env, **auth, spark_cluster.RUN_MASTER_ENV: self.master_url()})
 
 

@@ -289,7 +289,8 @@ def _recover_running(row: Row, reg: registry.Registry, progress: Progress) -> Ou
         target_ok = live is not None and (row.target_cores is None or live.cores == row.target_cores) \
             and (row.target_pool is None or live.pool == row.target_pool)
         if target_ok and committed and live.started_at >= row.requested_at:
-            rstore.finish(row.id, RunStatus.DONE, "completed by --resume: the new run was already committing", None, None)
+            rstore.finish(row.id, RunStatus.DONE, "completed by --resume: the new run was already committing", None,
+                          None)
             progress(f"{row.stage_id}: reconfiguration {row.id} was complete; marked done")
             return Outcome(row.id, row.stage_id, RunStatus.DONE, None, 0.0, "completed by resume")
         mech = MECHANISMS.get(row.mechanism) or MECHANISMS[MechanismName.PAUSE_RESUME]  # restores the run from before

@@ -38,10 +38,12 @@ def staged_path(src: Path) -> Path:
 
 def _repartition_copy(path: Path, partitions: int) -> None:
     """Repartition a *copy* in a short-lived Spark process: the stage's driver keeps running."""
-    res = subprocess.run([sys.executable, str(REPO_ROOT / "spark_apps" / "repartition_job.py"), str(path), str(partitions)],
+    job = REPO_ROOT / "spark_apps" / "repartition_job.py"
+    res = subprocess.run([sys.executable, str(job), str(path), str(partitions)],
                          capture_output=True, text=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     if res.returncode != 0:
-        tail = [line for line in res.stdout.splitlines() + res.stderr.splitlines() if "Error" in line or "Exception" in line]
+        tail = [line for line in res.stdout.splitlines() + res.stderr.splitlines()
+                if "Error" in line or "Exception" in line]
         raise RuntimeError(f"repartition of the staged copy failed: {(tail or ['see the job output'])[-1][:300]}")
 
 

@@ -10,11 +10,12 @@ failed stages restart in parallel. The `failures` row it writes wakes the `strea
 DAG through its asset watcher, which is the visible record and the second line: if the
 supervisor is down, the DAG's own sweep recovers the stage.
 
-Warm spares (`warm_spares`, local pools): for each running stage it keeps one driver process with its JVM, SparkSession and Python workers already up and no query. A failed
-run's restart is handed to it, so the failover does not wait for a new JVM (15–40 s on this
-machine under load): it is bounded by the poll (≤ 0.5 s), the ledger's admission, the queries'
-start and the first batch, which replays what the dead run had not committed. A new spare is
-built once the stage has recovered. See docs/ha.md for the measured figures.
+Warm spares (`warm_spares`, local pools): for each running stage it keeps one driver process
+with its JVM, SparkSession and Python workers already up and no query. A failed run's restart
+is handed to it, so the failover does not wait for a new JVM (15–40 s on this machine under
+load): it is bounded by the poll (≤ 0.5 s), the ledger's admission, the queries' start and the
+first batch, which replays what the dead run had not committed. A new spare is built once the
+stage has recovered. See docs/ha.md for the measured figures.
 """
 
 from __future__ import annotations
@@ -254,7 +255,8 @@ def ensure_running(progress: Callable[[str], None] = lambda _: None) -> int | No
 
 
 def start_in_thread(reg: registry.Registry | None = None, opts: SupervisorOptions = SupervisorOptions(),
-                    progress: Callable[[str], None] = lambda _: None) -> tuple[Supervisor, threading.Event, threading.Thread]:
+                    progress: Callable[[str], None] = lambda _: None,
+                    ) -> tuple[Supervisor, threading.Event, threading.Thread]:
     """A supervisor in a background thread of this process (tests, the benchmark)."""
     sup = Supervisor(reg, opts, progress)
     stop = threading.Event()

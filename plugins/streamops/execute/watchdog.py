@@ -93,7 +93,8 @@ def stalled_for(beat_info: dict | None, silent_s: float | None, stall_s: float |
     """Seconds without progress while input waits, by the driver's last beat (plus the beat's own
     age), when past `stall_s`; else None. Not while the run is stopping."""
     info = beat_info or {}
-    if not stall_s or info.get("stop_requested") or not info.get("backlog_files") or info.get("since_progress_s") is None:
+    if not stall_s or info.get("stop_requested") or not info.get("backlog_files") \
+            or info.get("since_progress_s") is None:
         return None
     idle = float(info["since_progress_s"]) + float(silent_s or 0)
     return idle if idle > stall_s else None

@@ -44,7 +44,8 @@ def choices() -> dict[str, list[str]]:
 
 
 # -- streamops_deploy -------------------------------------------------------------------------
-def deploy(app: str, restart: bool = False, wait_s: float = 240, replicas_override: int | None = None) -> dict[str, Any]:
+def deploy(app: str, restart: bool = False, wait_s: float = 240,
+           replicas_override: int | None = None) -> dict[str, Any]:
     """Validate and sync the registry, then make sure every stage of `app` runs. A running stage
     is left alone unless `restart`; a stage that is not running starts with its configured pool
     and cores (from apps.yaml) from its checkpoint. `replicas_override` sets every stage's replica

@@ -85,7 +85,8 @@ class ActiveBackup:
     def rollback(self, ex: Execution, reason: str) -> None:
         """The primary was never stopped (unless the switch failed after it): stop the secondary."""
         try:
-            stages.stop_stage(ex.stage_id, ex.reg, deadline_s=10, kill_after_s=5, role="secondary", requested_by="rollback")
+            stages.stop_stage(ex.stage_id, ex.reg, deadline_s=10, kill_after_s=5, role="secondary",
+                              requested_by="rollback")
         except stages.StageNotRunning:
             pass
         if ledger.latest_run(ex.stage_id, live=True) is None:
@@ -108,7 +109,8 @@ class ActiveBackup:
                         f"(deployment {secondary.id}) is now the primary")
             log.warning("stage %s: action=promote reconfiguration=%d deployment=%d reason=the executor died "
                         "between stopping the primary and promoting the secondary", row.stage_id, row.id, secondary.id)
-            return Recovery(RunStatus.DONE, "completed by --resume: the secondary was promoted (the primary had stopped)",
+            return Recovery(RunStatus.DONE,
+                            "completed by --resume: the secondary was promoted (the primary had stopped)",
                             "completed by resume: secondary promoted")
         self.rollback(ex, "the executor died mid-way")
         return Recovery.rolled_back()

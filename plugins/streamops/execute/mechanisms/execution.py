@@ -103,7 +103,8 @@ class Execution:
         self.old_deployment: Row | None = None
         self.new_deployment_id: int | None = None
         self.rollback_copy: Path | None = None
-        self.changed_at: datetime | None = None  # a change in the running driver: its first batch is the first after this
+        # a change in the running driver: its first batch is the first after this
+        self.changed_at: datetime | None = None
 
     def stamp(self, phase: Phase) -> None:
         rstore.stamp(self.row.id, phase)

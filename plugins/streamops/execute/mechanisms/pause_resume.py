@@ -31,7 +31,8 @@ class PauseResume:
         ckpt = Path(old.checkpoint)
         ex.stamp(Phase.STOP_REQUESTED)
         if live is not None:
-            stages.stop_stage(ex.stage_id, ex.reg, deadline_s=ex.deadlines.stop_s, requested_by=f"reconfiguration {r.id}")
+            stages.stop_stage(ex.stage_id, ex.reg, deadline_s=ex.deadlines.stop_s,
+                              requested_by=f"reconfiguration {r.id}")
         ex.stamp(Phase.STOPPED)
         if ckpt.exists():
             ex.rollback_copy = checkpoint.copy_stopped(ckpt, ckpt.with_name(f"{ckpt.name}.rollback-{r.id}"))
