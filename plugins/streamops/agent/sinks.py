@@ -132,7 +132,7 @@ def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple
         tuples = [to_tuple(r) for r in rows]
         tuples = newest_per_key(tuples, conflict_key, version) if version else sorted(tuples, key=conflict_key)
         try:
-            conn = psycopg2.connect(url)
+            conn = db.writer_connection(url)
             try:
                 with conn, conn.cursor() as cur:
                     for chunk in _chunks(tuples, WRITE_PAGE, weigh):
@@ -339,15 +339,14 @@ class QuarantineSink:
 def write_quarantine(url: str, rows: list[tuple]) -> int:
     """Insert `quarantine_values` rows from the driver (a batch quarantined whole); returns how
     many were new."""
-    import psycopg2
     from psycopg2.extras import execute_values
 
-    conn = psycopg2.connect(url)
+    conn = db.writer_connection(url)
     added = 0
     try:
         with conn, conn.cursor() as cur:
             for chunk in _chunks(sorted(rows, key=lambda t: t[4]), WRITE_PAGE, lambda t: t[7]):
-                added += len(execute_values(cur, db.query("quarantine_insert").text + " RETURNING 1", chunk,
+                added += len(execute_values(cur, db.query("quarantine_insert_counted").text, chunk,
                                             page_size=WRITE_PAGE, fetch=True))
     finally:
         conn.close()

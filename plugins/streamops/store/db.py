@@ -63,6 +63,15 @@ def writer_dsn() -> str:
     return f"{url}{'&' if '?' in url else '?'}{params}"
 
 
+def writer_connection(dsn: str | None = None):
+    """A psycopg2 connection outside SQLAlchemy, to `dsn` (default `writer_dsn()`): the sinks'
+    writers in the executors, which carry the driver's `writer_dsn()` as a string, and the
+    driver's whole-batch quarantine. The caller closes it."""
+    import psycopg2
+
+    return psycopg2.connect(dsn or writer_dsn())
+
+
 def masked_url(url: str) -> str:
     """`url` for printing: its password (if any) as ***."""
     from sqlalchemy.engine import make_url
