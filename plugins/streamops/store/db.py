@@ -124,10 +124,24 @@ def engine(url: str | None = None) -> Engine:
                          connect_args=connect_args())
 
 
+_QUERY_NAME = re.compile(r"(?:(bench)/)?(\w+)")
+
+
+def query_path(name: str):
+    """`sql/queries/<name>.sql`; a benchmark's own, `bench/<name>`, is `sql/bench/<name>.sql`."""
+    m = _QUERY_NAME.fullmatch(name)
+    if m is None:
+        raise ValueError(f"bad query name {name!r}: a file name in sql/queries/, or bench/<name> for sql/bench/")
+    return sql_dir() / (m[1] or "queries") / f"{m[2]}.sql"
+
+
 @functools.cache
 def query(name: str) -> TextClause:
-    """The statement in `sql/queries/<name>.sql`."""
-    return text((sql_dir() / "queries" / f"{name}.sql").read_text())
+    """The statement in `sql/queries/<name>.sql` (`bench/<name>`: in `sql/bench/`)."""
+    path = query_path(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"no named query {name!r}: {path} does not exist")
+    return text(path.read_text())
 
 
 # -- units of work: the only way code outside store/ reaches the database ------------------------
@@ -175,6 +189,11 @@ def write(name: str, **params: Any) -> Row | None:
     with engine().begin() as conn:
         res = conn.execute(query(name), params)
         return res.first() if res.returns_rows else None
+
+
+def explain(name: str, params: dict[str, Any], conn: Connection) -> list[str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of the named query, run in `conn`: the plan's lines (benchmarks)."""
+    return conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + query(name).text), params).scalars().all()
 
 
 # -- many rows at once ----------------------------------------------------------------------------
