@@ -21,8 +21,8 @@ from sqlalchemy.exc import DBAPIError
 
 from streamops.agent.fencing import exit_fenced
 from streamops.agent.input_watch import InputAudit, Landing
-from streamops.agent.metrics import FileSourceBacklog, SinkStats, StageContext, progress_to_metrics
-from streamops.checkpoint_layout import quarantine_checkpoint
+from streamops.agent.metrics import SinkStats, StageContext, progress_to_metrics
+from streamops.checkpoint_layout import FileSourceBacklog, quarantine_checkpoint
 from streamops.store import db
 from streamops.waiting import wait_until
 
