@@ -38,7 +38,6 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.reconfig import machine_notes  # noqa: E402
@@ -75,9 +74,9 @@ def reg_for(path: str, replicas_: int = 1, managed: bool = False) -> registry.Re
     })
 
 
-def q(sql: str, **params):
-    with db.engine().connect() as conn:
-        return conn.execute(text(sql), params).all()
+def q(name: str, **params):
+    """The rows of the benchmark's query sql/bench/<name>.sql."""
+    return db.rows(f"bench/{name}", **params)
 
 
 def wait(cond, timeout_s: float, what: str, interval: float = 0.5):
@@ -91,9 +90,7 @@ def reset() -> None:
     """A clean slate between setups: no runs, no rows, no checkpoints."""
     terminate_all_drivers()
     with db.transaction() as conn:
-        for t in ("sink_outputs", "sink_commits", "stage_metrics", "failures", "injected_faults", "heartbeats",
-                  "stage_commands", "decisions", "requests", "redundancy_states", "deployment_scaling", "deployments"):
-            conn.execute(text(f"DELETE FROM {t}"))
+        conn.execute(db.query("bench/ha_reset"))
     for sub in ("checkpoints", "bench"):
         shutil.rmtree(registry.resolve_path(sub), ignore_errors=True)
 
@@ -121,12 +118,10 @@ def mttr_part(kills: int, warm_spares: bool = True) -> dict:
     try:
         for i in range(kills):
             run = wait(lambda: ledger.latest_run(SID, live=True), 120, "live run")
-            wait(lambda: q("SELECT count(*) FROM sink_commits WHERE deployment_id = :d AND rows > 0",
-                           d=run.id)[0][0] >= 3, 120, "three commits")
+            wait(lambda: q("commits_of_run", d=run.id)[0][0] >= 3, 120, "three commits")
             warm = bool(wait(lambda: sup.spare_ready(SID), 120, "a warm spare")) if warm_spares else False
             os.killpg(run.pid, 9)
-            f = wait(lambda: q("SELECT * FROM failures WHERE deployment_id = :d AND status <> 'recovering'",
-                               d=run.id), 180, "recovery")[0]
+            f = wait(lambda: q("failures_of_run", d=run.id), 180, "recovery")[0]
             rows.append({"warm": warm, "mttr_s": f.mttr_ms / 1000, "gap_s": f.downtime_ms / 1000,
                          "detect_s": (f.detected_at - f.failed_at).total_seconds()})
             say(f"kill {i + 1}/{kills} ({'warm spare' if warm else 'cold start'}): MTTR {rows[-1]['mttr_s']:.1f}s, output gap {rows[-1]['gap_s']:.1f}s, "
@@ -144,11 +139,8 @@ def mttr_part(kills: int, warm_spares: bool = True) -> dict:
 
 def violated_windows(t0: datetime, t1: datetime) -> tuple[int, int]:
     """(violated, observed) 1-second windows of the stage's output in [t0, t1)."""
-    best = {int(r.sec): float(r.p95) for r in q(
-        "SELECT floor(extract(epoch FROM ts)) AS sec, min(latency_p95_ms) AS p95 FROM stage_metrics "
-        "WHERE ts >= :a AND ts < :b AND latency_p95_ms IS NOT NULL GROUP BY 1", a=t0, b=t1)}
-    commits = [float(r.at_s) for r in q("SELECT extract(epoch FROM committed_at) AS at_s FROM sink_commits "
-                              "WHERE committed_at < :b AND rows > 0 ORDER BY 1", b=t1)]
+    best = {int(r.sec): float(r.p95) for r in q("p95_per_second", a=t0, b=t1)}
+    commits = [float(r.at_s) for r in q("commit_times", b=t1)]
     violated, j, last = 0, 0, None
     start, end = int(t0.timestamp()), int(t1.timestamp())
     for s in range(start, end):
@@ -161,8 +153,7 @@ def violated_windows(t0: datetime, t1: datetime) -> tuple[int, int]:
 
 
 def hours(t0: datetime, t1: datetime) -> tuple[float, float]:
-    rows = q("SELECT cores, COALESCE(running_at, started_at) AS a, COALESCE(stopped_at, :b) AS z FROM deployments "
-             "WHERE status <> 'refused'", b=t1)
+    rows = q("run_spans", b=t1)
     run_s = core_s = 0.0
     for r in rows:
         s = max(0.0, (min(r.z, t1) - max(r.a, t0)).total_seconds())
@@ -180,7 +171,7 @@ def setup_part(name: str, reg: registry.Registry, seconds: float, kill_mtbf: flo
     stages.start_stage(SID, reg)
     replicas.reconcile(reg, wait_s=120)
     sup, sup_stop, sup_thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=90))
-    wait(lambda: q("SELECT count(*) FROM sink_commits WHERE rows > 0")[0][0] >= 3, 120, "first commits")
+    wait(lambda: q("commits_with_rows")[0][0] >= 3, 120, "first commits")
     managed = reg.stage(SID)[2].redundancy is not None
     replan_stop = threading.Event()
 
@@ -214,11 +205,10 @@ def setup_part(name: str, reg: registry.Registry, seconds: float, kill_mtbf: flo
     sup_stop.set()
     sup_thread.join(120)
     terminate_all_drivers()
-    fails = q("SELECT * FROM failures WHERE status = 'recovered' AND detected_at >= :a", a=t0)
+    fails = q("failures_recovered_since", a=t0)
     violated, observed = violated_windows(t0, t1)
     core_h, run_h = hours(t0, t1)
-    replica_moves = q("SELECT action, outcome, count(*) AS n FROM decisions WHERE action LIKE '%replica' "
-                      "GROUP BY 1, 2 ORDER BY 1, 2")
+    replica_moves = q("replica_decisions")
     row = {
         "setup": name, "seconds": round((t1 - t0).total_seconds()), "faults": len(sent),
         "kills": sum(1 for s in sent if s.kind == "driver_kill" and s.role),

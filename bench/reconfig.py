@@ -49,7 +49,6 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.scratch import drop_database, scratch_database  # noqa: E402
@@ -150,24 +149,21 @@ class Feeder:
         self.thread.join(15)
 
 
-def q1(sql: str, **params):
-    with db.engine().connect() as conn:
-        return conn.execute(text(sql), params).first()
+def q1(name: str, **params):
+    """The first row of the benchmark's query sql/bench/<name>.sql."""
+    return db.row(f"bench/{name}", **params)
 
 
-def scalar(sql: str, **params):
-    with db.engine().connect() as conn:
-        return conn.execute(text(sql), params).scalar()
+def scalar(name: str, **params):
+    return db.value(f"bench/{name}", **params)
 
 
 def latest_run(sid: str):
-    return q1("SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
-              "ORDER BY started_at DESC LIMIT 1", s=sid)
+    return q1("latest_primary_run", s=sid)
 
 
 def live_run(sid: str):
-    return q1("SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' "
-              "AND status IN ('starting','running','stopping') ORDER BY started_at DESC LIMIT 1", s=sid)
+    return q1("live_primary_run", s=sid)
 
 
 def _ancestors_include(proc, pid: int) -> bool:
@@ -206,17 +202,16 @@ def wait_quiet(max_s: float) -> float:
     return waited
 
 
-def _all(sql: str, **params) -> list:
-    with db.engine().connect() as conn:
-        return conn.execute(text(sql), params).all()
+def _all(name: str, **params) -> list:
+    return db.rows(f"bench/{name}", **params)
 
 
 def sink_keys(sid: str) -> int:
-    return scalar("SELECT count(*) FROM sink_outputs WHERE stage_id = :s", s=sid)
+    return scalar("sink_keys", s=sid)
 
 
 def commits_of(dep_id: int) -> int:
-    return scalar("SELECT count(*) FROM sink_commits WHERE deployment_id = :d AND rows > 0", d=dep_id)
+    return scalar("commits_of_run", d=dep_id)
 
 
 def wait_for(cond, timeout_s: float, what: str, interval: float = 1.0, status: str | None = None):
@@ -254,23 +249,19 @@ PHASES = ("stop_requested_at", "stopped_at", "state_ready_at", "restarted_at", "
 
 
 def measure(rid: int, outcome: reconfigure.Outcome) -> dict:
-    r = q1("SELECT * FROM reconfigurations WHERE id = :i", i=rid)
+    r = q1("reconfiguration", i=rid)
     # The row links its runs only once the new one is up; a failed start is found by its config.
-    new = q1("SELECT * FROM deployments WHERE id = :i", i=r.new_deployment_id) if r.new_deployment_id else \
-        q1("SELECT * FROM deployments WHERE stage_id = :s AND config->>'reconfiguration_id' = :r "
-           "ORDER BY id LIMIT 1", s=r.stage_id, r=str(rid))
+    new = q1("deployment", i=r.new_deployment_id) if r.new_deployment_id else \
+        q1("deployment_of_reconfiguration", s=r.stage_id, r=str(rid))
     # An in-place change (live, in_driver) keeps the run: its first commit is the first after the
     # queries restarted (or the executors changed), not the run's first.
     in_place = r.mechanism in IN_PLACE
     since = (r.restarted_at or r.executors_ready_at or r.requested_at) if in_place else r.requested_at
-    first_commit = scalar("SELECT min(committed_at) FROM sink_commits WHERE deployment_id = :d AND committed_at >= :t",
-                          d=new.id, t=since) if new else None
-    old = q1("SELECT * FROM deployments WHERE id = :i", i=r.old_deployment_id) if r.old_deployment_id else \
-        q1("SELECT * FROM deployments WHERE stage_id = :s AND role = 'primary' AND status <> 'refused' "
-           "AND started_at < :t ORDER BY started_at DESC LIMIT 1", s=r.stage_id, t=r.requested_at)
-    recent_ms = [x[0] for x in _all(
-        "SELECT batch_duration_ms FROM stage_metrics WHERE deployment_id = :d AND ts <= :t "
-        "ORDER BY ts DESC LIMIT 10", d=old.id, t=r.stop_requested_at or r.requested_at)] if old else []
+    first_commit = scalar("first_commit_since", d=new.id, t=since) if new else None
+    old = q1("deployment", i=r.old_deployment_id) if r.old_deployment_id else \
+        q1("primary_run_before", s=r.stage_id, t=r.requested_at)
+    recent_ms = [x[0] for x in _all("recent_batch_ms", d=old.id, t=r.stop_requested_at or r.requested_at)] \
+        if old else []
     rep = (r.repartition_ms or 0.0) / 1000
     launch = None if r.mechanism in IN_PLACE else _sec(r.state_ready_at, new.started_at if new else None)
     overlap = r.mechanism in OVERLAPPING  # the new run starts before the old one stops
@@ -284,7 +275,7 @@ def measure(rid: int, outcome: reconfigure.Outcome) -> dict:
         "restart_s": _sec(r.first_batch_done_at, r.stopped_at),
         "output_gap_s": None if r.downtime_ms is None else round(r.downtime_ms / 1000, 3),
         # The stage's own rhythm: the longest gap between its commits in the minute before the request.
-        "rhythm_gap_s": round(float(scalar(RHYTHM_SQL, s=r.stage_id, t=r.requested_at) or 0), 3),
+        "rhythm_gap_s": round(float(scalar("commit_rhythm", s=r.stage_id, t=r.requested_at) or 0), 3),
         "scale_s": _sec(r.executors_ready_at, r.scale_requested_at),
         # Where restart_s goes (pause_resume order: stopped → copy → launch → state_ready → restarted → first batch).
         # For an overlapping mechanism the new run's phases happen before the stop: its start-up is
@@ -316,11 +307,6 @@ def measure(rid: int, outcome: reconfigure.Outcome) -> dict:
     }
 
 
-RHYTHM_SQL = ("SELECT COALESCE(max(EXTRACT(EPOCH FROM committed_at - prev)), 0) FROM (SELECT committed_at, "
-              "lag(committed_at) OVER (ORDER BY committed_at) AS prev FROM sink_commits WHERE stage_id = :s "
-              "AND committed_at BETWEEN :t - interval '60 seconds' AND :t) c")
-
-
 def kill_an_executor(sid: str, reg: registry.Registry, run: int) -> dict:
     """kill -9 of one executor JVM of the live run (on the cluster). Its tasks re-run elsewhere
     and the master replaces it. The output gap is the longest gap between the stage's commits
@@ -338,18 +324,15 @@ def kill_an_executor(sid: str, reg: registry.Registry, run: int) -> dict:
     pids = [p.pid for p in psutil.process_iter(["cmdline"]) if "CoarseGrainedExecutorBackend" in
             " ".join(p.info["cmdline"] or []) and dep.driver_id in (p.info["cmdline"] or [])]
     killed_at = datetime.now(timezone.utc)
-    rhythm = float(scalar(RHYTHM_SQL, s=sid, t=killed_at) or 0)
+    rhythm = float(scalar("commit_rhythm", s=sid, t=killed_at) or 0)
     sample = {"mechanism": "executor_kill", "action": "kill", "run": run, "status": "failed", "cores": dep.cores,
               "executors": len(pids), "rhythm_gap_s": round(rhythm, 3), "breakdown": {}}
     if not pids:
         return {**sample, "detail": f"no executor of {dep.driver_id} found"}
     os.kill(pids[-1], signal.SIGKILL)
-    wait_for(lambda: scalar("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND committed_at > :t",
-                            s=sid, t=killed_at) >= 3, 180, "3 commits after the executor kill", interval=0.5)
-    gap = scalar("SELECT max(EXTRACT(EPOCH FROM committed_at - prev)) FROM (SELECT committed_at, lag(committed_at) "
-                 "OVER (ORDER BY committed_at) AS prev FROM sink_commits WHERE stage_id = :s AND committed_at >= "
-                 "(SELECT max(committed_at) FROM sink_commits WHERE stage_id = :s AND committed_at <= :t)) c",
-                 s=sid, t=killed_at)
+    wait_for(lambda: scalar("commits_after", s=sid, t=killed_at) >= 3, 180, "3 commits after the executor kill",
+             interval=0.5)
+    gap = scalar("gap_since_last_commit", s=sid, t=killed_at)
     after = live_run(sid)
     same = after is not None and after.id == dep.id
     return {**sample, "status": "done" if same else "failed", "output_gap_s": round(float(gap), 3),
@@ -494,8 +477,7 @@ def run_size(keys: int, args, mechs: list[str], home: Path, samples: list[dict],
             shutil.rmtree(home / "data" / stage, ignore_errors=True)
             for p in (home / "data" / "checkpoints").glob(f"{sid}*"):
                 shutil.rmtree(p, ignore_errors=True)
-            with db.engine().begin() as conn:
-                conn.execute(text("DELETE FROM sink_outputs WHERE stage_id = :s"), {"s": sid})
+            db.write("bench/sink_outputs_clear", s=sid)
 
 
 # --------------------------------------------------------------------------- aggregation

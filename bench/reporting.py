@@ -22,7 +22,6 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.scratch import drop_database, scratch_database  # noqa: E402
@@ -38,13 +37,11 @@ console = Console()
 def generate(engine, stages: int, day: date = DAY) -> dict:
     t = time.perf_counter()
     with engine.begin() as conn:
-        conn.execute(text("SELECT ensure_stage_metrics_partitions(:d, 1)"), {"d": day})
-        conn.execute(text((REPO_ROOT / "sql" / "bench" / "reporting_fixture.sql").read_text()),
-                     {"stages": stages, "day": day})
+        conn.execute(db.query("bench/metrics_partitions"), {"d": day})
+        conn.execute(db.query("bench/reporting_fixture"), {"stages": stages, "day": day})
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM ANALYZE"))  # as autovacuum would after a day of inserts
-        rows = conn.execute(text("SELECT count(*) FROM stage_metrics WHERE ts >= :d AND ts < :d + 1"),
-                            {"d": day}).scalar_one()
+        conn.execute(db.query("bench/vacuum_analyze"))
+        rows = conn.execute(db.query("bench/metrics_of_day"), {"d": day}).scalar_one()
     return {"rows": rows, "generated_s": round(time.perf_counter() - t, 1)}
 
 
@@ -67,9 +64,9 @@ def time_views(engine, runs: int, day: date = DAY) -> dict[str, dict]:
         times, cpu, n = [], [], 0
         for _ in range(runs):
             with engine.connect() as conn:
-                pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                pid = conn.execute(db.query("bench/backend_pid")).scalar_one()
                 c0, t = backend_cpu_s(pid), time.perf_counter()
-                n = len(conn.execute(text(f"SELECT * FROM reporting.{view} WHERE day = :d"), {"d": day}).all())
+                n = len(conn.execute(db.query(f"bench/view_{view}"), {"d": day}).all())
                 times.append(time.perf_counter() - t)
                 c1 = backend_cpu_s(pid)
                 if c0 is not None and c1 is not None:
@@ -81,25 +78,16 @@ def time_views(engine, runs: int, day: date = DAY) -> dict[str, dict]:
     return out
 
 
-def explain_heaviest(url: str, view: str, day: date = DAY) -> list[str]:
+def explain_heaviest(engine, view: str, day: date = DAY) -> list[str]:
     """The view's plan, then the plan of the per-day query inside it (auto_explain, nested)."""
-    import psycopg2
-
-    conn = psycopg2.connect(db.libpq_url(url))
-    try:
-        cur = conn.cursor()
-        cur.execute(f"EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM reporting.{view} WHERE day = %s", (day,))
-        lines = [r[0] for r in cur.fetchall()]
-        for s in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0", "SET auto_explain.log_analyze = on",
-                  "SET auto_explain.log_buffers = on", "SET auto_explain.log_nested_statements = on",
-                  "SET auto_explain.log_level = notice", "SET client_min_messages = notice"):
-            cur.execute(s)
-        del conn.notices[:]
-        cur.execute(f"SELECT * FROM reporting.{view} WHERE day = %s", (day,))
-        cur.fetchall()
-        nested = [n for n in conn.notices if "stage_metrics m" in n]
-    finally:
-        conn.close()
+    with engine.connect() as conn:
+        lines = db.explain(f"bench/view_{view}", {"d": day}, conn)
+        conn.execute(db.query("bench/auto_explain_on"))
+        notices = conn.connection.dbapi_connection.notices  # psycopg2 keeps the server's notices
+        del notices[:]
+        conn.execute(db.query(f"bench/view_{view}"), {"d": day}).all()
+        nested = [n for n in notices if "stage_metrics m" in n]
+        conn.rollback()
     return lines + ["", "-- the per-day function's query, as it ran inside the view (auto_explain):"] + \
         "\n".join(nested).splitlines()
 
@@ -132,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         if stages == max(sizes):
             heaviest = max(views, key=lambda v: views[v]["median_s"])
             explain = [f"-- EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM reporting.{heaviest} WHERE day = '{DAY}'; "
-                       f"{stages} stages, {gen['rows']:,} rows"] + explain_heaviest(url, heaviest)
+                       f"{stages} stages, {gen['rows']:,} rows"] + explain_heaviest(engine, heaviest)
         engine.dispose()
         if not args.keep:
             drop_database(admin, "streamops_bench_reporting")

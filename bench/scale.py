@@ -20,7 +20,6 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.scratch import scratch_database  # noqa: E402
@@ -51,13 +50,13 @@ def main(argv: list[str] | None = None) -> dict:
     with console.status(f"generating {stages:,} stages × {args.history_s // args.trigger_s} batches …"):
         t = time.perf_counter()
         with engine.begin() as conn:
-            conn.execute(text((REPO_ROOT / "sql" / "bench" / "scale_fixture.sql").read_text()), {
+            conn.execute(db.query("bench/scale_fixture"), {
                 "apps": args.apps, "stages_per_app": args.stages_per_app, "trigger_s": args.trigger_s,
                 "history_s": args.history_s, "now": now,
             })
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text("VACUUM ANALYZE"))  # as autovacuum would: sets the visibility map for index-only scans
-            rows = conn.execute(text("SELECT count(*) FROM stage_metrics")).scalar_one()
+            conn.execute(db.query("bench/vacuum_analyze"))
+            rows = conn.execute(db.query("bench/metrics_count")).scalar_one()
         generated_s = time.perf_counter() - t
     console.print(f"{rows:,} stage_metrics rows for {stages:,} stages generated in {generated_s:.1f}s")
 
@@ -71,11 +70,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     with engine.begin() as conn:
         floor = conn.execute(db.query("window_floor"), {"now": now, "window_s": 120.0, "app": None}).scalar_one()
-        conn.execute(text("SET LOCAL work_mem = '64MB'"))  # as control.load_windows does
-        conn.execute(text("SET LOCAL enable_sort = off"))
-        plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + db.query("stage_windows").text), {
+        conn.execute(db.query("windows_tuning"))  # as control.load_windows does
+        plan = db.explain("stage_windows", {
             "now": now, "floor": floor, "window_s": 120.0, "stab_s": 60.0, "app": None, "stage": None,
-        }).scalars().all()
+        }, conn)
 
     median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     result = {

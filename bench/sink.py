@@ -42,15 +42,6 @@ from streamops.store import db, migrate  # noqa: E402
 RESULTS = REPO_ROOT / "bench" / "results"
 console = Console(width=130)
 
-# The upsert each partition ran before staging (sql/queries/sink_upsert.sql, since removed).
-DIRECT_SQL = """
-INSERT INTO sink_outputs AS t (stage_id, key, value, event_ts, version, batch_id)
-VALUES %s
-ON CONFLICT (stage_id, key) DO UPDATE
-    SET value = EXCLUDED.value, event_ts = EXCLUDED.event_ts, version = EXCLUDED.version,
-        batch_id = EXCLUDED.batch_id, written_at = now()
-    WHERE t.version <= EXCLUDED.version
-"""
 DIRECT_TEMPLATE = "(%s, %s, %s::jsonb, %s, %s, %s)"
 STAGE_TEMPLATE = "(%s, %s, %s, %s, %s::jsonb, %s, %s)"  # as PostgresUpsertSink.stage
 DEPLOYMENT = 1
@@ -75,7 +66,8 @@ def direct(conn, stage_id: str, batch: int, rows: list[tuple]) -> float:
     t = time.perf_counter()
     with conn, conn.cursor() as cur:
         for chunk in sinks._chunks(tuples, sinks.WRITE_PAGE):
-            execute_values(cur, DIRECT_SQL, chunk, template=DIRECT_TEMPLATE, page_size=sinks.WRITE_PAGE)
+            execute_values(cur, db.query("bench/sink_direct_upsert").text, chunk, template=DIRECT_TEMPLATE,
+                           page_size=sinks.WRITE_PAGE)
     return time.perf_counter() - t
 
 
@@ -103,13 +95,7 @@ def staged(conn, stage_id: str, batch: int, rows: list[tuple], apply_sql: str) -
 def same_output(conn, a: str, b: str) -> bool:
     """Both stage ids hold the same keys, values and versions."""
     with conn, conn.cursor() as cur:
-        cur.execute("""SELECT count(*) FROM (
-                           (SELECT key, value, version FROM sink_outputs WHERE stage_id = %(a)s
-                            EXCEPT ALL SELECT key, value, version FROM sink_outputs WHERE stage_id = %(b)s)
-                           UNION ALL
-                           (SELECT key, value, version FROM sink_outputs WHERE stage_id = %(b)s
-                            EXCEPT ALL SELECT key, value, version FROM sink_outputs WHERE stage_id = %(a)s)) d""",
-                    {"a": a, "b": b})
+        cur.execute(psycopg2_sql(db.query("bench/sink_same_output").text), {"a": a, "b": b})
         return cur.fetchone()[0] == 0
 
 
@@ -144,8 +130,6 @@ def run_size(conn, size: int, batches: int, apply_sql: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    import psycopg2
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="2000,20000,100000", help="comma-separated rows per batch")
     p.add_argument("--batches", type=int, default=5, help="measured update batches per size, after one warm-up")
@@ -163,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
         db.engine().dispose()
         apply_sql = psycopg2_sql(db.query("sink_apply").text)
         # One connection for both paths: connecting is the same cost either way, and not the database's.
-        conn = psycopg2.connect(url)
+        conn = db.writer_connection(url)
         try:
             for size in sizes:
                 results.append(run_size(conn, size, args.batches, apply_sql))

@@ -44,7 +44,6 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.reconfig import machine_notes  # noqa: E402
@@ -80,9 +79,9 @@ def soak_registry() -> registry.Registry:
     })
 
 
-def q(sql: str, **params):
-    with db.engine().connect() as conn:
-        return conn.execute(text(sql), params).all()
+def q(name: str, **params):
+    """The rows of the benchmark's query sql/bench/<name>.sql."""
+    return db.rows(f"bench/{name}", **params)
 
 
 def live_pid(sid: str) -> int | None:
@@ -131,8 +130,7 @@ def watchdog_loop(reg: registry.Registry, stop: threading.Event) -> None:
 
 def availability(sid: str, t0: datetime, t1: datetime) -> float:
     """Share of 1-second windows in [t0, t1) whose last commit of `sid` was at most R_max old."""
-    commits = [float(r.at_s) for r in q("SELECT extract(epoch FROM committed_at) AS at_s FROM sink_commits "
-                                        "WHERE stage_id = :s AND committed_at < :b ORDER BY 1", s=sid, b=t1)]
+    commits = [float(r.at_s) for r in q("stage_commit_times", s=sid, b=t1)]
     ok, j, last = 0, 0, None
     start, end = int(t0.timestamp()), int(t1.timestamp())
     for s in range(start, end):
@@ -209,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict:
         while time.monotonic() < settle_ends and not all(compare(sid)["exact"] for sid in STAGES):
             time.sleep(10)
         out["stages"] = {sid: {**compare(sid), "availability": round(availability(sid, t0, t1), 5)} for sid in STAGES}
-        fails = q("SELECT stage_id, kind, status, mttr_ms, downtime_ms FROM failures WHERE detected_at >= :a", a=t0)
+        fails = q("failures_since", a=t0)
         out["failures"] = {
             "by_kind": dict(Counter(f.kind for f in fails)),
             "open": sum(1 for f in fails if f.status == "recovering"),
@@ -217,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
             "mttr_median_s": statistics.median(f.mttr_ms / 1000 for f in fails if f.mttr_ms) if fails else None,
             "gap_median_s": statistics.median(f.downtime_ms / 1000 for f in fails if f.downtime_ms) if fails else None,
         }
-        out["stages_given_up"] = [r.stage_id for r in q("SELECT stage_id FROM stages WHERE health = 'failed'")]
+        out["stages_given_up"] = [r.stage_id for r in q("stages_given_up")]
         out["minutes"] = round((t1 - t0).total_seconds() / 60, 1)
     finally:
         stop_dog.set()

@@ -18,9 +18,11 @@ import tempfile
 from pathlib import Path
 
 import psutil
-import psycopg2
 import pytest
 from sqlalchemy import text
+
+# Scratch databases come from store/, as bench/'s do; the tests import them from here.
+from streamops.store.scratch import drop_database, recreate_database  # noqa: F401
 
 # py4j logs "Closing down clientserver connection" from a finalizer at interpreter exit, after
 # pytest closed its log streams: a "--- Logging error ---" traceback at the end of every run.
@@ -67,30 +69,6 @@ def _server_url() -> str:
         return db.libpq_url(db.database_url())
     finally:
         _set_env(now)
-
-
-def _with_database(url: str, name: str) -> str:
-    from streamops.store import db
-
-    return db.with_database(url, name)
-
-
-def recreate_database(url: str, name: str) -> str:
-    conn = psycopg2.connect(_with_database(url, "postgres"))
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    return _with_database(url, name)
-
-
-def drop_database(url: str, name: str) -> None:
-    conn = psycopg2.connect(_with_database(url, "postgres"))
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -51,6 +51,45 @@ def test_only_transient_errors_are_retried():
     assert len(calls) == 3
 
 
+def test_a_lasting_error_fails_at_once_and_a_stop_cuts_the_retries_short(caplog):
+    import threading
+
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise ValueError("not a database error")
+
+    with pytest.raises(ValueError):
+        retry_idempotent(broken, "stage t.s: batch 1 sink write", budget_s=30)
+    assert len(calls) == 1
+
+    stop = threading.Event()
+
+    def away():
+        calls.append(1)
+        stop.set()  # a stop arrives while the database is away
+        raise RuntimeError("could not connect to server: Connection refused")
+
+    with pytest.raises(RuntimeError, match="Connection refused"):
+        retry_idempotent(away, "stage t.s: batch 2 sink write", budget_s=30, abort=stop)
+    assert len(calls) == 2
+
+    stop.clear()
+    tries = []
+
+    def flaky():
+        tries.append(1)
+        if len(tries) < 2:
+            raise RuntimeError("server closed the connection unexpectedly")
+        return "written"
+
+    with caplog.at_level("WARNING", logger="streamops.agent.sinks"):
+        assert retry_idempotent(flaky, "stage t.s: batch 3 sink write", budget_s=30, abort=stop) == "written"
+    assert [r.getMessage() for r in caplog.records] == [
+        "stage t.s: batch 3 sink write failed, retrying in 1s: server closed the connection unexpectedly"]
+
+
 @pytest.mark.db
 def test_concurrent_writers_of_the_same_keys_never_deadlock(clean_db):
     """A primary and its active backup write the same keys at once. Each stages its batch (fed

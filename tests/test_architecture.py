@@ -15,6 +15,10 @@ from streamops.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "plugins" / "streamops"
 PRODUCT = [PACKAGE, REPO_ROOT / "spark_apps", REPO_ROOT / "dags"]
+# The benchmarks keep their SQL in sql/ and their connections in store/ too (not the other rules:
+# they reach into execute/ and engines as a test would).
+BENCH = REPO_ROOT / "bench"
+BENCH_QUERY_HELPERS = {"q", "q1", "scalar", "_all"}  # bench/{ha,soak,reconfig}.py: name → sql/bench/<name>.sql
 MAX_LINES = 450
 LONGER_ALLOWED = {"cli.py"}  # the command line: one function per command, nothing to share
 
@@ -63,9 +67,51 @@ def test_only_store_opens_connections():
         "\n".join(offenders)
 
 
+def test_only_store_connects_with_psycopg2():
+    """psycopg2.connect (or `from psycopg2 import connect`) outside store/: a connection without
+    the platform's timeouts and application_name. db.writer_connection() is the way."""
+    offenders = []
+    for p in _modules(*PRODUCT, BENCH):
+        if _name(p).startswith("streamops.store"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "connect" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "psycopg2" \
+                    or isinstance(node, ast.ImportFrom) and node.module == "psycopg2" \
+                    and any(a.name == "connect" for a in node.names):
+                offenders.append(f"{p.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert not offenders, "psycopg2.connect outside store/ (use db.writer_connection()):\n" + "\n".join(offenders)
+
+
+def _is_query_text(node: ast.AST) -> bool:
+    """`db.query(...)` or `db.query(...).text`."""
+    if isinstance(node, ast.Attribute) and node.attr == "text":
+        node = node.value
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "query" \
+        and isinstance(node.func.value, ast.Name) and node.func.value.id == "db"
+
+
+def test_named_queries_are_not_pieced_together():
+    """A named query's text with more SQL glued on (`+`, `%`, an f-string) is a statement no file
+    holds: give it a file of its own."""
+    offenders = []
+    for p in _modules(*PRODUCT, BENCH):
+        if _name(p).startswith("streamops.store"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            glued = isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)) \
+                and (_is_query_text(node.left) or _is_query_text(node.right)) \
+                or isinstance(node, ast.JoinedStr) and any(
+                    isinstance(v, ast.FormattedValue) and _is_query_text(v.value) for v in node.values)
+            if glued:
+                offenders.append(f"{p.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert not offenders, "a named query's text pieced together (give the statement a file in sql/queries/):\n" + \
+        "\n".join(offenders)
+
+
 def test_no_sql_text_outside_sql_dir():
     offenders = []
-    for p in _modules(*PRODUCT):
+    for p in _modules(*PRODUCT, BENCH):
         tree = ast.parse(p.read_text())
         docs = _docstrings(tree)
         for node in ast.walk(tree):
@@ -82,14 +128,22 @@ def test_no_module_grows_past_the_limit():
 
 
 def test_every_named_query_exists():
-    """db.query("x") and db.rows/row/value/write("x") name files that exist: a typo fails here, not in production."""
-    queries = {p.stem for p in (REPO_ROOT / "sql" / "queries").glob("*.sql")}
+    """db.query("x") and db.rows/row/value/write/bulk("x") name files that exist: a typo fails here, not in
+    production. `bench/x` is sql/bench/x.sql."""
+    queries = {p.stem for p in (REPO_ROOT / "sql" / "queries").glob("*.sql")} | \
+        {f"bench/{p.stem}" for p in (REPO_ROOT / "sql" / "bench").glob("*.sql")}
     missing = []
-    for p in _modules(*PRODUCT):
+    for p in _modules(*PRODUCT, BENCH):
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("query", "rows", "row", "value", "write") \
+                    and node.func.attr in ("query", "rows", "row", "value", "write", "bulk", "explain") \
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "db" \
                     and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value not in queries:
                 missing.append(f"{p.relative_to(REPO_ROOT)}:{node.lineno}: {node.args[0].value}")
+    for p in _modules(BENCH):  # the benchmarks' helpers that run sql/bench/<name>.sql
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BENCH_QUERY_HELPERS \
+                    and node.args and isinstance(node.args[0], ast.Constant) \
+                    and f"bench/{node.args[0].value}" not in queries:
+                missing.append(f"{p.relative_to(REPO_ROOT)}:{node.lineno}: bench/{node.args[0].value}")
     assert not missing, "named queries without a sql/queries file:\n" + "\n".join(missing)

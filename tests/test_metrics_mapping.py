@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from streamops.agent.metrics import (
-    Backlog, FileSourceBacklog, SinkStats, StageContext, latency_from_event_times, progress_to_metrics,
+    SinkStats, StageContext, latency_from_event_times, progress_to_metrics,
 )
+from streamops.checkpoint_layout import Backlog, FileSourceBacklog
 
 FIXTURE = Path(__file__).parent / "fixtures" / "progress_wordcount_batch0.json"
 CTX = StageContext("hibench.wordcount", 7, cores=2, state_partitions=4, trigger_interval_ms=2000)

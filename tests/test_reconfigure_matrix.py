@@ -31,7 +31,7 @@ import pytest
 from sqlalchemy import text
 
 from streamops import generator, quality, registry
-from streamops.agent.metrics import FileSourceBacklog
+from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import mechanisms, reconfigure, stages
 from streamops.paths import REPO_ROOT
 from tests import oracles

@@ -371,3 +371,80 @@ def test_a_batch_reaches_the_sink_whole_with_its_commit_or_not_at_all(clean_db):
     with pytest.raises(TransientError) as lost:
         PostgresUpsertSink("r.s", new).apply_and_commit(4, 2, 2)
     assert is_transient(lost.value) and sink() == {"a": 2, "b": 1} and commits(new) == 1
+
+
+# -- db.bulk: rows by field name ------------------------------------------------------------------
+def _bulk_queries() -> list[str]:
+    return sorted(p.stem for p in (Path(db.__file__).parents[3] / "sql" / "queries").glob("*.sql")
+                  if "%(" in p.read_text() and " VALUES " in p.read_text().replace("\n", " ").upper() + " ")
+
+
+@pytest.mark.parametrize("name", _bulk_queries())
+def test_every_bulk_query_has_one_named_values_row(name):
+    sql, template, names = db.bulk_statement(name)
+    assert sql.count("%s") == 1 and "%(" not in sql, sql
+    assert template.startswith("(") and template.endswith(")") and names
+
+
+def test_bulk_names_the_field_a_row_lacks_and_refuses_positional_rows():
+    with pytest.raises(ValueError, match=r"row 1 lacks last_response_ms, tokens"):
+        db.bulk("app_controls_save", [
+            {"app": "a", "tokens": 1.0, "window_start": None, "window_actions": 0, "last_cycle_at": None,
+             "last_response_ms": None},
+            {"app": "b", "window_start": None, "window_actions": 0, "last_cycle_at": None}])
+    with pytest.raises(TypeError, match="named fields"):
+        db.bulk("app_controls_save", [("a", 1.0, None, 0, None, None)])
+    with pytest.raises(ValueError, match="named placeholders"):  # a `:name` statement
+        db.bulk("app_upsert", [{}])
+
+
+@pytest.mark.db
+def test_bulk_writes_dicts_dataclasses_and_named_tuples_by_field_and_returns_rows_in_order(clean_db):
+    from dataclasses import dataclass
+    from datetime import datetime, timezone
+    from typing import NamedTuple
+
+    @dataclass
+    class Control:  # fields in another order than the VALUES row, and one it does not use
+        last_response_ms: float | None
+        app: str
+        tokens: float
+        window_actions: int
+        window_start: datetime | None = None
+        last_cycle_at: datetime | None = None
+        unused: str = "ignored"
+
+    class ControlTuple(NamedTuple):
+        tokens: float
+        app: str
+        window_actions: int
+        last_cycle_at: datetime | None
+        window_start: datetime | None
+        last_response_ms: float | None
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    from streamops.store import ledger
+
+    ledger.sync_catalog([], [{"name": app, "r_max_ms": 1000, "maintenance_window": "{}", "spec": "{}"}
+                             for app in ("a", "b", "c")], [])
+    db.bulk("app_controls_save", [
+        {"window_actions": 1, "app": "a", "tokens": 1.5, "window_start": now, "last_cycle_at": now,
+         "last_response_ms": 10.0},
+        Control(20.0, "b", 2.5, 2),
+        ControlTuple(3.5, "c", 3, now, None, None)])
+    got = {r.app: tuple(r[1:]) for r in db_rows(clean_db, "SELECT app, tokens, window_actions, last_response_ms "
+                                                           "FROM app_control ORDER BY app")}
+    assert got == {"a": (1.5, 1, 10.0), "b": (2.5, 2, 20.0), "c": (3.5, 3, None)}
+
+    ids = [r[0] for r in db.bulk("decisions_insert", [
+        {"app": app, "request_id": None, "stage_id": f"{app}.s", "action": "scale_out", "outcome": "declined",
+         "reason": app, "policy": "accept_all", "tokens_before": 1.0, "tokens_after": 1.0, "defer_until": None,
+         "urgent": False, "response_ms": None, "dry_run": True, "decided_by": "test"} for app in ("c", "a", "b")],
+        page_size=2)]  # two pages: RETURNING rows still come back in the order of the rows
+    reasons = dict(db_rows(clean_db, "SELECT id, reason FROM decisions"))
+    assert [reasons[i] for i in ids] == ["c", "a", "b"]
+
+
+def db_rows(eng, sql: str) -> list:
+    with eng.connect() as conn:
+        return conn.execute(text(sql)).all()

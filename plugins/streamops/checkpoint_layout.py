@@ -3,13 +3,16 @@ driver (spark_apps/, agent/) and the control plane (execute/) share about checkp
 
 offsets/N (planned batches), commits/N (completed batches), metadata, sources/0/N (the file
 source's log: which input files batch N took), state/<operator>/<partition>/ (RocksDB files).
-Batch N is committed when commits/N exists.
+Batch N is committed when commits/N exists. The source log against the input directory is the
+stage's backlog (`FileSourceBacklog`: the agent's metrics, the control plane's catch-up checks).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -73,3 +76,93 @@ def query_checkpoint(which: str, ckpt: Path) -> Path:
 
 def has_state(ckpt: Path) -> bool:
     return (Path(ckpt) / "state").is_dir()
+
+
+# -- the file source's log: what the query has taken -----------------------------------------------
+@dataclass(frozen=True)
+class Backlog:
+    files: int
+    rows: int | None
+
+
+class SourceLog:
+    """The file source's log in a checkpoint (`sources/0/N[.compact]`: a "v1" line, then one JSON
+    line per file): how many files the query has taken, in all and per batch. Log entries never
+    change once written, so each is read once."""
+
+    def __init__(self, ckpt: Path):
+        self.log_dir = Path(ckpt) / "sources" / "0"
+        self._lines: dict[str, int] = {}
+
+    def seen(self) -> int:
+        """Files taken by every batch so far: the latest compaction and the entries after it."""
+        try:
+            names = [n for n in os.listdir(self.log_dir) if not n.startswith(".") and n.split(".")[0].isdigit()]
+        except FileNotFoundError:
+            return 0
+        by_batch = {int(n.split(".")[0]): n for n in names}
+        compacts = [b for b, n in by_batch.items() if n.endswith(".compact")]
+        base = max(compacts) if compacts else -1
+        total = 0
+        for b, n in by_batch.items():
+            if b >= base:
+                if n not in self._lines:
+                    lines = (self.log_dir / n).read_text().splitlines()
+                    self._lines[n] = sum(1 for line in lines[1:] if line.strip())  # line 0 is "v1"
+                total += self._lines[n]
+        return total
+
+    def _count(self, name: str) -> int | None:
+        """Files listed in the log entry `name` (read once), None if it is not there."""
+        if name not in self._lines:
+            try:
+                lines = (self.log_dir / name).read_text().splitlines()
+            except FileNotFoundError:
+                return None
+            self._lines[name] = sum(1 for line in lines[1:] if line.strip())
+        return self._lines[name]
+
+    def _upto(self, batch_id: int, depth: int = 0) -> int | None:
+        """Files logged by batches 0 … batch_id (a compaction lists them all)."""
+        if batch_id < 0:
+            return 0
+        whole = self._count(f"{batch_id}.compact")
+        if whole is not None:
+            return whole
+        own = self._count(str(batch_id))
+        rest = None if own is None or depth > 100 else self._upto(batch_id - 1, depth + 1)
+        return None if rest is None else own + rest
+
+    def files_of(self, batch_id: int) -> int | None:
+        """The files batch `batch_id` took: its own log entry, or for a compaction (which lists every
+        file up to it) what it adds to the batches before; None when the entries are gone."""
+        own = self._count(str(batch_id))
+        if own is not None:
+            return own
+        whole, before = self._count(f"{batch_id}.compact"), self._upto(batch_id - 1)
+        return None if whole is None or before is None else max(0, whole - before)
+
+
+class FileSourceBacklog:
+    """Files in the input directory that the query has not yet taken into a batch: Spark's file
+    source reports no backlog, so count the visible files and subtract those in the source log."""
+
+    def __init__(self, input_dir: Path, checkpoint: Path):
+        self.input_dir = Path(input_dir)
+        self.log = SourceLog(checkpoint)
+
+    def seen(self) -> int:
+        return self.log.seen()
+
+    def files_of(self, batch_id: int) -> int | None:
+        return self.log.files_of(batch_id)
+
+    def _visible(self) -> int:
+        try:  # `_landing/` and hidden files are not the source's yet
+            return sum(1 for e in os.scandir(self.input_dir) if e.is_file() and not e.name.startswith((".", "_")))
+        except FileNotFoundError:
+            return 0
+
+    def measure(self, rows_per_file: float | None = None) -> Backlog:
+        files = max(0, self._visible() - self.seen())
+        return Backlog(files=files, rows=round(files * rows_per_file) if rows_per_file else None)

@@ -13,12 +13,11 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
 import psutil
-from psycopg2.extras import execute_values
 from sqlalchemy import Connection
 
 from streamops.analyze.stats import StageStats
@@ -59,12 +58,9 @@ def host_utilization() -> tuple[float, float]:
     return psutil.cpu_percent(interval=0.2) / 100.0, psutil.virtual_memory().percent / 100.0
 
 
-def _bulk(conn: Connection, name: str, rows: list[tuple], template: str | None = None, fetch: bool = False):
-    """Run `sql/queries/<name>.sql` (with a `VALUES %s`) for many rows in one statement."""
-    if not rows:
-        return []
-    cur = conn.connection.cursor()
-    return execute_values(cur, db.query(name).text, rows, template=template, page_size=10_000, fetch=fetch)
+def _fields(obj) -> dict[str, Any]:
+    """A dataclass's fields as a dict, shallow (asdict would deep-copy every snapshot)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 # -- monitor / analyze ---------------------------------------------------------------------------
@@ -116,7 +112,7 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
     states = {r.stage_id: OperatorState(r.prestaged) for r in conn.execute(db.query("operator_state_get"))}
     r_max = dict(conn.execute(db.query("apps_r_max")).all())
     requests: list[tuple[Request, str]] = []
-    changed_states: list[tuple] = []
+    changed_states: list[dict] = []
     rng = random.Random(now.isoformat())  # migration targets: random but reproducible per cycle
     for stats, policy in windows:
         kind = policy.get("kind", "threshold3")
@@ -126,17 +122,15 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
         before = states.get(stats.stage_id, OperatorState())
         reqs, after = operator_cycle(kind, stats, opts, before, ctx)
         if after != before:
-            changed_states.append((stats.stage_id, after.prestaged))
+            changed_states.append({"stage_id": stats.stage_id, "prestaged": after.prestaged})
         requests += [(r, kind) for r in reqs]
-    _bulk(conn, "operator_states_save", changed_states)
+    db.bulk("operator_states_save", changed_states, conn)
     if stage is None:  # the redundancy manager steps from the re-plan only, once per its period
         extra, saved = redundancy_requests(conn, now)
         requests += [(r, "redundancy") for r in extra if app is None or r.app == app]
-        _bulk(conn, "redundancy_state_save", saved)
-    ids = _bulk(conn, "requests_upsert", [
-        (r.stage_id, r.app, r.action, r.target_cores, r.target_pool, r.gain, r.cost_ms, r.reason,
-         json.dumps(r.snapshot, default=str), kind) for r, kind in requests
-    ], template="(%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)", fetch=True)
+        db.bulk("redundancy_state_save", saved, conn)
+    ids = db.bulk("requests_upsert", [{**_fields(r), "snapshot": json.dumps(r.snapshot, default=str), "policy": kind}
+                                      for r, kind in requests], conn)
     by_key = {(sid, action): rid for rid, sid, action in ids}
     out = [replace(r, id=by_key[(r.stage_id, r.action)]) for r, _ in requests]
     for r in out:
@@ -198,32 +192,34 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
         decisions = [Decision(r, "declined", why, new_state.tokens, new_state.tokens) for r, why in refused] + decisions
         results.append(AppCycle(a.name, [(d, None) for d in decisions], new_state.tokens, response))
         label = _policy_label(opts)
-        decision_rows += [(a.name, d.request.id, d.request.stage_id, d.request.action, d.outcome, d.reason, label,
-                           d.tokens_before, d.tokens_after, d.defer_until, d.urgent, response, dry_run, decided_by)
-                          for d in decisions]
-        controls.append((a.name, new_state.tokens, new_state.window_start, new_state.window_actions, now, response))
+        decision_rows += [{**_fields(d), "app": a.name, "request_id": d.request.id, "stage_id": d.request.stage_id,
+                           "action": d.request.action, "policy": label, "response_ms": response, "dry_run": dry_run,
+                           "decided_by": decided_by} for d in decisions]
+        controls.append({"app": a.name, "tokens": new_state.tokens, "window_start": new_state.window_start,
+                         "window_actions": new_state.window_actions, "last_cycle_at": now, "last_response_ms": response})
 
-    ids = [row[0] for row in _bulk(conn, "decisions_insert", decision_rows, fetch=True)]
+    ids = [row[0] for row in db.bulk("decisions_insert", decision_rows, conn)]
     flat = [(res, i) for res in results for i in range(len(res.decisions))]
     if not dry_run:
-        _bulk(conn, "requests_close", [(res.decisions[i][0].request.id, res.decisions[i][0].outcome) for res, i in flat])
+        db.bulk("requests_close", [{"id": res.decisions[i][0].request.id, "status": res.decisions[i][0].outcome}
+                                   for res, i in flat], conn)
         # A granted replica count is the stage's wanted count; the supervisor starts or stops replicas.
-        _bulk(conn, "stage_replicas_set", [
-            (d.request.stage_id, int(d.request.snapshot["target_replicas"]))
+        db.bulk("stage_replicas_set", [
+            {"stage_id": d.request.stage_id, "replicas": int(d.request.snapshot["target_replicas"])}
             for res in results for d, _ in res.decisions
-            if d.outcome == "granted" and d.request.action in REPLICA_ACTIONS])
+            if d.outcome == "granted" and d.request.action in REPLICA_ACTIONS], conn)
         grants = [(res, i, ids[n]) for n, (res, i) in enumerate(flat)
                   if res.decisions[i][0].outcome == "granted" and res.decisions[i][0].request.action in RECONFIGURATIONS]
-        planned = dict((did, rid) for rid, did in _bulk(conn, "reconfigurations_plan", [
-            (r.stage_id, res.app, r.action, r.target_cores, r.target_pool, r.id, did, int(r.snapshot.get("state_bytes") or 0))
-            for res, i, did in grants for r in [res.decisions[i][0].request]
-        ], template="(%s, %s, %s, %s::int, %s::text, %s::bigint, %s::bigint, %s::bigint)", fetch=True))
+        planned = dict((did, rid) for rid, did in db.bulk("reconfigurations_plan", [
+            {**_fields(r), "app": res.app, "request_id": r.id, "decision_id": did,
+             "state_bytes": int(r.snapshot.get("state_bytes") or 0)}
+            for res, i, did in grants for r in [res.decisions[i][0].request]], conn))
         for res, i, did in grants:
             d = res.decisions[i][0]
             res.decisions[i] = (d, planned.get(did))
             if did not in planned:
                 log.info("stage %s: grant %d is moot: a reconfiguration is already pending or running", d.request.stage_id, did)
-        _bulk(conn, "app_controls_save", controls)
+        db.bulk("app_controls_save", controls, conn)
     for res in results:
         for d, reconf in res.decisions:
             log.info("app %s: action=decide %s %s %s%s: %s", res.app, d.request.stage_id, d.request.action, d.outcome,

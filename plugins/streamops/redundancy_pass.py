@@ -22,8 +22,8 @@ from streamops.store import db
 log = logging.getLogger("streamops.redundancy")
 
 
-def redundancy_requests(conn: Connection, now: datetime) -> tuple[list[Request], list[tuple]]:
-    """(requests, state rows to save) of every HA stage whose period has come."""
+def redundancy_requests(conn: Connection, now: datetime) -> tuple[list[Request], list[dict]]:
+    """(requests, `redundancy_state_save` rows) of every HA stage whose period has come."""
     requests, saved = [], []
     for row in conn.execute(db.query("redundancy_inputs"), {"now": now}).mappings():
         spec = row["redundancy"] or {}
@@ -34,7 +34,8 @@ def redundancy_requests(conn: Connection, now: datetime) -> tuple[list[Request],
             row["r"], row["direction"], row["last_delta_ms"])
         bound = float(spec.get("bound_ms") or row["r_max_ms"])
         after, decision = step(before, row["tail_ms"], bound, opts)
-        saved.append((row["stage_id"], after.r, after.direction, after.last_delta_ms, now))
+        saved.append({"stage_id": row["stage_id"], "r": after.r, "direction": after.direction,
+                      "last_delta_ms": after.last_delta_ms, "updated_at": now})
         want = replicas_for(after.r, int(spec.get("max_replicas", 2)))
         log.info("stage %s: action=redundancy %s r=%.2f replicas %d→%d: %s", row["stage_id"], decision.action,
                  after.r, row["replicas"], want, decision.reason)

@@ -5,7 +5,8 @@ INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, f
 SELECT s.stage_id, v.app, v.action, COALESCE(d.cores, s.cores), v.target_cores, COALESCE(d.pool, s.pool),
        COALESCE(v.target_pool, d.pool, s.pool), 'policy:' || COALESCE(r.policy, 'operator'),
        v.request_id, v.decision_id, v.state_bytes
-FROM (VALUES %s) AS v (stage_id, app, action, target_cores, target_pool, request_id, decision_id, state_bytes)
+FROM (VALUES (%(stage_id)s, %(app)s, %(action)s, %(target_cores)s::int, %(target_pool)s::text,
+              %(request_id)s::bigint, %(decision_id)s::bigint, %(state_bytes)s::bigint)) AS v (stage_id, app, action, target_cores, target_pool, request_id, decision_id, state_bytes)
 JOIN stages s ON s.stage_id = v.stage_id
 LEFT JOIN requests r ON r.id = v.request_id
 LEFT JOIN LATERAL (

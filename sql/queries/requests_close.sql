@@ -1,3 +1,3 @@
 UPDATE requests r SET status = v.status, closed_at = CASE WHEN v.status = 'deferred' THEN NULL ELSE now() END
-FROM (VALUES %s) AS v (id, status)
+FROM (VALUES (%(id)s, %(status)s)) AS v (id, status)
 WHERE r.id = v.id

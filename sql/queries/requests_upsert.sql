@@ -1,7 +1,8 @@
--- Operator Managers' requests, many at once (psycopg2 execute_values fills the VALUES list).
+-- Operator Managers' requests, many at once (db.bulk: one VALUES row per request).
 -- One open request per stage and action: a repeated request refreshes the open row.
 INSERT INTO requests (stage_id, app, action, target_cores, target_pool, gain, cost_ms, reason, snapshot, policy)
-VALUES %s
+VALUES (%(stage_id)s, %(app)s, %(action)s, %(target_cores)s, %(target_pool)s, %(gain)s, %(cost_ms)s, %(reason)s,
+        %(snapshot)s::jsonb, %(policy)s)
 ON CONFLICT (stage_id, action) WHERE status IN ('open', 'deferred') DO UPDATE
     SET target_cores = EXCLUDED.target_cores, target_pool = EXCLUDED.target_pool, gain = EXCLUDED.gain,
         cost_ms = EXCLUDED.cost_ms, reason = EXCLUDED.reason, snapshot = EXCLUDED.snapshot,

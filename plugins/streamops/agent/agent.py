@@ -21,8 +21,8 @@ from sqlalchemy.exc import DBAPIError
 
 from streamops.agent.fencing import exit_fenced
 from streamops.agent.input_watch import InputAudit, Landing
-from streamops.agent.metrics import FileSourceBacklog, SinkStats, StageContext, progress_to_metrics
-from streamops.checkpoint_layout import quarantine_checkpoint
+from streamops.agent.metrics import SinkStats, StageContext, progress_to_metrics
+from streamops.checkpoint_layout import FileSourceBacklog, quarantine_checkpoint
 from streamops.store import db
 from streamops.waiting import wait_until
 
@@ -48,34 +48,50 @@ class BufferedWriter(threading.Thread):
         self.inbox: queue.Queue = queue.Queue()
         self.pending: collections.deque = collections.deque(maxlen=max_buffer)
         self._closing = threading.Event()
+        self._give_up_at = float("inf")
+        self._last_warning = 0.0
         self.dropped = 0
 
     def submit(self, name: str, params: dict[str, Any]) -> None:
         self.inbox.put((name, params))
 
     def run(self) -> None:
-        backoff, last_warning = 0.5, 0.0
+        from tenacity import RetryError, Retrying, retry_if_exception_type, wait_exponential
+
+        # While the database is away: 0.5, 1, 2 … 10 s between tries, reports kept meanwhile;
+        # at shutdown, tries until `close`'s timeout.
+        retrying = Retrying(retry=retry_if_exception_type(DBAPIError), wait=wait_exponential(multiplier=0.5, max=10),
+                            stop=lambda _: self._closing.is_set() and self._give_up_at < time.monotonic(),
+                            before_sleep=self._warn)
         while not (self._closing.is_set() and self.inbox.empty() and not self.pending):
+            self._take(timeout=0.5)
             try:
-                item = self.inbox.get(timeout=0.5)
-                if len(self.pending) == self.pending.maxlen:
-                    self.dropped += 1
-                self.pending.append(item)
-            except queue.Empty:
-                pass
-            try:
-                self._flush()
-                backoff = 0.5
-            except DBAPIError as e:
-                if time.monotonic() - last_warning > 30:
-                    log.warning("stage %s: database unreachable, %d reports buffered: %s",
-                                self.stage_id, len(self.pending), str(e.orig).strip().splitlines()[0])
-                    last_warning = time.monotonic()
-                if self._closing.is_set() and self._give_up_at < time.monotonic():
-                    log.error("stage %s: dropping %d unsent reports at shutdown", self.stage_id, len(self.pending))
-                    return
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 10)
+                retrying(self._deliver)
+            except RetryError:
+                log.error("stage %s: dropping %d unsent reports at shutdown", self.stage_id, len(self.pending))
+                return
+
+    def _take(self, timeout: float) -> None:
+        """One report from the inbox into `pending` (the oldest dropped when it is full)."""
+        try:
+            item = self.inbox.get(timeout=timeout)
+        except queue.Empty:
+            return
+        if len(self.pending) == self.pending.maxlen:
+            self.dropped += 1
+        self.pending.append(item)
+
+    def _deliver(self) -> None:
+        """What arrived since the last try, then everything pending."""
+        while not self.inbox.empty():
+            self._take(timeout=0)
+        self._flush()
+
+    def _warn(self, state) -> None:
+        if time.monotonic() - self._last_warning > 30:  # once per 30 s, however long the outage
+            log.warning("stage %s: database unreachable, %d reports buffered: %s",
+                        self.stage_id, len(self.pending), str(state.outcome.exception().orig).strip().splitlines()[0])
+            self._last_warning = time.monotonic()
 
     def _flush(self) -> None:
         while self.pending:

@@ -6,11 +6,13 @@ No Spark import: the tests drive it from saved progress JSON, and the simulator 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
+
+# Backlog is measured from the checkpoint (checkpoint_layout). FileSourceBacklog is re-exported
+# for execute/mechanisms.py and execute/reconfigure.py until they import it from there.
+from streamops.checkpoint_layout import Backlog, FileSourceBacklog  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,6 @@ class SinkStats:
     latency_p50_ms: float | None
     latency_p95_ms: float | None
     latency_max_ms: float | None
-
-
-@dataclass(frozen=True)
-class Backlog:
-    files: int
-    rows: int | None
 
 
 def _parse_ts(s: str) -> datetime:
@@ -102,74 +98,3 @@ def latency_from_event_times(
         return None if x is None else max(0.0, committed_ms - x)
 
     return lat(ets_p50_ms), lat(ets_p05_ms), lat(ets_min_ms)
-
-
-class FileSourceBacklog:
-    """Files in the input directory that the query has not yet taken into a batch.
-
-    Spark's file source reports no backlog, so count visible files and subtract those recorded
-    in the checkpoint's source log (`sources/0/N[.compact]`, one JSON line per file). Log
-    files never change once written, so each is read once.
-    """
-
-    def __init__(self, input_dir: Path, checkpoint: Path):
-        self.input_dir = Path(input_dir)
-        self.log_dir = Path(checkpoint) / "sources" / "0"
-        self._lines: dict[str, int] = {}
-
-    def seen(self) -> int:
-        try:
-            names = [n for n in os.listdir(self.log_dir) if not n.startswith(".") and n.split(".")[0].isdigit()]
-        except FileNotFoundError:
-            return 0
-        by_batch = {int(n.split(".")[0]): n for n in names}
-        compacts = [b for b, n in by_batch.items() if n.endswith(".compact")]
-        base = max(compacts) if compacts else -1
-        total = 0
-        for b, n in by_batch.items():
-            if b >= base:
-                if n not in self._lines:
-                    lines = (self.log_dir / n).read_text().splitlines()
-                    self._lines[n] = sum(1 for line in lines[1:] if line.strip())  # line 0 is "v1"
-                total += self._lines[n]
-        return total
-
-    def _count(self, name: str) -> int | None:
-        """Files listed in the log entry `name` (read once), None if it is not there."""
-        if name not in self._lines:
-            try:
-                lines = (self.log_dir / name).read_text().splitlines()
-            except FileNotFoundError:
-                return None
-            self._lines[name] = sum(1 for line in lines[1:] if line.strip())
-        return self._lines[name]
-
-    def _upto(self, batch_id: int, depth: int = 0) -> int | None:
-        """Files logged by batches 0 … batch_id (a compaction lists them all)."""
-        if batch_id < 0:
-            return 0
-        whole = self._count(f"{batch_id}.compact")
-        if whole is not None:
-            return whole
-        own = self._count(str(batch_id))
-        rest = None if own is None or depth > 100 else self._upto(batch_id - 1, depth + 1)
-        return None if rest is None else own + rest
-
-    def files_of(self, batch_id: int) -> int | None:
-        """The files batch `batch_id` took: its own log entry, or for a compaction (which lists every
-        file up to it) what it adds to the batches before; None when the entries are gone."""
-        own = self._count(str(batch_id))
-        if own is not None:
-            return own
-        whole, before = self._count(f"{batch_id}.compact"), self._upto(batch_id - 1)
-        return None if whole is None or before is None else max(0, whole - before)
-
-    def _visible(self) -> int:
-        try:
-            return sum(1 for e in os.scandir(self.input_dir) if e.is_file() and not e.name.startswith((".", "_")))
-        except FileNotFoundError:
-            return 0
-
-    def measure(self, rows_per_file: float | None = None) -> Backlog:
-        files = max(0, self._visible() - self.seen())
-        return Backlog(files=files, rows=round(files * rows_per_file) if rows_per_file else None)

@@ -132,7 +132,7 @@ def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple
         tuples = [to_tuple(r) for r in rows]
         tuples = newest_per_key(tuples, conflict_key, version) if version else sorted(tuples, key=conflict_key)
         try:
-            conn = psycopg2.connect(url)
+            conn = db.writer_connection(url)
             try:
                 with conn, conn.cursor() as cur:
                     for chunk in _chunks(tuples, WRITE_PAGE, weigh):
@@ -171,21 +171,26 @@ def retry_idempotent(action: Callable[[], Any], what: str, budget_s: float = 300
     delays the batch (backpressure) instead of failing the stage. Other errors fail at once,
     and so does every error once `abort` is set (a stop must not wait out the retry budget).
     Returns what `action` returns."""
-    deadline, backoff = time.monotonic() + budget_s, 1.0
-    while True:
-        try:
-            db.check_outage()  # an injected outage reaches the executors' writes through here
-            return action()
-        except Exception as e:
-            if not is_transient(e) or time.monotonic() + backoff > deadline or (abort and abort.is_set()):
-                raise
-            first = next((line for line in str(e).splitlines() if "Error" in line), str(e)[:200])
-            log.warning("%s failed, retrying in %.0fs: %s", what, backoff, first.strip())
-            if abort is not None:
-                abort.wait(backoff)
-            else:
-                time.sleep(backoff)
-            backoff = min(backoff * 2, 5)  # a database back after 30 s is used within 5 s, not 30
+    from tenacity import (Retrying, retry_if_exception, stop_before_delay, stop_never, stop_when_event_set,
+                          wait_exponential)
+
+    def attempt() -> Any:
+        db.check_outage()  # an injected outage reaches the executors' writes through here
+        return action()
+
+    def warn(state) -> None:
+        e = state.outcome.exception()
+        first = next((line for line in str(e).splitlines() if "Error" in line), str(e)[:200])
+        log.warning("%s failed, retrying in %.0fs: %s", what, state.upcoming_sleep, first.strip())
+
+    return Retrying(
+        retry=retry_if_exception(is_transient),
+        # 1, 2, 4, then 5 s: a database back after 30 s is used within 5 s, not 30
+        wait=wait_exponential(multiplier=1, max=5),
+        stop=stop_before_delay(budget_s) | (stop_when_event_set(abort) if abort is not None else stop_never),
+        sleep=abort.wait if abort is not None else time.sleep,
+        before_sleep=warn, reraise=True,
+    )(attempt)
 
 
 class BatchSink:
@@ -339,15 +344,14 @@ class QuarantineSink:
 def write_quarantine(url: str, rows: list[tuple]) -> int:
     """Insert `quarantine_values` rows from the driver (a batch quarantined whole); returns how
     many were new."""
-    import psycopg2
     from psycopg2.extras import execute_values
 
-    conn = psycopg2.connect(url)
+    conn = db.writer_connection(url)
     added = 0
     try:
         with conn, conn.cursor() as cur:
             for chunk in _chunks(sorted(rows, key=lambda t: t[4]), WRITE_PAGE, lambda t: t[7]):
-                added += len(execute_values(cur, db.query("quarantine_insert").text + " RETURNING 1", chunk,
+                added += len(execute_values(cur, db.query("quarantine_insert_counted").text, chunk,
                                             page_size=WRITE_PAGE, fetch=True))
     finally:
         conn.close()

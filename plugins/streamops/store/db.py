@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
+import re
 import time
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
 from sqlalchemy.exc import OperationalError
@@ -61,6 +63,15 @@ def writer_dsn() -> str:
     return f"{url}{'&' if '?' in url else '?'}{params}"
 
 
+def writer_connection(dsn: str | None = None):
+    """A psycopg2 connection outside SQLAlchemy, to `dsn` (default `writer_dsn()`): the sinks'
+    writers in the executors, which carry the driver's `writer_dsn()` as a string, and the
+    driver's whole-batch quarantine. The caller closes it."""
+    import psycopg2
+
+    return psycopg2.connect(dsn or writer_dsn())
+
+
 def masked_url(url: str) -> str:
     """`url` for printing: its password (if any) as ***."""
     from sqlalchemy.engine import make_url
@@ -113,10 +124,24 @@ def engine(url: str | None = None) -> Engine:
                          connect_args=connect_args())
 
 
+_QUERY_NAME = re.compile(r"(?:(bench)/)?(\w+)")
+
+
+def query_path(name: str):
+    """`sql/queries/<name>.sql`; a benchmark's own, `bench/<name>`, is `sql/bench/<name>.sql`."""
+    m = _QUERY_NAME.fullmatch(name)
+    if m is None:
+        raise ValueError(f"bad query name {name!r}: a file name in sql/queries/, or bench/<name> for sql/bench/")
+    return sql_dir() / (m[1] or "queries") / f"{m[2]}.sql"
+
+
 @functools.cache
 def query(name: str) -> TextClause:
-    """The statement in `sql/queries/<name>.sql`."""
-    return text((sql_dir() / "queries" / f"{name}.sql").read_text())
+    """The statement in `sql/queries/<name>.sql` (`bench/<name>`: in `sql/bench/`)."""
+    path = query_path(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"no named query {name!r}: {path} does not exist")
+    return text(path.read_text())
 
 
 # -- units of work: the only way code outside store/ reaches the database ------------------------
@@ -164,6 +189,78 @@ def write(name: str, **params: Any) -> Row | None:
     with engine().begin() as conn:
         res = conn.execute(query(name), params)
         return res.first() if res.returns_rows else None
+
+
+def explain(name: str, params: dict[str, Any], conn: Connection) -> list[str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of the named query, run in `conn`: the plan's lines (benchmarks)."""
+    return conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + query(name).text), params).scalars().all()
+
+
+# -- many rows at once ----------------------------------------------------------------------------
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+_RETURNING = re.compile(r"\bRETURNING\b", re.I)
+
+
+@functools.cache
+def bulk_statement(name: str) -> tuple[str, str, frozenset[str]]:
+    """(statement with `VALUES %s`, row template, field names) of a bulk query: its text holds
+    one row, `VALUES (%(field)s, …)`, which becomes the template of every row."""
+    sql = query(name).text
+    start = re.search(r"\bVALUES\s*\(", sql, re.I)
+    if start is None:
+        raise ValueError(f"sql/queries/{name}.sql has no `VALUES (%(field)s, …)` row for db.bulk")
+    i, depth = start.end() - 1, 0
+    while i < len(sql):
+        placeholder = _PLACEHOLDER.match(sql, i)
+        if placeholder:  # its parentheses are not the row's
+            i = placeholder.end()
+            continue
+        depth += {"(": 1, ")": -1}.get(sql[i], 0)
+        i += 1
+        if depth == 0:
+            break
+    template = sql[start.end() - 1:i]
+    names = frozenset(_PLACEHOLDER.findall(template))
+    if depth or not names:
+        raise ValueError(f"sql/queries/{name}.sql: its VALUES row must be `(%(field)s, …)` (named placeholders)")
+    return sql[:start.end() - 1] + "%s" + sql[i:], template, names
+
+
+def _as_mapping(row: Any) -> Mapping[str, Any]:
+    if isinstance(row, Mapping):
+        return row
+    if dataclasses.is_dataclass(row) and not isinstance(row, type):
+        return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}  # shallow, unlike asdict
+    if isinstance(row, tuple) and hasattr(row, "_asdict"):
+        return row._asdict()
+    raise TypeError(f"db.bulk takes rows with named fields (dict, dataclass, NamedTuple), not {type(row).__name__}")
+
+
+def bulk(name: str, rows: Iterable[Any], conn: Connection | None = None, page_size: int = 10_000) -> list[tuple]:
+    """Run the named query for many rows, a page of them per statement; the rows of its RETURNING
+    (in the order of `rows`), else []. Each row has named fields (a dict, a dataclass, a
+    NamedTuple; extra fields are ignored) that fill the query's `VALUES (%(field)s, …)` row.
+    In `conn`'s transaction, else in one of its own.
+
+    psycopg2's execute_values with the named row as its template: one round trip per page, where
+    an executemany (SQLAlchemy's, for a text statement) makes one per row."""
+    from psycopg2.extras import execute_values
+
+    sql, template, names = bulk_statement(name)
+    mapped = [_as_mapping(r) for r in rows]
+    for n, r in enumerate(mapped):
+        if not names <= r.keys():
+            raise ValueError(f"db.bulk({name!r}): row {n} lacks {', '.join(sorted(names - r.keys()))} "
+                             f"(it has {', '.join(sorted(r.keys())) or 'no fields'})")
+    if not mapped:
+        return []
+    if conn is None:
+        with transaction() as own:
+            return bulk(name, mapped, own, page_size)
+    check_outage()
+    cur = conn.connection.cursor()
+    return execute_values(cur, sql, mapped, template=template, page_size=page_size,
+                          fetch=bool(_RETURNING.search(sql)))
 
 
 def connection_url(on: Engine | None = None) -> str:

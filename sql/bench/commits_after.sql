@@ -1,0 +1,1 @@
+SELECT count(*) FROM sink_commits WHERE stage_id = :s AND committed_at > :t

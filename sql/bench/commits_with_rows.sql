@@ -1,0 +1,1 @@
+SELECT count(*) FROM sink_commits WHERE rows > 0

@@ -1,0 +1,1 @@
+SELECT * FROM failures WHERE status = 'recovered' AND detected_at >= :a

@@ -1,0 +1,1 @@
+SELECT min(committed_at) FROM sink_commits WHERE deployment_id = :d AND committed_at >= :t

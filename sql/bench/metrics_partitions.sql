@@ -1,0 +1,1 @@
+SELECT ensure_stage_metrics_partitions(:d, 1)

@@ -1,0 +1,1 @@
+SELECT count(*) FROM sink_outputs WHERE stage_id = :s

@@ -1,0 +1,1 @@
+DELETE FROM sink_outputs WHERE stage_id = :s

@@ -1,0 +1,1 @@
+SELECT stage_id FROM stages WHERE health = 'failed'

@@ -1,0 +1,2 @@
+-- bench/reporting.py: one day of reporting.reconfigurations.
+SELECT * FROM reporting.reconfigurations WHERE day = :d
