@@ -92,7 +92,7 @@ test-all: venv
 
 # The input contract's long fuzz tier: no database, a few minutes.
 test-fuzz: venv
-	STREAMOPS_FUZZ_EXAMPLES=20000 $(VENV)/bin/pytest -m "not db" -k fuzz tests/test_input_contract.py $(PYTEST_ARGS)
+	STREAMOPS_FUZZ_EXAMPLES=20000 $(VENV)/bin/pytest -m "not db" -k fuzz tests/unit/test_input_contract.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .streamops

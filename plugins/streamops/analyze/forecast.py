@@ -19,7 +19,7 @@ when the model changes (two seasons reached), when the history doubled since the
 `LATE_TOLERANCE` (late metrics). In between,
 each new bucket advances the fitted model's states (level, trend, season) by one step of the
 same smoothing recursion that statsmodels runs (`_step`, checked against it in
-tests/test_forecast.py), and the path is the model's forecast from those states: microseconds.
+tests/unit/test_forecast.py), and the path is the model's forecast from those states: microseconds.
 A history that did not gain a bucket returns the previous forecast.
 
 Data: NaN (a bucket without metrics: the stage was down or not yet deployed) is interpolated,

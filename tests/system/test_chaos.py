@@ -23,7 +23,7 @@ from streamops.execute import stages, supervisor
 from streamops.generator.records import dumps
 from streamops.store import db, embedded, migrate
 from tests import oracles
-from tests.test_e2e_stage import eventually
+from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos]
 

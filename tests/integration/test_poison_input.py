@@ -22,7 +22,7 @@ from streamops import generator, registry
 from streamops.agent.metrics import StageContext
 from streamops.records import FIELDS, RANGES, check_line
 from tests import oracles
-from tests.test_e2e_stage import eventually
+from tests.integration.test_e2e_stage import eventually
 
 pytestmark = pytest.mark.db
 

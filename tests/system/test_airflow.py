@@ -26,7 +26,7 @@ from streamops.execute import stages
 from streamops.paths import REPO_ROOT
 from tests import oracles
 from tests.conftest import _server_url, drop_database, recreate_database
-from tests.test_e2e_stage import eventually
+from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
@@ -318,7 +318,7 @@ def test_nightly_report_writes_the_days_html(dagbag, clean_db, tmp_path, monkeyp
     """The scheduled run of today 00:15 UTC reports yesterday: retention, then the page and its record."""
     from datetime import datetime, time, timedelta, timezone
 
-    from tests.test_report import two_apps
+    from tests.integration.test_report import two_apps
 
     today = datetime.now(timezone.utc).date()
     two_apps(clean_db, today - timedelta(days=1))

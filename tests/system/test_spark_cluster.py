@@ -1,5 +1,5 @@
 """The embedded Spark cluster's bookkeeping and how a standalone pool finds its master (pure: the
-cluster itself is started by tests/test_live_scaling.py's fixture)."""
+cluster itself is started by tests/system/test_live_scaling.py's fixture)."""
 
 from __future__ import annotations
 

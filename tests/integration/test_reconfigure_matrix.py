@@ -35,7 +35,7 @@ from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import mechanisms, reconfigure, stages
 from streamops.paths import REPO_ROOT
 from tests import oracles
-from tests.test_e2e_stage import eventually
+from tests.integration.test_e2e_stage import eventually
 
 # Not yet in `make test`: long (real drivers under continuous load) and not yet green on a quiet
 # machine (issue 4 is open). Run with `make test-reconfig`.
@@ -44,9 +44,9 @@ from tests.test_e2e_stage import eventually
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 # The mechanisms that restart the stage, on local pools. `live` changes executors on a standalone
-# cluster and never moves a stage: tests/test_live_scaling.py runs it there.
+# cluster and never moves a stage: tests/system/test_live_scaling.py runs it there.
 # The in-place mechanisms (live, in_driver) change a running driver's executors: a standalone
-# pool's. They have their own oracle tests on the embedded cluster (tests/test_live_scaling.py).
+# pool's. They have their own oracle tests on the embedded cluster (tests/system/test_live_scaling.py).
 MECHANISM_NAMES = sorted(m for m in mechanisms.MECHANISMS if m not in ("live", "in_driver"))
 # Mechanisms that run the old and the new configuration side by side for a while: the pool
 # must hold both (1 + 2 cores for a scale-out in place), else admission correctly cancels them.

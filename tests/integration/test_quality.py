@@ -17,7 +17,7 @@ from sqlalchemy import text
 from streamops.quality import gate_new_run, run_suites, suites
 from streamops.quality.runner import Validator, to_result
 from streamops.store import db
-from tests.test_reporting_sql import D, add_app, at
+from tests.integration.test_reporting_sql import D, add_app, at
 
 pytestmark = pytest.mark.db
 
@@ -358,7 +358,7 @@ def test_input_records_and_parquet_sink_with_spark(qdb, spark, tmp_path):
 
 def test_a_full_day_of_the_report_fixture_passes(clean_db):
     """The report's hand-built day (3 stages, 172 800 batches, a restart gap) is clean data."""
-    from tests.test_report import two_apps
+    from tests.integration.test_report import two_apps
 
     two_apps(clean_db, D)
     started = time.monotonic()

@@ -13,7 +13,7 @@ from streamops.agent.metrics import (
 )
 from streamops.checkpoint_layout import Backlog, FileSourceBacklog
 
-FIXTURE = Path(__file__).parent / "fixtures" / "progress_wordcount_batch0.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "progress_wordcount_batch0.json"
 CTX = StageContext("hibench.wordcount", 7, cores=2, state_partitions=4, trigger_interval_ms=2000)
 
 

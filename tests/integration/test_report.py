@@ -18,7 +18,7 @@ from PIL import Image
 from sqlalchemy import text
 
 from streamops.report import nightly
-from tests.test_reporting_sql import D, FULL_DAY, add_app, add_failure, add_reconfiguration, add_run, at
+from tests.integration.test_reporting_sql import D, FULL_DAY, add_app, add_failure, add_reconfiguration, add_run, at
 
 # taxi: one stage, a batch every second all day at 500 ms except 600 s at 3000 ms; a scale-out whose
 # output gap is 6 s (39 994 → 40 000 s) and a failure whose gap is 20 s (60 000 → 60 020 s).

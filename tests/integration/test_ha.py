@@ -17,7 +17,7 @@ from sqlalchemy import text
 from streamops import generator, registry
 from streamops.execute import replicas, stages, supervisor
 from tests import oracles
-from tests.test_e2e_stage import eventually
+from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

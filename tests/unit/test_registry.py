@@ -47,7 +47,7 @@ STAGE = ["apps", "taxi", "stages", "top10"]
 
 
 def test_repo_registry_is_valid():
-    reg = registry.load(Path(__file__).resolve().parents[1] / "apps.yaml")
+    reg = registry.load(Path(__file__).resolve().parents[2] / "apps.yaml")
     assert {"taxi", "hibench"} <= set(reg.apps)
     for _, _, st in reg.stages():
         assert st.source.kind == "files"

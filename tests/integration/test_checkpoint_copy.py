@@ -13,7 +13,7 @@ from streamops.agent.metrics import StageContext
 from streamops.execute import checkpoint
 from spark_apps.stage import start_stage_queries
 from tests import oracles
-from tests.test_workloads import _stage
+from tests.integration.test_workloads import _stage
 
 pytestmark = pytest.mark.db
 

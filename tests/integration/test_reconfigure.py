@@ -12,7 +12,7 @@ from streamops import generator, registry
 from streamops import quality
 from streamops.execute import checkpoint, mechanisms, reconfigure, stages, staging
 from tests import oracles
-from tests.test_e2e_stage import eventually
+from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

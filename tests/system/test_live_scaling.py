@@ -15,8 +15,8 @@ from sqlalchemy import text
 
 from streamops import processes, quality, registry, spark_cluster
 from streamops.execute import checkpoint, reconfigure, stages
-from tests.test_e2e_stage import eventually
-from tests.test_reconfigure import Feeder, _commits, _row, _settle_and_compare
+from tests.integration.test_e2e_stage import eventually
+from tests.integration.test_reconfigure import Feeder, _commits, _row, _settle_and_compare
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
@@ -249,9 +249,9 @@ def test_ten_random_live_and_in_driver_changes_in_a_row_lose_nothing(clean_db, s
     the run is never replaced, and the sink equals the ground truth at the end."""
     import random
 
-    from tests.test_reconfigure_matrix import WORKLOADS
-    from tests.test_reconfigure_matrix import Feeder as WorkloadFeeder
-    from tests.test_reconfigure_matrix import _settle_and_compare as settle_and_compare
+    from tests.integration.test_reconfigure_matrix import WORKLOADS
+    from tests.integration.test_reconfigure_matrix import Feeder as WorkloadFeeder
+    from tests.integration.test_reconfigure_matrix import _settle_and_compare as settle_and_compare
 
     kind, params = WORKLOADS[workload]
     name = "rnd" if workload == "wordcount" else f"rnd{kind}"

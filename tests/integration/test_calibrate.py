@@ -19,10 +19,10 @@ from sqlalchemy import text
 from streamops import generator, quality, registry
 from streamops.execute import reconfigure, stages
 from tests import oracles
-from tests.test_e2e_stage import eventually
-from tests.test_reconfigure import _commits
+from tests.integration.test_e2e_stage import eventually
+from tests.integration.test_reconfigure import _commits
 
-FIXTURE = Path(__file__).parent / "fixtures" / "calibration_run_pause_resume.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "calibration_run_pause_resume.json"
 SID = "cal.wc"
 # Feeder seconds (the feeder starts once the driver runs): 100 rows/s, 240 rows/s from 30 s on, 150
 # rows/s from 60 s on. The calibrated range starts once the first batches have taken up the files
