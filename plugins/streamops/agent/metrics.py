@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-# Backlog is measured from the checkpoint (checkpoint_layout). FileSourceBacklog is re-exported
-# for execute/mechanisms.py and execute/reconfigure.py until they import it from there.
-from streamops.checkpoint_layout import Backlog, FileSourceBacklog  # noqa: F401
+# Backlog is measured from the checkpoint (checkpoint_layout).
+from streamops.checkpoint_layout import Backlog
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Protocol
 from sqlalchemy import Row
 
 from streamops import registry
-from streamops.agent.metrics import FileSourceBacklog
+from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import stages
 from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, Situation, source_of, \
     wait_first_batch

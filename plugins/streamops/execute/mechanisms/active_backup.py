@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import Row
 
-from streamops.agent.metrics import FileSourceBacklog
+from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import checkpoint, stages
 from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, restore_previous, \
     running_primary, source_of, stop_primary, target_partitions

@@ -16,7 +16,7 @@ from sqlalchemy import Row
 from sqlalchemy.exc import OperationalError
 
 from streamops import registry
-from streamops.agent.metrics import FileSourceBacklog
+from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import checkpoint, stages
 from streamops.plan.kinds import Phase, RunStatus
 from streamops.store import ledger
