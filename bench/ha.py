@@ -124,8 +124,8 @@ def mttr_part(kills: int, warm_spares: bool = True) -> dict:
             f = wait(lambda: q("failures_of_run", d=run.id), 180, "recovery")[0]
             rows.append({"warm": warm, "mttr_s": f.mttr_ms / 1000, "gap_s": f.downtime_ms / 1000,
                          "detect_s": (f.detected_at - f.failed_at).total_seconds()})
-            say(f"kill {i + 1}/{kills} ({'warm spare' if warm else 'cold start'}): MTTR {rows[-1]['mttr_s']:.1f}s, output gap {rows[-1]['gap_s']:.1f}s, "
-                f"detected after {rows[-1]['detect_s']:.1f}s")
+            say(f"kill {i + 1}/{kills} ({'warm spare' if warm else 'cold start'}): MTTR {rows[-1]['mttr_s']:.1f}s, "
+                f"output gap {rows[-1]['gap_s']:.1f}s, detected after {rows[-1]['detect_s']:.1f}s")
             time.sleep(5)
     finally:
         sup_stop.set()
@@ -266,7 +266,8 @@ def main(argv: list[str] | None = None) -> dict:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / ("ha_quick.json" if args.quick else "ha.json")).write_text(json.dumps(out, indent=2, default=str))
     table = Table(title=f"HA under injected faults (wordcount, {RATE} rows/s, R_max 5 s)")
-    for c in ("setup", "failures", "MTTR s", "gap/failure s", "violated 1 s windows", "core-h", "run-h", "sink = truth"):
+    for c in ("setup", "failures", "MTTR s", "gap/failure s", "violated 1 s windows", "core-h", "run-h",
+              "sink = truth"):
         table.add_column(c)
     base = out["setups"][0]
     for r in out["setups"]:

@@ -53,7 +53,8 @@ def aggregate(runs: list[dict]) -> dict[tuple[str, str], dict]:
             "scale_in": statistics.fmean(r["reconfigurations"]["scale_in"] for r in rs),
             "core_hours": mean("core_hours"),
             # None when the trace has no step change (diurnal, ramp)
-            "convergence_max": max((r["convergence_decisions_max"] for r in rs if r["convergence_decisions"]), default=None),
+            "convergence_max": max((r["convergence_decisions_max"] for r in rs if r["convergence_decisions"]),
+                                   default=None),
         }
     return agg
 
@@ -77,15 +78,17 @@ def verdict(agg: dict, trace: str = "diurnal") -> tuple[bool, str]:
 
 
 def markdown(agg: dict, traces: list[str], policies: list[str]) -> str:
-    lines = ["| trace | config | availability | downtime s | s > R_max | of which ≤ 60 s after a restart | violated windows | scale-outs | scale-ins | core-hours | max decisions to converge |",
+    lines = ["| trace | config | availability | downtime s | s > R_max | of which ≤ 60 s after a restart "
+             "| violated windows | scale-outs | scale-ins | core-hours | max decisions to converge |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for t in traces:
         for p in policies:
             a = agg.get((t, p))
             if a:
-                lines.append(f"| {t} | {p} | {a['availability']:.4%} | {a['downtime_s']:.1f} | {a['seconds_above_rmax']:.1f} | "
-                             f"{a['above_after_reconfig']:.1f} | {a['violated_windows']:.1f} | {a['scale_out']:.1f} | {a['scale_in']:.1f} | {a['core_hours']:.2f} | "
-                             f"{_conv(a)} |")
+                lines.append(f"| {t} | {p} | {a['availability']:.4%} | {a['downtime_s']:.1f} | "
+                             f"{a['seconds_above_rmax']:.1f} | {a['above_after_reconfig']:.1f} | "
+                             f"{a['violated_windows']:.1f} | {a['scale_out']:.1f} | {a['scale_in']:.1f} | "
+                             f"{a['core_hours']:.2f} | {_conv(a)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -108,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    jobs = [(p, t, s, str(args.out), s == args.seeds[0]) for t in args.traces for p in args.policies for s in args.seeds]
+    jobs = [(p, t, s, str(args.out), s == args.seeds[0])
+            for t in args.traces for p in args.policies for s in args.seeds]
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as ex:
             runs = list(ex.map(_one, jobs))

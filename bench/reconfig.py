@@ -95,11 +95,13 @@ def machine_notes(cluster: bool = False) -> dict:
         java = "unknown"
     import pyspark
 
-    mem_kb = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
+    mem_kb = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines()
+                  if ln.startswith("MemTotal"))
     return {
         "cpus": os.cpu_count(), "cpu_model": cpu, "memory_gb": round(mem_kb / 1024 / 1024, 1),
         "python": platform.python_version(), "pyspark": pyspark.__version__, "java": java,
-        "platform": platform.platform(), "spark_master": "embedded standalone (1 worker, 1-core executors)" if cluster else "local[cores]",
+        "platform": platform.platform(),
+        "spark_master": "embedded standalone (1 worker, 1-core executors)" if cluster else "local[cores]",
         "state_store": "RocksDB",
         "driver_memory": "1g",
     }
@@ -118,7 +120,8 @@ def make_registry(stage: str, input_path: str, files_per_trigger: int, pool_core
     }
     return registry.parse({
         # --cluster: the embedded standalone cluster, where `live` applies and drivers are client-mode.
-        "pools": {"bench": {"cores": pool_cores, **({"master": "embedded", "executor_memory": "1g"} if cluster else {})}},
+        "pools": {"bench": {"cores": pool_cores,
+                            **({"master": "embedded", "executor_memory": "1g"} if cluster else {})}},
         "apps": {APP: {"r_max_ms": 10_000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
                        "stages": {stage: spec}}},
     })
@@ -436,9 +439,10 @@ def run_size(keys: int, args, mechs: list[str], home: Path, samples: list[dict],
                 rid = reconfigure.request(sid, action, cores=target["cores"],
                                          partitions=None if mech == "live" else target["partitions"],
                                          mechanism=mech, reg=mreg, requested_by="bench:reconfig")
-                deadlines = mechanisms.Deadlines(stop_s=60, first_batch_s=args.first_batch_s, caught_up_s=args.caught_up_s)
-                outcome = reconfigure.execute(rid, gate=quality.gate_new_run, reg=mreg, mechanism=mech, deadlines=deadlines,
-                                             progress=lambda m: say(f"  [dim]{m}[/dim]"))
+                deadlines = mechanisms.Deadlines(stop_s=60, first_batch_s=args.first_batch_s,
+                                                 caught_up_s=args.caught_up_s)
+                outcome = reconfigure.execute(rid, gate=quality.gate_new_run, reg=mreg, mechanism=mech,
+                                             deadlines=deadlines, progress=lambda m: say(f"  [dim]{m}[/dim]"))
                 s = measure(rid, outcome)
                 s.update(state_keys=keys, state_keys_now=keys_now, run=i + 1, prestage_s=prestage_s,
                          prestage_error=prestage_error, waited_for_quiet_s=round(waited, 1),
@@ -450,7 +454,8 @@ def run_size(keys: int, args, mechs: list[str], home: Path, samples: list[dict],
                 colour = "green" if outcome.status == "done" else "red"
                 say(f"  [{colour}]{outcome.status}[/{colour}]: stop {s['stop_s']}s, repartition {s['repartition_s']}s, "
                     f"restart {s['restart_s']}s, output gap {s['output_gap_s']}s "
-                    f"(driver start {s['breakdown']['driver_start_s']}s, first batch {s['breakdown']['first_batch_s']}s)"
+                    f"(driver start {s['breakdown']['driver_start_s']}s, "
+                    f"first batch {s['breakdown']['first_batch_s']}s)"
                     + ("" if outcome.status == "done" else f" — {outcome.detail}"))
                 ensure_running(sid, mreg)
                 settle(sid, 3, 180)
@@ -516,7 +521,8 @@ def aggregate(samples: list[dict], setups: dict[int, dict], machine: dict, args)
                         "live_rate_rows_per_s": args.live_rate, "max_files_per_trigger": args.files_per_trigger,
                         "prefill_rows_per_file": args.rows_per_file,
                         "runs_requested_per_mechanism": args.runs,
-                        "deadlines": {"stop_s": 60, "first_batch_s": args.first_batch_s, "caught_up_s": args.caught_up_s},
+                        "deadlines": {"stop_s": 60, "first_batch_s": args.first_batch_s,
+                                      "caught_up_s": args.caught_up_s},
                         "note": "each run is one reconfiguration; runs alternate scale_out (2 cores, 4 partitions) "
                                 "and scale_in (1 core, 2 partitions), so per-action rows hold about half of the runs; "
                                 "mechanisms in PRESTAGED get their copy staged (timed as prestage_s) right before the "
@@ -546,16 +552,16 @@ def _f(v, unit="s") -> str:
 
 def print_tables(rows: list[dict], wall_s: float) -> None:
     t = Table(title=f"reconfiguration cost (median per row; trigger {TRIGGER_MS} ms, {os.cpu_count()} cores)")
-    for col in ("mechanism", "action", "state keys", "keys at run", "runs", "pre-stage", "stop", "repartition", "restart",
-                "output gap", "target"):
+    for col in ("mechanism", "action", "state keys", "keys at run", "runs", "pre-stage", "stop", "repartition",
+                "restart", "output gap", "target"):
         t.add_column(col, justify="left" if col in ("mechanism", "action", "target") else "right")
     for r in rows:
         tgt = "—"
         if "meets_target" in r:
             tgt = f"{'[green]met' if r['meets_target'] else '[red]missed'} (≤ {float(r['target_output_gap_s']):g}s)"
         runs = f"{r['runs']}" + (f" (+{r['failed_runs']} failed)" if r["failed_runs"] else "")
-        t.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}", f"{r['state_keys_actual'] or 0:,.0f}", runs, _f(r["prestage_s"]), _f(r["stop_s"]),
-                  _f(r["repartition_s"]),
+        t.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}", f"{r['state_keys_actual'] or 0:,.0f}", runs,
+                  _f(r["prestage_s"]), _f(r["stop_s"]), _f(r["repartition_s"]),
                   _f(r["restart_s"]), _f(r["output_gap_s"]), tgt)
     console.print(t)
     b = Table(title="where restart time goes (median seconds; restart = stopped → first batch committed)")
@@ -565,7 +571,8 @@ def print_tables(rows: list[dict], wall_s: float) -> None:
                 "query start", "first batch", "catch-up", "launch→1st commit", "stops cut mid-batch"):
         b.add_column(col, justify="left" if col in ("mechanism", "action") else "right")
     for r in rows:
-        b.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}", *(_f(r["breakdown_median"].get(c)) for c in cols),
+        b.add_row(r["mechanism"], r["action"], f"{r['state_keys']:,}",
+                  *(_f(r["breakdown_median"].get(c)) for c in cols),
                   f"{r['old_run_stops_interrupted']}/{len(r['samples'])}")
     console.print(b)
     console.print(f"wall time {wall_s / 60:.1f} min")
@@ -575,8 +582,10 @@ def print_tables(rows: list[dict], wall_s: float) -> None:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--keys", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="state sizes (distinct keys)")
-    p.add_argument("--runs", type=int, default=5, help="reconfigurations per mechanism and state size (alternating out/in)")
+    p.add_argument("--keys", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
+                   help="state sizes (distinct keys)")
+    p.add_argument("--runs", type=int, default=5,
+                   help="reconfigurations per mechanism and state size (alternating out/in)")
     p.add_argument("--mechanisms", nargs="+", default=None,
                    help=f"mechanisms to measure (default: every restarting one of {', '.join(mechanisms.MECHANISMS)})")
     p.add_argument("--quick", action="store_true", help="smoke run: --keys 10000 --runs 2")
@@ -590,9 +599,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--wait-quiet-s", type=float, default=20,
                    help="before each run, wait up to this long while other people's JVMs run on the machine")
     p.add_argument("--caught-up-s", type=float, default=300,
-                   help="executor deadline for catching up (active_backup: the secondary reaching the primary); default "
-                        "in the code is 120 s, raised so that a slow catch-up is measured rather than rolled back")
-    p.add_argument("--ingest-timeout", type=float, default=None, help="seconds to wait for the K keys (default 120 + K/1000)")
+                   help="executor deadline for catching up (active_backup: the secondary reaching the primary); "
+                        "default in the code is 120 s, raised so that a slow catch-up is measured "
+                        "rather than rolled back")
+    p.add_argument("--ingest-timeout", type=float, default=None,
+                   help="seconds to wait for the K keys (default 120 + K/1000)")
     p.add_argument("--out", type=Path, default=None, help="result file (default bench/results/reconfig[_quick].json)")
     p.add_argument("--merge", action="store_true",
                    help="keep the result file's rows for other sizes/mechanisms (a long run done in parts)")
@@ -643,7 +654,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     # --merge: keep the rows of sizes/mechanisms this invocation does not measure (a run split in parts).
     kept: list[dict] = []
     if args.merge and out.exists():
-        kept = [r for r in json.loads(out.read_text()) if r["state_keys"] not in args.keys or r["mechanism"] not in mechs]
+        kept = [r for r in json.loads(out.read_text())
+                if r["state_keys"] not in args.keys or r["mechanism"] not in mechs]
 
     def save(final: bool = False) -> list[dict]:
         new = aggregate(samples, setups, {**machine, "errors": errors, "partial": not final}, args)

@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
         t.add_column(col, justify="right")
     t.add_row(*(f"{median[k] * 1000:.0f} ms" for k in ("windows_s", "operators_s", "applications_s", "total_s")))
     console.print(t)
-    console.print(f"plan: {plan[-2].strip()} / {plan[-1].strip()}  (full EXPLAIN ANALYZE in {out.relative_to(REPO_ROOT)})")
+    console.print(f"plan: {plan[-2].strip()} / {plan[-1].strip()}  "
+                  f"(full EXPLAIN ANALYZE in {out.relative_to(REPO_ROOT)})")
     return result
 
 

@@ -47,7 +47,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.reconfig import machine_notes  # noqa: E402
-from streamops import generator, processes, registry, spark_cluster  # noqa: E402
+from streamops import generator, registry, spark_cluster  # noqa: E402
 from streamops.execute import faults, stages, supervisor, watchdog  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
@@ -231,8 +231,9 @@ def main(argv: list[str] | None = None) -> dict:
     RESULTS.mkdir(exist_ok=True)
     name = "soak.json" if args.minutes >= 10 else "soak_quick.json"
     (RESULTS / name).write_text(json.dumps(out, indent=2, default=str))
-    table = Table(title=f"Soak: {out['minutes']} min, {len(out['faults'])} faults "
-                        f"({', '.join(f'{k} {n}' for k, n in sorted(Counter(f['kind'] for f in out['faults']).items()))})")
+    table = Table(
+        title=f"Soak: {out['minutes']} min, {len(out['faults'])} faults "
+              f"({', '.join(f'{k} {n}' for k, n in sorted(Counter(f['kind'] for f in out['faults']).items()))})")
     for c in ("stage", "rows", "lost", "doubled", "sink = truth", "availability"):
         table.add_column(c)
     for sid, r in out["stages"].items():

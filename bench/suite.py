@@ -33,7 +33,8 @@ from rich.console import Console
 from rich.table import Table
 
 from streamops.sim import POLICY_CONFIGS, PolicyConfig, run_simulation
-from streamops.sim.suite import FAMILIES, HELD_OUT, TEST_SEEDS, TRAIN_FAMILIES, TRAIN_SEEDS, MissingTraceFile, suite_trace
+from streamops.sim.suite import (FAMILIES, HELD_OUT, TEST_SEEDS, TRAIN_FAMILIES, TRAIN_SEEDS, MissingTraceFile,
+                                 suite_trace)
 
 ROOT = Path(__file__).resolve().parent
 BASELINE = "edf_b075"
@@ -85,7 +86,8 @@ GOALS: dict[str, tuple[str, str]] = {
 }
 LOSS_FLOOR_S = 10.0
 RULE = ("among candidates with runs on every training family: most families meeting all five goals (A R C V D), "
-        "then the most goals met over all families, then the lowest mean normalized loss; loss per family = mean of s > R_max / max({BASELINE}'s, "
+        "then the most goals met over all families, then the lowest mean normalized loss; loss per family = mean of "
+        "s > R_max / max({BASELINE}'s, "
         f"{LOSS_FLOOR_S:g} s), downtime / max({BASELINE}'s, {LOSS_FLOOR_S:g} s) and core-hours / {BASELINE}'s; "
         "ties by name. Only runs with a training seed are read.")
 QUICK_FAMILIES = ("flash_crowd", "outage", "step_drift")
@@ -102,7 +104,8 @@ def _one(job: tuple[str, PolicyConfig, str, int, str]) -> dict[str, Any]:
             "trace": s["trace"], "duration_s": s["duration_s"], "availability": s["availability"],
             "downtime_s": s["downtime_s"], "seconds_above_rmax": s["seconds_above_rmax"],
             "violated_windows": s["violated_windows"], "reconfigurations_total": s["reconfigurations_total"],
-            "reconfigurations": s["reconfigurations"], "reconfigs_per_day": round(s["reconfigurations_total"] / days, 3),
+            "reconfigurations": s["reconfigurations"],
+            "reconfigs_per_day": round(s["reconfigurations_total"] / days, 3),
             "core_hours": s["core_hours"], "convergence_decisions": s["convergence_decisions"],
             "convergence_decisions_max": s["convergence_decisions_max"], "response_p95_ms": s["response_p95_ms"],
             "run_s": round(time.perf_counter() - t0, 2)}
@@ -277,13 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     named = select(train, POLICY_CONFIGS, train_seeds)
     console.print(_ranking_table(f"training (seeds {list(train_seeds)}): top 12 of {len(CANDIDATES)} by the rule",
                                  tuned["ranking"], {tuned["choice"]: "  ← tuned", named["choice"]: "  ← named choice"}
-                                 if tuned["choice"] != named["choice"] else {tuned["choice"]: "  ← tuned = named choice"},
+                                 if tuned["choice"] != named["choice"]
+                                 else {tuned["choice"]: "  ← tuned = named choice"},
                                  12))
-    console.print(f"[bold]tuned = {tuned['choice']}[/] ({tuned['scores']['families_met']}/{tuned['scores']['families']} "
-                  f"families meet all goals, mean loss {tuned['scores']['mean_loss']:.3f}); among the named "
-                  f"configurations training alone chooses [bold]{named['choice']}[/] "
-                  f"({named['scores']['families_met']}/{named['scores']['families']}, {named['scores']['mean_loss']:.3f}). "
-                  f"Rule: {RULE}")
+    console.print(f"[bold]tuned = {tuned['choice']}[/] "
+                  f"({tuned['scores']['families_met']}/{tuned['scores']['families']} families meet all goals, "
+                  f"mean loss {tuned['scores']['mean_loss']:.3f}); among the named configurations training alone "
+                  f"chooses [bold]{named['choice']}[/] "
+                  f"({named['scores']['families_met']}/{named['scores']['families']}, "
+                  f"{named['scores']['mean_loss']:.3f}). Rule: {RULE}")
 
     t1 = time.perf_counter()
     tuned_pc = CANDIDATES[tuned["choice"]]
@@ -300,12 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     agg = aggregate(test)
     test_scores = {s["name"]: s for s in score(test, policies)}
     head = [f"Tuned on seeds {list(train_seeds)} of {', '.join(train_fams)}; reported on seeds {list(test_seeds)}. "
-            f"`tuned` = **{tuned['choice']}** ({tuned['scores']['families_met']}/{tuned['scores']['families']} training "
-            f"families meet all goals, mean training loss {tuned['scores']['mean_loss']:.3f}); the named configuration "
-            f"training alone chooses: **{named['choice']}**. Goals per family, against {BASELINE} on the same seeds: "
+            f"`tuned` = **{tuned['choice']}** ({tuned['scores']['families_met']}/{tuned['scores']['families']} "
+            f"training families meet all goals, mean training loss {tuned['scores']['mean_loss']:.3f}); the named "
+            f"configuration training alone chooses: **{named['choice']}**. "
+            f"Goals per family, against {BASELINE} on the same seeds: "
             + "; ".join(f"{k} = {d}" for k, (_, d) in GOALS.items()) + ". Conv. max: \"–\" = the trace has no step.",
             "", "| config | test families meeting all goals | mean test loss |", "|---|---:|---:|"]
-    head += [f"| {p} | {test_scores[p]['families_met']}/{test_scores[p]['families']} | {test_scores[p]['mean_loss']:.3f} |"
+    head += [f"| {p} | {test_scores[p]['families_met']}/{test_scores[p]['families']} | "
+             f"{test_scores[p]['mean_loss']:.3f} |"
              for p in policies if p in test_scores]
     head += ["", f"{len(train)} training + {len(test_jobs)} test runs, {wall:.0f} s wall with --jobs {args.jobs}."]
     table_md = markdown(agg, report_fams, policies, head)
@@ -326,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         update_docs(table_md)
 
     for f in report_fams:
-        table = Table(title=f"{f} (test seeds {list(test_seeds)}){' [held out]' if f in HELD_OUT else ''}: {FAMILIES[f]}")
+        table = Table(title=f"{f} (test seeds {list(test_seeds)}){' [held out]' if f in HELD_OUT else ''}: "
+                            f"{FAMILIES[f]}")
         for col in COLS:
             table.add_column(col, justify="left" if col in ("config", "goals") else "right")
         for row in family_rows(agg, f, policies):

@@ -69,7 +69,8 @@ def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: st
     floor = conn.execute(db.query("window_floor"), {"now": now, "window_s": opts.window_s, "app": app}).scalar_one()
     conn.execute(db.query("windows_tuning"))
     rows = conn.execute(db.query("stage_windows"), {
-        "now": now, "floor": floor, "window_s": opts.window_s, "stab_s": opts.stabilization_s, "app": app, "stage": stage,
+        "now": now, "floor": floor, "window_s": opts.window_s, "stab_s": opts.stabilization_s, "app": app,
+        "stage": stage,
     }).mappings().all()
     return with_forecasts(conn, now, [(  # stages with `forecast: true` get their forecast_rate
         StageStats(
@@ -89,7 +90,8 @@ def _pool_rooms(conn: Connection) -> dict[str, dict[str, PoolRoom]]:
     pools = conn.execute(db.query("pool_rooms")).mappings().all()
     return {
         p["name"]: {
-            q["name"]: PoolRoom(free_cores=q["cores"] - q["used"], delay_ms=float(p["network_delay_ms"].get(q["name"], 1e6)))
+            q["name"]: PoolRoom(free_cores=q["cores"] - q["used"],
+                                delay_ms=float(p["network_delay_ms"].get(q["name"], 1e6)))
             for q in pools if q["name"] != p["name"]
         }
         for p in pools
@@ -134,7 +136,8 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
     by_key = {(sid, action): rid for rid, sid, action in ids}
     out = [replace(r, id=by_key[(r.stage_id, r.action)]) for r, _ in requests]
     for r in out:
-        log.info("stage %s: action=request %s → %s (%s)", r.stage_id, r.action, r.target_cores or r.target_pool, r.reason)
+        log.info("stage %s: action=request %s → %s (%s)", r.stage_id, r.action, r.target_cores or r.target_pool,
+                 r.reason)
     return len(windows), out
 
 
@@ -196,7 +199,8 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
                            "action": d.request.action, "policy": label, "response_ms": response, "dry_run": dry_run,
                            "decided_by": decided_by} for d in decisions]
         controls.append({"app": a.name, "tokens": new_state.tokens, "window_start": new_state.window_start,
-                         "window_actions": new_state.window_actions, "last_cycle_at": now, "last_response_ms": response})
+                         "window_actions": new_state.window_actions, "last_cycle_at": now,
+                         "last_response_ms": response})
 
     ids = [row[0] for row in db.bulk("decisions_insert", decision_rows, conn)]
     flat = [(res, i) for res in results for i in range(len(res.decisions))]
@@ -209,7 +213,8 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
             for res in results for d, _ in res.decisions
             if d.outcome == "granted" and d.request.action in REPLICA_ACTIONS], conn)
         grants = [(res, i, ids[n]) for n, (res, i) in enumerate(flat)
-                  if res.decisions[i][0].outcome == "granted" and res.decisions[i][0].request.action in RECONFIGURATIONS]
+                  if res.decisions[i][0].outcome == "granted"
+                  and res.decisions[i][0].request.action in RECONFIGURATIONS]
         planned = dict((did, rid) for rid, did in db.bulk("reconfigurations_plan", [
             {**_fields(r), "app": res.app, "request_id": r.id, "decision_id": did,
              "state_bytes": int(r.snapshot.get("state_bytes") or 0)}
@@ -218,7 +223,8 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
             d = res.decisions[i][0]
             res.decisions[i] = (d, planned.get(did))
             if did not in planned:
-                log.info("stage %s: grant %d is moot: a reconfiguration is already pending or running", d.request.stage_id, did)
+                log.info("stage %s: grant %d is moot: a reconfiguration is already pending or running",
+                         d.request.stage_id, did)
         db.bulk("app_controls_save", controls, conn)
     for res in results:
         for d, reconf in res.decisions:
@@ -248,7 +254,8 @@ def replan(app: str | None = None, *, dry_run: bool = False, operators: bool = T
             raise LookupError(f"no app {app!r} in the database; run `streamops deploy {app}` first")
         windows = load_windows(conn, now, OperatorOptions(), app)
         timings["windows_s"] = time.perf_counter() - t0
-        n_stages, requests = operator_pass(conn, now, app=app, host=host, windows=windows) if operators else (len(windows), [])
+        n_stages, requests = operator_pass(conn, now, app=app, host=host, windows=windows) if operators \
+            else (len(windows), [])
         timings["operators_s"] = time.perf_counter() - t0 - timings["windows_s"]
         t1 = time.perf_counter()
         results = application_pass(conn, apps, now, [w for w, _ in windows], dry_run, decided_by)

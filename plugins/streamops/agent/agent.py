@@ -129,7 +129,8 @@ def _listener_class():
 
         def onQueryTerminated(self, event) -> None:
             if event.exception:
-                log.error("stage %s: query %s failed: %s", self.agent.ctx.stage_id, event.id, event.exception.splitlines()[0])
+                log.error("stage %s: query %s failed: %s", self.agent.ctx.stage_id, event.id,
+                          event.exception.splitlines()[0])
 
     return MetricsListener
 
@@ -326,7 +327,8 @@ class StageAgent:
         files = self.backlog.files_of(batch_id) or (seen - self._seen_files)
         if files > 0 and rows:
             per_file = rows / files
-            self._rows_per_file = per_file if self._rows_per_file is None else 0.8 * self._rows_per_file + 0.2 * per_file
+            self._rows_per_file = per_file if self._rows_per_file is None \
+                else 0.8 * self._rows_per_file + 0.2 * per_file
         self._seen_files = seen
         row = progress_to_metrics(
             progress, self.ctx, self._sink_stats.pop(batch_id, None), self.backlog.measure(self._rows_per_file)
@@ -424,4 +426,5 @@ class StageAgent:
                 for cmd in work:  # after the ack is committed: a handler may take seconds
                     self._obey(cmd)
             except DBAPIError as e:
-                log.warning("stage %s: cannot poll commands: %s", self.ctx.stage_id, str(e.orig).strip().splitlines()[0])
+                log.warning("stage %s: cannot poll commands: %s", self.ctx.stage_id,
+                            str(e.orig).strip().splitlines()[0])

@@ -33,7 +33,8 @@ log = logging.getLogger("streamops.poison")
 
 _ERROR_LINE = re.compile(r"^\s*([\w.]+(?:Error|Exception)): (.+)$")
 # Ids that differ between two failures of the same batch: query and run ids, object ids, task ids.
-_VOLATILE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|0x[0-9a-f]+|TID \d+|task \d+(\.\d+)?")
+_VOLATILE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|0x[0-9a-f]+|TID \d+"
+                       r"|task \d+(\.\d+)?")
 
 
 def root_cause(text: str) -> str:
@@ -82,8 +83,8 @@ def judge(fb: FailedBatch, attempts: int, poison_after: int, *, previous_same: b
 class PoisonBook:
     """The driver's record of its failed batches, in PostgreSQL."""
 
-    def __init__(self, engine: Engine | None, stage_id: str, deployment_id: int | None, family: str, max_record_bytes: int,
-                 role: str = "primary"):
+    def __init__(self, engine: Engine | None, stage_id: str, deployment_id: int | None, family: str,
+                 max_record_bytes: int, role: str = "primary"):
         self.engine, self.stage_id, self.deployment_id, self.role = engine, stage_id, deployment_id, role
         self.family, self.max_record_bytes = family, max_record_bytes
         self.failure_id: int | None = None  # the open `failures` row of this run's failed batches
@@ -139,7 +140,8 @@ class PoisonBook:
         with db.transaction(self.engine) as conn:
             conn.execute(db.query("batch_failure_quarantined"), {"stage_id": self.stage_id, "role": self.role,
                                                                  "query": fb.query, "batch_id": fb.batch_id,
-                                                                 "rows": len(rows), "files": None if whole else list(files)})
+                                                                 "rows": len(rows),
+                                                                 "files": None if whole else list(files)})
         log.warning("stage %s: action=quarantine-batch query=%s batch=%d files=%d of %d lines=%d (new %d): %s",
                     self.stage_id, fb.query, fb.batch_id, len(files), len(fb.files), len(rows), added, fb.error)
         return len(rows)

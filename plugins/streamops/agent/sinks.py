@@ -258,7 +258,8 @@ class PostgresUpsertSink(BatchSink):
         """Stage the batch's rows from the executors (after clearing an earlier try's); the rows staged."""
         stage_id, dep = self.stage_id, self.deployment_id or 0
         with db.transaction() as conn:
-            conn.execute(db.query("sink_staged_clear"), {"stage_id": stage_id, "deployment_id": dep, "batch_id": batch_id})
+            conn.execute(db.query("sink_staged_clear"), {"stage_id": stage_id, "deployment_id": dep,
+                                                         "batch_id": batch_id})
         acc = df.sparkSession.sparkContext.accumulator(0)
         fn = _execute_values_partition(
             self.url, db.query("sink_stage").text, "(%s, %s, %s, %s, %s::jsonb, %s, %s)",
@@ -338,7 +339,8 @@ class QuarantineSink:
         started = time.monotonic()
         retry_idempotent(lambda: keyed.foreachPartition(fn), f"stage {stage_id}: quarantine batch {batch_id}",
                          abort=self.abort)
-        log.debug("stage %s: quarantine batch %d written in %.0f ms", stage_id, batch_id, (time.monotonic() - started) * 1000)
+        log.debug("stage %s: quarantine batch %d written in %.0f ms", stage_id, batch_id,
+                  (time.monotonic() - started) * 1000)
 
 
 def write_quarantine(url: str, rows: list[tuple]) -> int:

@@ -66,7 +66,8 @@ def sync_registry(reg: Registry, apps: list[str] | None = None, *, replicas_over
     unknown = [a for a in names if a not in reg.apps]
     if unknown:
         raise registry.RegistryError(f"no app {unknown[0]!r} in the registry; known apps: {', '.join(reg.apps)}")
-    pools = [{"name": name, "master": pool.master, "cores": pool.cores, "network_delay_ms": json.dumps(pool.network_delay_ms)}
+    pools = [{"name": name, "master": pool.master, "cores": pool.cores,
+              "network_delay_ms": json.dumps(pool.network_delay_ms)}
              for name, pool in reg.pools.items()]
     apps_rows = [{"name": a, "r_max_ms": reg.apps[a].r_max_ms,
                   "maintenance_window": reg.apps[a].maintenance_window.model_dump_json(),
@@ -206,7 +207,8 @@ def _speculation(sid: str, st, pool) -> dict[str, str] | None:
 def _wait_running(sid: str, dep_id: int, pid: int | None, launcher, wait_s: float, progress: Progress) -> None:
     def settled():
         dep = ledger.deployment(dep_id)
-        return dep if dep.status in ("running", "failed", "stopped") or not launcher.is_alive(pid, dep.driver_id) else None
+        return dep if dep.status in ("running", "failed", "stopped") or not launcher.is_alive(pid, dep.driver_id) \
+            else None
 
     dep = wait_until(settled, wait_s)
     if dep is None:

@@ -233,7 +233,8 @@ def _set_password(conn, role: str, password: str) -> None:
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            cur.execute(sql.SQL((sql_dir() / "queries" / "role_password.sql").read_text()).format(role=sql.Identifier(role)),
+            cur.execute(sql.SQL((sql_dir() / "queries" / "role_password.sql").read_text()).format(
+                            role=sql.Identifier(role)),
                         {"password": password})
     finally:
         conn.close()
@@ -314,7 +315,8 @@ def up() -> tuple[Cluster, bool]:
         trust = c.passfile is None
         if not trust and not Path(c.passfile).exists():
             raise EmbeddedPgError(f"the embedded PostgreSQL's password file {c.passfile} is missing: restore it, or "
-                                  f"remove {Path(c.datadir).parent} and {_record_path()} to start from an empty cluster")
+                                  f"remove {Path(c.datadir).parent} and {_record_path()} "
+                                  "to start from an empty cluster")
         running = is_running(c)
         c = Cluster(bindir=bindir, datadir=c.datadir, port=c.port if running else _recorded_port(c), run_as=c.run_as,
                     passfile=str(_new_passfile()) if trust else c.passfile)

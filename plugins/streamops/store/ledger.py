@@ -38,7 +38,8 @@ def pool_room(pool: str, size: int | None = None) -> tuple[int, int]:
 
 
 # -- runs -----------------------------------------------------------------------------------------
-def latest_run(stage_id: str, *, live: bool = False, before: datetime | None = None, role: str = "primary") -> Row | None:
+def latest_run(stage_id: str, *, live: bool = False, before: datetime | None = None,
+               role: str = "primary") -> Row | None:
     """The stage's latest run in `role` (a `deployments` row), or None: only a live one with
     `live`, only one started before `before` with `before`."""
     return db.row("latest_run", stage_id=stage_id, live=live, before=before, role=role)
@@ -117,7 +118,8 @@ def admit(stage_id: str, role: str, pool: str, pool_cores: int, cores: int, is_a
         used = conn.execute(db.query("pool_cores_in_use"), {"pool": pool}).scalar_one()
         refused = None
         if used + cores > pool_cores:
-            refused = f"pool {pool!r} has {pool_cores - used} free of {pool_cores} cores; stage {stage_id} needs {cores}"
+            refused = f"pool {pool!r} has {pool_cores - used} free of {pool_cores} cores; " \
+                      f"stage {stage_id} needs {cores}"
         dep_id = conn.execute(db.query("deployment_insert"), {
             "stage_id": stage_id, "pool": pool, "cores": cores, "role": role,
             "status": "refused" if refused else "starting", "reason": refused,

@@ -67,7 +67,8 @@ def apply(engine: Engine | None = None, directory: Path | None = None) -> list[M
             row = conn.execute(db.query("migration_checksum"), {"v": m.version}).first()
             if row is not None:
                 if row.checksum != m.checksum:
-                    log.warning("migration %s was edited after it was applied; add a new migration instead", m.path.name)
+                    log.warning("migration %s was edited after it was applied; add a new migration instead",
+                                m.path.name)
                 continue
             try:
                 # The raw cursor with no parameters: `%` in plpgsql format() strings stays literal.
