@@ -87,7 +87,7 @@ GOALS: dict[str, tuple[str, str]] = {
 LOSS_FLOOR_S = 10.0
 RULE = ("among candidates with runs on every training family: most families meeting all five goals (A R C V D), "
         "then the most goals met over all families, then the lowest mean normalized loss; loss per family = mean of "
-        "s > R_max / max({BASELINE}'s, "
+        f"s > R_max / max({BASELINE}'s, "
         f"{LOSS_FLOOR_S:g} s), downtime / max({BASELINE}'s, {LOSS_FLOOR_S:g} s) and core-hours / {BASELINE}'s; "
         "ties by name. Only runs with a training seed are read.")
 QUICK_FAMILIES = ("flash_crowd", "outage", "step_drift")
