@@ -117,8 +117,6 @@ class StageDriver:
         return spark
 
     def _agent(self) -> StageAgent:
-        from streamops.plan.options import OperatorOptions
-
         handlers = {"repartition": lambda args: self.in_driver(args),
                     "fault": lambda args: self.injector.inject(args["kind"], args.get("magnitude_s"),
                                                                args.get("source", "cli"))}
@@ -126,7 +124,7 @@ class StageDriver:
             handlers["scale"] = lambda args: scale_executors(self.spark, self.agent, args, self.executor_cores)
         periodic = []
         if self.operator_manager is not None:
-            period_s = OperatorOptions.from_params(self.stage.policy.params).local_period_s
+            period_s = self.stage.policy.params.local_period_s
             periodic.append(("Operator Manager", period_s, self._ask_operator_manager))
         else:
             log.warning("action=start no Operator Manager named in the run's row: this run makes no requests")

@@ -7,14 +7,18 @@ Every error names the app, the stage and the field, and says what was expected, 
 from __future__ import annotations
 
 import re
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Callable, Literal, TypeVar
 
 import yaml
 from croniter import croniter
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, \
+    field_validator, model_validator
 
 from streamops.paths import data_dir, registry_path
+from streamops.plan.options import AppOptions, OperatorOptions
+from streamops.plan.redundancy import RedundancyOptions
 from streamops.plan.model import stage_id as stage_id  # defined with the plan's plain data, used as registry.stage_id
 from streamops.records import MAX_RECORD_BYTES
 
@@ -29,6 +33,27 @@ WORKLOAD_INPUT = {
     "keycount": "web",
 }
 STATEFUL_WORKLOADS = {"wordcount", "fixwindow", "taxi_top10", "patterns", "keycount"}
+
+
+_O = TypeVar("_O")
+
+
+def _parsed(cls: type[_O]) -> Callable[[Any], _O]:
+    """apps.yaml's (or a stored spec's) override dict → the typed options, parsed once, here."""
+    return lambda v: v if isinstance(v, cls) else cls.from_params(v)  # type: ignore[attr-defined]
+
+
+def _overrides(opts: Any) -> dict[str, Any]:
+    """What differs from the defaults: the shape apps.yaml writes and the stored specs keep."""
+    base = type(opts)()
+    return {f.name: getattr(opts, f.name) for f in fields(opts) if getattr(opts, f.name) != getattr(base, f.name)}
+
+
+# Typed once at load; dumped back as the overrides, so a stored spec reads as apps.yaml does.
+OperatorParams = Annotated[OperatorOptions, BeforeValidator(_parsed(OperatorOptions)), PlainSerializer(_overrides)]
+RedundancyParams = Annotated[RedundancyOptions, BeforeValidator(_parsed(RedundancyOptions)),
+                             PlainSerializer(_overrides)]
+AppParams = Annotated[AppOptions, BeforeValidator(_parsed(AppOptions)), PlainSerializer(_overrides)]
 
 
 class RegistryError(ValueError):
@@ -120,15 +145,7 @@ class Policy(_Frozen):
     """The stage's Operator Manager policy; `params` override plan.options.OperatorOptions."""
 
     kind: Literal["edf", "threshold3", "ds2"] = "threshold3"
-    params: dict[str, float] = Field(default_factory=dict)
-
-    @field_validator("params")
-    @classmethod
-    def _known_options(cls, v: dict[str, float]) -> dict[str, float]:
-        from streamops.plan.options import OperatorOptions
-
-        OperatorOptions.from_params(v)
-        return v
+    params: OperatorParams = Field(default_factory=OperatorOptions)
 
 
 FAULT_KINDS = ("slow_batch", "driver_kill", "executor_kill", "heartbeat_cut", "db_outage")
@@ -155,15 +172,7 @@ class Redundancy(_Frozen):
     max_replicas: int = Field(default=2, ge=1, le=4)
     bound_ms: int | None = Field(default=None, gt=0, description="tail-latency bound; default the app's r_max_ms")
     period_s: float = Field(default=60.0, gt=0, description="how often it steps")
-    params: dict[str, float] = Field(default_factory=dict, description="overrides of RedundancyOptions")
-
-    @field_validator("params")
-    @classmethod
-    def _known_options(cls, v: dict[str, float]) -> dict[str, float]:
-        from streamops.plan.redundancy import RedundancyOptions
-
-        RedundancyOptions.from_params(v)
-        return v
+    params: RedundancyParams = Field(default_factory=RedundancyOptions, description="overrides of RedundancyOptions")
 
 
 class Stage(_Frozen):
@@ -205,20 +214,17 @@ class App(_Frozen):
                               description="SLO: share of the observed time within R_max (the report's 'SLO met')")
     maintenance_window: MaintenanceWindow
     description: str = ""
-    control: dict[str, Any] = Field(default_factory=dict, description="overrides of plan.options.AppOptions")
+    control: AppParams = Field(default_factory=AppOptions, description="overrides of plan.options.AppOptions")
     stages: dict[str, Stage] = Field(min_length=1)
 
     @field_validator("control")
     @classmethod
-    def _known_control(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from streamops.plan.options import AppOptions
-
-        opts = AppOptions.from_params(v)
+    def _known_control(cls, opts: AppOptions) -> AppOptions:
         if opts.policy not in ("token_bucket", "accept_all"):
             raise ValueError(f"control.policy must be token_bucket or accept_all, got {opts.policy!r}")
         if opts.generator not in ("edf_step", "proportional"):
             raise ValueError(f"control.generator must be edf_step or proportional, got {opts.generator!r}")
-        return v
+        return opts
 
 
 class Registry(_Frozen):

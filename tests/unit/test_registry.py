@@ -146,3 +146,30 @@ def test_stage_lookup_errors_list_known_stages():
     with pytest.raises(registry.RegistryError, match="known stages: taxi.top10"):
         reg.stage("nope")
     assert reg.stage("taxi.top10")[1] == "top10"
+
+
+def test_options_are_typed_once_at_load_and_stored_as_the_overrides_apps_yaml_wrote():
+    """A stage's policy params, an app's control block and a redundancy manager's params are the
+    plan's typed options from load on (no caller parses them again), and a stored spec keeps only
+    what differs from the defaults, so it reads back as apps.yaml wrote it."""
+    from streamops.plan.options import AppOptions, OperatorOptions
+    from streamops.plan.redundancy import RedundancyOptions
+
+    reg = registry.parse({
+        "pools": {"p": {"cores": 2}},
+        "apps": {"a": {"r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 5},
+                       "control": {"capacity": 2, "beta": 0.75},
+                       "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "x"},
+                                        "cores": {"initial": 1, "max": 2}, "pool": "p",
+                                        "policy": {"kind": "edf", "params": {"u_max": "0.8"}},
+                                        "redundancy": {"params": {"r_max": 0.5}}}}}},
+    })
+    app, st = reg.apps["a"], reg.stage("a.s")[2]
+    assert st.policy.params == OperatorOptions(u_max=0.8) and isinstance(st.policy.params.u_max, float)
+    assert app.control == AppOptions(capacity=2.0)
+    assert st.redundancy.params == RedundancyOptions(r_max=0.5)
+    dumped = st.model_dump(mode="json")
+    assert dumped["policy"]["params"] == {"u_max": 0.8}
+    assert dumped["redundancy"]["params"] == {"r_max": 0.5}
+    assert app.model_dump(mode="json", exclude={"stages"})["control"] == {"capacity": 2.0}, "beta 0.75 is the default"
+    assert registry.Stage.model_validate(dumped) == st

@@ -81,7 +81,7 @@ def build(spec: StageSpec, cfg: SimConfig, T: int, seed: int) -> StageHA:
     bound = float(red.bound_ms) if red is not None and red.bound_ms else float(cfg.r_max_ms)
     k, manager = spec.replicas, None
     if red is not None and red.enabled:
-        opts = RedundancyOptions.from_params(red.params)
+        opts = red.params
         r0 = min(opts.r_max, max(opts.r_min, float(spec.replicas - 1)))
         manager = Manager(opts, RedundancyState(r=r0), max(1, int(round(red.period_s))), red.max_replicas)
         k = replicas_for(r0, red.max_replicas)

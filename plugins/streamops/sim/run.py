@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+from streamops.plan.redundancy import RedundancyOptions
 from streamops.registry import Fault, Redundancy
 from streamops.sim.engine import Simulation
 from streamops.sim.faults import parse_faults
@@ -94,7 +95,8 @@ def ha_comparison(trace: str = HA_TRACE, seed: int = 1, mtbf_s: float | None = 1
     kinds: tuple[tuple[Literal["driver_kill", "slow_batch"], float | None], ...] = (
         ("driver_kill", mtbf_s), ("slow_batch", slow_mtbf_s))
     fl = parse_faults(faults) if faults is not None else tuple(Fault(kind=k, mtbf_s=m) for k, m in kinds if m)
-    manager = Redundancy(max_replicas=max_replicas, period_s=period_s, params=redundancy_params or {})
+    manager = Redundancy(max_replicas=max_replicas, period_s=period_s,
+                         params=RedundancyOptions.from_params(redundancy_params))
     setups = [("1 replica", 1, None), (f"{static_replicas} static replicas", static_replicas, None),
               ("redundancy manager", 1, manager)]
     rows = []
