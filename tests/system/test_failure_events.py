@@ -18,7 +18,8 @@ from tests.conftest import UNMARKED_URL
 pytestmark = pytest.mark.db
 
 # Imported when the tests run, not when pytest collects them: importing Airflow configures it from
-# the environment once, and test_airflow.py's site sets AIRFLOW_HOME only in its fixture.
+# the environment once, and test_airflow.py's site (which runs first: this module sits beside it in
+# tests/system) sets AIRFLOW_HOME only in its fixture.
 failure_events = FailureEventTrigger = Watermark = None
 
 
