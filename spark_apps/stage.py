@@ -27,6 +27,9 @@ from streamops.registry import Stage, resolve_path
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 DRIVER_HOST_ENV = "STREAMOPS_DRIVER_HOST"
+# Extra JVM options for every driver, executor and offline job (`spark.*.extraJavaOptions`).
+# The tests set a cheaper JIT (tests/conftest.py); unset, the JVMs run with Java's defaults.
+JAVA_OPTIONS_ENV = "STREAMOPS_SPARK_JAVA_OPTIONS"
 
 
 def session_conf(cores: int, state_partitions: int, master: str | None = None, executor_cores: int = 1,
@@ -45,6 +48,10 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
         "spark.sql.adaptive.enabled": "false",  # not supported in streaming; silences a warning per query
         "spark.driver.memory": "1g",
     }
+    java_options = os.environ.get(JAVA_OPTIONS_ENV, "").strip()
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = java_options
+        conf["spark.executor.extraJavaOptions"] = java_options
     if master:
         from streamops.paths import REPO_ROOT
 

@@ -36,6 +36,11 @@ UNMARKED_URL = "postgresql://no-database-for-unmarked-tests@127.0.0.1:1/none"
 # Every libpq connection of the tests (and of the drivers they start) in UTC, whatever the server's
 # TimeZone: the reporting fixtures' days are UTC days.
 os.environ["PGTZ"] = "UTC"
+# The tests' JVMs (drivers, executors, offline jobs) live for seconds to minutes, where C2's
+# compiler threads and G1's cost more CPU than they give back: on these 2 cores the driver tests
+# used 44 % less CPU with C1 and the serial collector (README, "make test"). Set it empty to
+# run Java's defaults.
+os.environ.setdefault("STREAMOPS_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 # The environment as the session found it (the server `make test` brought up, the real state dir).
 OUTER_ENV = {k: os.environ.get(k) for k in ("STREAMOPS_DATABASE_URL", "STREAMOPS_HOME")}
 _test_db_url: str | None = None  # set once the `test_database` fixture created the database
