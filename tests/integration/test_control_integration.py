@@ -39,8 +39,9 @@ def _rows(engine, sql, **params):
 
 
 def test_overloaded_stage_gets_a_request_a_grant_and_a_pending_reconfiguration(clean_db, monkeypatch):
-    # Its load is a SHA-256 burn in the JVM sized for Java's default JIT: under the tests' C1-only
-    # JIT (conftest.py) a batch took 12 s, near the 20 s window, and one suite run saw no request.
+    # Its load is a SHA-256 burn in the JVM sized for Java's default JIT. Under the tests' C1-only
+    # JIT (conftest.py) a batch took 12 s, and a 20 s window then holds at most one finished 12 s
+    # batch (rows are stamped at its start, written at its end): S <= 0.6 < S_out once steady.
     monkeypatch.setenv("STREAMOPS_SPARK_JAVA_OPTIONS", "")
     reg = _registry()
     stop = threading.Event()
