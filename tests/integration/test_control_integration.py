@@ -10,6 +10,7 @@ import time
 import pytest
 from sqlalchemy import text
 
+from spark_apps.stage import JAVA_OPTIONS_ENV
 from streamops import control, generator, registry
 from streamops.execute import stages
 
@@ -42,7 +43,7 @@ def test_overloaded_stage_gets_a_request_a_grant_and_a_pending_reconfiguration(c
     # Its load is a SHA-256 burn in the JVM sized for Java's default JIT. Under the tests' C1-only
     # JIT (conftest.py) a batch took 12 s, and a 20 s window then holds at most one finished 12 s
     # batch (rows are stamped at its start, written at its end): S <= 0.6 < S_out once steady.
-    monkeypatch.setenv("STREAMOPS_SPARK_JAVA_OPTIONS", "")
+    monkeypatch.setenv(JAVA_OPTIONS_ENV, "")
     reg = _registry()
     stop = threading.Event()
     feeder = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
