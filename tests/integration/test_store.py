@@ -448,3 +448,32 @@ def test_bulk_writes_dicts_dataclasses_and_named_tuples_by_field_and_returns_row
 def db_rows(eng, sql: str) -> list:
     with eng.connect() as conn:
         return conn.execute(text(sql)).all()
+
+
+@pytest.mark.db
+def test_the_embedded_cluster_opens_to_a_network_when_asked_and_closes_again(private_cluster, monkeypatch):
+    """STREAMOPS_PG_LISTEN (docs/cluster.md): the cluster listens on the address too and lets its
+    network in with the same passwords. 127.0.0.2 stands in for a host address (all of 127/8 is
+    this machine's loopback); tests/system/test_multihost.py uses a real bridge."""
+    c = private_cluster
+    monkeypatch.setenv(embedded.LISTEN_ENV, "not-an-address")
+    with pytest.raises(embedded.EmbeddedPgError, match="not an address with a network"):
+        embedded.listen_interface()
+    monkeypatch.setenv(embedded.LISTEN_ENV, "127.0.0.2/8")
+    with pytest.raises(embedded.EmbeddedPgError, match="streamops db down"):
+        embedded.up()  # running without it: listen_addresses is read at start only
+    # A password file from before names 127.0.0.1: libpq would not use it for another address.
+    passfile = Path(c.passfile)
+    passfile.write_text("".join(f"127.0.0.1{line[1:]}\n" for line in passfile.read_text().splitlines()))
+    embedded.down()
+    opened, _ = embedded.up()
+    psycopg2.connect(opened.url("postgres", host="127.0.0.2"), connect_timeout=5).close()
+    assert all(line.startswith("*:") for line in passfile.read_text().splitlines())
+    assert os.stat(passfile).st_mode & 0o777 == 0o600
+
+    monkeypatch.delenv(embedded.LISTEN_ENV)
+    embedded.down()
+    closed, _ = embedded.up()
+    assert "127.0.0.0/8" not in (Path(closed.datadir) / "pg_hba.conf").read_text()
+    assert "refused" in _refused(closed.url("postgres", host="127.0.0.2"))
+    psycopg2.connect(closed.url("postgres")).close()

@@ -1,6 +1,8 @@
 """A private PostgreSQL cluster for development, demos and tests.
 
-It uses the server binaries already on the machine and listens on loopback only.
+It uses the server binaries already on the machine and listens on loopback, plus one network
+address when `STREAMOPS_PG_LISTEN` names it with the network allowed to connect (CIDR, e.g.
+`10.0.0.5/24`): drivers and executors on other hosts reach it there (docs/cluster.md).
 `initdb` refuses to run as root, so as root the cluster runs as the unprivileged
 `postgres` user; its data directory must then be somewhere that user can reach.
 
@@ -14,6 +16,7 @@ next `up`.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import pwd
@@ -33,6 +36,8 @@ READER = "streamops_reader"  # read-only: SELECT on `reporting` (sql/reports/90_
 RECORD_NAME = "pg.json"
 PASSFILE_NAME = "pg.pgpass"
 PG_ROOT = Path("/usr/lib/postgresql")  # Debian's layout: one bin/ per major version
+LISTEN_ENV = "STREAMOPS_PG_LISTEN"
+_HBA_MARK = "# streamops: " + LISTEN_ENV
 
 
 class EmbeddedPgError(RuntimeError):
@@ -51,11 +56,24 @@ class Cluster:
     def logfile(self) -> str:
         return str(Path(self.datadir).parent / "postgres.log")
 
-    def url(self, database: str = "streamops", role: str = SUPERUSER) -> str:
+    def url(self, database: str = "streamops", role: str = SUPERUSER, host: str = "127.0.0.1") -> str:
+        """The URL on this host (loopback), or through `host`: the listen address, for other hosts."""
         from urllib.parse import quote
 
         auth = f"?passfile={quote(self.passfile)}" if self.passfile else ""
-        return f"postgresql://{role}@127.0.0.1:{self.port}/{database}{auth}"
+        return f"postgresql://{role}@{host}:{self.port}/{database}{auth}"
+
+
+def listen_interface() -> ipaddress.IPv4Interface | ipaddress.IPv6Interface | None:
+    """`$STREAMOPS_PG_LISTEN` parsed: the address to listen on beside loopback, and its network
+    (the clients allowed in, by scram password). None: loopback only."""
+    value = os.environ.get(LISTEN_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        return ipaddress.ip_interface(value if "/" in value else f"{value}/32")
+    except ValueError as e:
+        raise EmbeddedPgError(f"{LISTEN_ENV}={value!r} is not an address with a network, e.g. 10.0.0.5/24") from e
 
 
 def find_bindir() -> Path:
@@ -182,8 +200,30 @@ def is_running(c: Cluster) -> bool:
 def _new_passfile() -> Path:
     """Generate the superuser's and the reader's passwords into a fresh libpq password file."""
     path = state_dir() / PASSFILE_NAME
-    write_private(path, "".join(f"127.0.0.1:*:*:{role}:{secrets.token_urlsafe(24)}\n" for role in (SUPERUSER, READER)))
+    write_private(path, "".join(f"*:*:*:{role}:{secrets.token_urlsafe(24)}\n" for role in (SUPERUSER, READER)))
     return path
+
+
+def _any_host_passfile(c: Cluster) -> None:
+    """A password file from before `STREAMOPS_PG_LISTEN` names 127.0.0.1 as its host: libpq would
+    not use it for the listen address, so its host field becomes `*` (same passwords)."""
+    if not c.passfile:
+        return
+    path = Path(c.passfile)
+    lines = [line.split(":", 4) for line in path.read_text().splitlines()]
+    if all(len(f) == 5 and f[0] == "*" for f in lines):
+        return
+    write_private(path, "".join(f"*:{':'.join(f[1:])}\n" for f in lines if len(f) == 5))
+
+
+def _ensure_hba(c: Cluster, iface) -> None:
+    """pg_hba.conf lets the listen address's network in (scram-sha-256), replacing the line an
+    earlier setting wrote; no setting, no such line."""
+    hba = Path(c.datadir) / "pg_hba.conf"
+    lines = [line for line in hba.read_text().splitlines() if not line.endswith(_HBA_MARK)]
+    if iface is not None:
+        lines.append(f"host all all {iface.network} scram-sha-256 {_HBA_MARK}")
+    write_private(hba, "\n".join(lines) + "\n", c.run_as)
 
 
 def passwords(c: Cluster) -> dict[str, str]:
@@ -262,9 +302,12 @@ def _ensure_reader(c: Cluster) -> None:
 
 
 def _start(c: Cluster) -> None:
-    # TCP on loopback only: no Unix socket, so no socket-path length or permission trouble.
+    # TCP only: no Unix socket, so no socket-path length or permission trouble.
+    iface = listen_interface()
+    _ensure_hba(c, iface)
+    listen = "127.0.0.1" if iface is None else f"127.0.0.1,{iface.ip}"
     opts = (
-        f"-p {c.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
+        f"-p {c.port} -c listen_addresses={listen} -c unix_socket_directories='' "
         "-c max_connections=200 -c synchronous_commit=off -c shared_buffers=256MB"
     )
     _pg_ctl(c, "-o", opts, "-l", c.logfile, "-w", "-t", "60", "start")
@@ -301,6 +344,7 @@ def up() -> tuple[Cluster, bool]:
     """Start (or reuse) the embedded cluster. Returns the cluster and whether it was already running."""
     c = load_record()
     if c and c.passfile and is_running(c):
+        _check_listening(c)
         _ensure_databases(c)
         return c, True
     owner = _owner()
@@ -327,6 +371,7 @@ def up() -> tuple[Cluster, bool]:
             _ensure_databases(c)
             return c, True
     _save_record(c)
+    _any_host_passfile(c)
     _start(c)
     _wait_accepting(c)
     if trust:
@@ -334,6 +379,29 @@ def up() -> tuple[Cluster, bool]:
     _ensure_reader(c)
     _ensure_databases(c)
     return c, False
+
+
+def _check_listening(c: Cluster) -> None:
+    """A running cluster listens where `STREAMOPS_PG_LISTEN` says, or says how to apply it (the
+    server reads listen_addresses at start only)."""
+    import psycopg2
+
+    from streamops.paths import sql_dir
+
+    iface = listen_interface()
+    if iface is None:
+        return
+    conn = psycopg2.connect(c.url("postgres"))
+    try:
+        with conn.cursor() as cur:
+            cur.execute((sql_dir() / "queries" / "listen_addresses.sql").read_text())
+            listening = cur.fetchone()[0].split(",")
+    finally:
+        conn.close()
+    if str(iface.ip) not in listening:
+        raise EmbeddedPgError(f"the embedded PostgreSQL runs on {','.join(listening)} only, not {iface.ip} "
+                              f"({LISTEN_ENV}): it reads its addresses at start; run `streamops db down` then "
+                              "`streamops db up`")
 
 
 def _wait_accepting(c: Cluster, timeout_s: float = 30) -> None:

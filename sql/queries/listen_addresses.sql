@@ -1,0 +1,2 @@
+-- The addresses the server listens on (read at its start).
+SHOW listen_addresses
