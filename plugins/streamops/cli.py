@@ -68,6 +68,10 @@ def db_up() -> None:
             cluster, reused = embedded.up()
             _say(f"embedded PostgreSQL {'already running' if reused else 'started'} on 127.0.0.1:{cluster.port} "
                  f"(data {cluster.datadir})")
+            iface = embedded.listen_interface()
+            if iface is not None:
+                _say(f"also on {iface.ip}, open to {iface.network}: on those hosts set STREAMOPS_DATABASE_URL="
+                     f"{cluster.url(host=str(iface.ip))} (with a copy of that password file)")
         applied = migrate.apply()
     except (embedded.EmbeddedPgError, migrate.MigrationError, db.DatabaseUnavailable) as e:
         _fail(str(e))
@@ -110,20 +114,46 @@ def db_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no output
 
 # -- spark -------------------------------------------------------------------------------------
 @spark_app.command("up")
-def spark_up(workers: int = typer.Option(1, min=1, help="workers to start"),
+def spark_up(workers: int = typer.Option(1, min=0, help="workers to start here (0: they join from other machines "
+                                                       "with `streamops spark worker`)"),
              cores: int = typer.Option(2, min=1, help="cores each worker offers to executors"),
-             memory: str = typer.Option("4g", help="memory each worker offers to executors")) -> None:
-    """Start (or reuse) a Spark master and workers on loopback, from the installed pyspark."""
+             memory: str = typer.Option("4g", help="memory each worker offers to executors"),
+             host: str = typer.Option("127.0.0.1", envvar="STREAMOPS_SPARK_HOST",
+                                      help="the address the master and workers bind and advertise: loopback, or "
+                                           "this machine's address on the cluster's network")) -> None:
+    """Start (or reuse) a Spark master and workers, from the installed pyspark."""
     from streamops import spark_cluster
 
     started = time.monotonic()
     try:
         with console.status("starting the Spark master and workers …"):
-            c, reused = spark_cluster.up(workers, cores, memory, progress=_say)
+            c, reused = spark_cluster.up(workers, cores, memory, progress=_say, host=host)
     except spark_cluster.SparkClusterError as e:
         _fail(str(e))
     _say(f"Spark cluster {'already running' if reused else f'started in {time.monotonic() - started:.1f}s'}: "
          f"{c.url}, UI {c.ui}")
+
+
+@spark_app.command("worker")
+def spark_worker(master: str = typer.Argument(..., metavar="MASTER", help="spark://host:port of the master"),
+                 host: str = typer.Option(..., envvar="STREAMOPS_SPARK_HOST",
+                                          help="this machine's address, as the master and the drivers reach it"),
+                 cores: int = typer.Option(2, min=1, help="cores offered to executors"),
+                 memory: str = typer.Option("4g", help="memory offered to executors"),
+                 webui_port: Optional[int] = typer.Option(None, help="the worker's web UI port (default Spark's 8081)"),
+                 ) -> None:
+    """Run a worker on this machine that joins MASTER, in the foreground (for systemd or a
+    container). It needs the cluster's secret: the master's `.streamops/spark/conf/spark-defaults.conf`,
+    copied to the same place here (docs/cluster.md)."""
+    from streamops import spark_cluster
+
+    try:
+        argv, env = spark_cluster.worker_argv(master, host, cores, memory, webui_port)
+    except spark_cluster.SparkClusterError as e:
+        _fail(str(e))
+    _say(f"worker on {host} joining {master} with {cores} cores and {memory}")
+    sys.stdout.flush()
+    os.execve(argv[0], argv, env)  # the worker's JVM takes this process: a signal to it reaches the worker
 
 
 @spark_app.command("down")

@@ -1,10 +1,12 @@
 """An embedded Spark standalone cluster: a master and workers started from the installed
-pyspark's own jars (`bin/spark-class`), on loopback, with their logs, pids and work directories
-under `.streamops/spark/`. Pools with `master: embedded` run their stages' executors on it;
-`STREAMOPS_SPARK_MASTER=spark://host:port` points those pools at an existing cluster instead.
+pyspark's own jars (`bin/spark-class`), on loopback (or on `--host`, `$STREAMOPS_SPARK_HOST`),
+with their logs, pids and work directories under `.streamops/spark/`. Pools with `master:
+embedded` run their stages' executors on it; `STREAMOPS_SPARK_MASTER=spark://host:port` points
+those pools at an existing cluster instead. Workers on other machines join a master with
+`streamops spark worker` (`worker_argv`, docs/cluster.md).
 
-The wheel has no `sbin/start-*.sh`; `spark-class` with `--host 127.0.0.1` is what they would run
-(without it a worker registers on the machine's non-loopback address).
+The wheel has no `sbin/start-*.sh`; `spark-class` with `--host ADDRESS` is what they would run
+(without it a worker registers on the machine's first non-loopback address).
 
 Every RPC is authenticated (`spark.authenticate`) with a secret generated once into
 `.streamops/spark/conf/spark-defaults.conf` (mode 0600). The master, the workers and the drivers
@@ -36,6 +38,9 @@ log = logging.getLogger("streamops.spark_cluster")
 ENV_MASTER = "STREAMOPS_SPARK_MASTER"
 # The master a stage's driver connects to, set by its launcher; unset means local[cores].
 RUN_MASTER_ENV = "STREAMOPS_RUN_MASTER"
+# The address the embedded master and workers bind and advertise (default: loopback).
+HOST_ENV = "STREAMOPS_SPARK_HOST"
+LOOPBACK = "127.0.0.1"
 
 
 class SparkClusterError(RuntimeError):
@@ -56,14 +61,19 @@ class Cluster:
     webui_port: int
     master_pid: int
     workers: list[Worker] = field(default_factory=list)
+    host: str = LOOPBACK  # what the master binds and advertises (records from before it: loopback)
 
     @property
     def url(self) -> str:
-        return f"spark://127.0.0.1:{self.master_port}"
+        return f"spark://{self.host}:{self.master_port}"
 
     @property
     def ui(self) -> str:
-        return f"http://127.0.0.1:{self.webui_port}"
+        return f"http://{self.host}:{self.webui_port}"
+
+
+def default_host() -> str:
+    return os.environ.get(HOST_ENV, "").strip() or LOOPBACK
 
 
 def home() -> Path:
@@ -115,12 +125,13 @@ def load_record() -> Cluster | None:
         d = json.loads(_record_path().read_text())
     except (FileNotFoundError, ValueError):
         return None
-    return Cluster(d["master_port"], d["webui_port"], d["master_pid"], [Worker(**w) for w in d["workers"]])
+    return Cluster(d["master_port"], d["webui_port"], d["master_pid"], [Worker(**w) for w in d["workers"]],
+                   d.get("host", LOOPBACK))
 
 
-def _free_port() -> int:
+def _free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -137,37 +148,58 @@ def is_running(c: Cluster) -> bool:
     return processes.is_alive(c.master_pid) and (master_state(c) or {}).get("status") == "ALIVE"
 
 
-def _env() -> dict[str, str]:
+def _env(host: str) -> dict[str, str]:
     # The workers' executors start Python workers: this venv's interpreter, with streamops and
     # spark_apps importable (the executors' working directory is their own work dir).
     from streamops.paths import REPO_ROOT
 
     path = os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT),
                             os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    # Every port on loopback (SPARK_LOCAL_IP), and no REST submission server: anyone who reaches
+    # Every port on `host` (SPARK_LOCAL_IP), and no REST submission server: anyone who reaches
     # it could run code on the workers without a word of authentication. The master keeps its
     # applications and workers in `recovery/`, so a master restarted on its port takes them
     # back (they re-register within a second) instead of orphaning every running driver; and
     # it binds its recorded port or fails, never the next free one (maxRetries=0).
     master_opts = ["-Dspark.master.rest.enabled=false", "-Dspark.deploy.recoveryMode=FILESYSTEM",
                    f"-Dspark.deploy.recoveryDirectory={recovery_dir()}", "-Dspark.port.maxRetries=0"]
-    return {**os.environ, **client_env(), "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
+    return {**os.environ, **client_env(), "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": host,
             "SPARK_MASTER_OPTS": " ".join(master_opts),
             "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": path, "SPARK_NO_DAEMONIZE": "1"}
 
 
-def _spawn(cls: str, args: list[str], name: str) -> int:
+def _spawn(cls: str, args: list[str], name: str, host: str) -> int:
     argv = [str(spark_home() / "bin" / "spark-class"), cls, *args]
     proc = processes.spawn_detached(argv, log_path=home() / "logs" / f"{name}.log", pid_file=home() / f"{name}.pid",
-                                    env=_env(), cwd=str(home()))
+                                    env=_env(host), cwd=str(home()))
     return proc.pid
 
 
+def worker_argv(master: str, host: str, cores: int, memory: str, webui_port: int | None = None,
+                work_dir: Path | None = None) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of a worker on this machine that joins `master`, bound
+    to `host` (this machine's address as the master and the drivers reach it). The
+    environment carries the cluster's secret (SPARK_CONF_DIR) and this venv's interpreter for
+    the executors' Python workers, as the embedded workers have them."""
+    if not (conf_dir() / "spark-defaults.conf").exists():  # a new secret here would never match the master's
+        raise SparkClusterError(f"no cluster secret at {conf_dir() / 'spark-defaults.conf'}: copy the master's "
+                                "(mode 0600) before a worker joins it")
+    work = work_dir or home() / "work" / f"worker-{host}"
+    work.mkdir(parents=True, exist_ok=True)
+    argv = [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", master,
+            "--host", host, "--cores", str(cores), "--memory", memory, "--work-dir", str(work)]
+    if webui_port is not None:
+        argv += ["--webui-port", str(webui_port)]
+    return argv, _env(host)
+
+
 def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g",
-       timeout_s: float = 90.0, progress=lambda _: None) -> tuple[Cluster, bool]:
+       timeout_s: float = 90.0, progress=lambda _: None, host: str | None = None) -> tuple[Cluster, bool]:
     """Start (or reuse) the embedded cluster: the master, then `workers` workers, each offering
-    `cores_per_worker` cores and `memory_per_worker` to executors. Returns it and whether it was
-    already running. Waits until the master is ALIVE and every worker has registered."""
+    `cores_per_worker` cores and `memory_per_worker` to executors, all bound to `host` (default
+    `$STREAMOPS_SPARK_HOST`, else loopback). Returns it and whether it was already running.
+    Waits until the master is ALIVE and every worker has registered (`workers` may be 0: the
+    workers are on other machines, `streamops spark worker`)."""
+    host = host or default_host()
     c = load_record()
     if c is not None and (is_running(c) or not processes.is_alive(c.master_pid)):
         # A live cluster is reused; a dead master comes back on its recorded port, so the
@@ -183,12 +215,12 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
     if c is not None:
         down()
     shutil.rmtree(recovery_dir(), ignore_errors=True)  # a new cluster recovers nobody's old applications
-    port, ui = _free_port(), _free_port()
-    c = _start_master(port, ui, timeout_s)
+    port, ui = _free_port(host), _free_port(host)
+    c = _start_master(port, ui, timeout_s, host=host)
     progress(f"Spark master {c.url} is ALIVE (UI {c.ui})")
     master_pid = c.master_pid
     started = [_start_worker(c, i, cores_per_worker, memory_per_worker) for i in range(workers)]
-    c = Cluster(port, ui, master_pid, started)
+    c = Cluster(port, ui, master_pid, started, host)
     _save(c)
     if not wait_until(lambda: (master_state(c) or {}).get("aliveworkers", 0) >= workers, timeout_s, interval_s=0.5):
         raise SparkClusterError(f"{workers} worker(s) did not register with {c.url} within {timeout_s:.0f}s; "
@@ -197,12 +229,13 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
     return c, False
 
 
-def _start_master(port: int, ui: int, timeout_s: float, workers: list[Worker] | None = None) -> Cluster:
-    """Start the master on `port` (its web UI on `ui`), record it, and wait until it is ALIVE
-    (a restarted one first recovers its applications and workers)."""
+def _start_master(port: int, ui: int, timeout_s: float, workers: list[Worker] | None = None,
+                  host: str = LOOPBACK) -> Cluster:
+    """Start the master on `host:port` (its web UI on `ui`), record it, and wait until it is
+    ALIVE (a restarted one first recovers its applications and workers)."""
     master_pid = _spawn("org.apache.spark.deploy.master.Master",
-                        ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)], "master")
-    c = Cluster(port, ui, master_pid, list(workers or []))
+                        ["--host", host, "--port", str(port), "--webui-port", str(ui)], "master", host)
+    c = Cluster(port, ui, master_pid, list(workers or []), host)
     _save(c)
     if not wait_until(lambda: is_running(c) or not processes.is_alive(master_pid), timeout_s, interval_s=0.5) \
             or not processes.is_alive(master_pid):
@@ -215,10 +248,10 @@ def _start_master(port: int, ui: int, timeout_s: float, workers: list[Worker] | 
 def _start_worker(c: Cluster, i: int, cores: int, memory: str) -> Worker:
     work = home() / "work" / f"worker-{i}"
     work.mkdir(parents=True, exist_ok=True)
-    wui = _free_port()
+    wui = _free_port(c.host)
     pid = _spawn("org.apache.spark.deploy.worker.Worker",
-                 [c.url, "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
-                  "--webui-port", str(wui), "--work-dir", str(work)], f"worker-{i}")
+                 [c.url, "--host", c.host, "--cores", str(cores), "--memory", memory,
+                  "--webui-port", str(wui), "--work-dir", str(work)], f"worker-{i}", c.host)
     return Worker(pid, cores, memory, wui)
 
 
@@ -247,7 +280,7 @@ def heal(c: Cluster | None = None, timeout_s: float = 60.0) -> Heal:
         log.warning("action=heal the Spark master (pid %d, port %d) died; restarting it on its port",
                     c.master_pid, c.master_port)
         try:
-            c = _start_master(c.master_port, c.webui_port, timeout_s, c.workers)
+            c = _start_master(c.master_port, c.webui_port, timeout_s, c.workers, c.host)
         except SparkClusterError as e:  # the port still held, a JVM that would not start: next pass
             log.error("action=heal the Spark master did not come back: %s", e)
             return Heal(error=str(e))
@@ -258,7 +291,7 @@ def heal(c: Cluster | None = None, timeout_s: float = 60.0) -> Heal:
         log.warning("action=heal worker-%d (pid %d) died; restarting it", i, workers[i].pid)
         workers[i] = _start_worker(c, i, workers[i].cores, workers[i].memory)
     if dead:
-        _save(Cluster(c.master_port, c.webui_port, c.master_pid, workers))
+        _save(Cluster(c.master_port, c.webui_port, c.master_pid, workers, c.host))
     return Heal(master_restarted, dead)
 
 

@@ -110,3 +110,28 @@ def test_a_driver_without_the_cluster_s_secret_is_refused(spark_standalone):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode != 0 and "COUNT" not in out.stdout, out.stdout[-2000:]
     assert "All masters are unresponsive" in out.stderr or "SaslMessage" in out.stderr, out.stderr[-3000:]
+
+
+def test_a_record_from_before_hosts_is_on_loopback_and_a_worker_needs_the_cluster_s_secret(monkeypatch, tmp_path):
+    """Multi-host (docs/cluster.md): the record names the master's host, loopback when it does not;
+    a worker joining from another machine refuses to start without a copy of the secret, since a
+    secret of its own would never match the master's."""
+    import json
+
+    from streamops import spark_cluster
+
+    monkeypatch.setenv("STREAMOPS_HOME", str(tmp_path))
+    (tmp_path / "spark").mkdir()
+    (tmp_path / "spark" / "cluster.json").write_text(json.dumps(
+        {"master_port": 7077, "webui_port": 8080, "master_pid": 1, "workers": []}))
+    c = spark_cluster.load_record()
+    assert (c.url, c.ui) == ("spark://127.0.0.1:7077", "http://127.0.0.1:8080")
+    assert spark_cluster.Cluster(7077, 8080, 1, host="10.0.0.5").url == "spark://10.0.0.5:7077"
+    with pytest.raises(spark_cluster.SparkClusterError, match="copy the master's"):
+        spark_cluster.worker_argv("spark://10.0.0.5:7077", "10.0.0.6", 2, "2g")
+    conf = spark_cluster.conf_dir()
+    conf.mkdir(parents=True)
+    (conf / "spark-defaults.conf").write_text("spark.authenticate true\n")
+    argv, env = spark_cluster.worker_argv("spark://10.0.0.5:7077", "10.0.0.6", 2, "2g")
+    assert argv[1:5] == ["org.apache.spark.deploy.worker.Worker", "spark://10.0.0.5:7077", "--host", "10.0.0.6"]
+    assert env["SPARK_LOCAL_IP"] == "10.0.0.6" and env["SPARK_CONF_DIR"] == str(conf)
