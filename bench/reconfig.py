@@ -578,6 +578,34 @@ def print_tables(rows: list[dict], wall_s: float) -> None:
     console.print(f"wall time {wall_s / 60:.1f} min")
 
 
+def first_batch_rows(runs: int, out: Path, machine: dict) -> list[dict]:
+    """The first batch after a start (cold, warmed up) and after a live scale-out, against the
+    steady batch: bench/first_batch.py, saved beside the main result and printed."""
+    from bench import first_batch
+
+    say(f"[bold]first batches[/bold]: {runs} cold and {runs} warmed-up starts, each then scaled out live")
+    rows = first_batch.run(runs, say)
+    for r in rows:
+        r["machine"] = {**machine, "trigger_interval_ms": first_batch.TRIGGER_MS, "rate_rows_per_s": first_batch.RATE,
+                        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    out.write_text(json.dumps(rows, indent=2, default=str))
+    t = Table(title="first batch / steady batch (median, min–max; target ≤ 2×)")
+    for col in ("event", "warm-up", "runs", "ratio", "first batch", "steady batch", "start → running", "load 1m"):
+        t.add_column(col, justify="left" if col in ("event", "warm-up") else "right")
+    for r in rows:
+        ratio, fb, st = r["ratio"], r["first_batch_ms"], r["steady_batch_ms"]
+        run_s = r.get("start_to_running_s", {}).get("median")
+        colour = "green" if r["meets_target"] else "red"
+        t.add_row(r["event"], "yes" if r["warm_up"] else "no", str(ratio["runs"]),
+                  "—" if ratio["median"] is None else
+                  f"[{colour}]{ratio['median']:.2f}×[/{colour}] ({ratio['min']:.2f}–{ratio['max']:.2f})",
+                  "—" if fb["median"] is None else f"{fb['median']:.0f} ms",
+                  "—" if st["median"] is None else f"{st['median']:.0f} ms",
+                  "—" if run_s is None else f"{run_s:.1f}s", str(r["loadavg_1m"]["median"]))
+    console.print(t)
+    return rows
+
+
 # --------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -613,6 +641,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--cluster", action="store_true",
                    help="run the stage on the embedded Spark standalone cluster (started in the scratch home); "
                         "adds the `live` and `in_driver` mechanisms")
+    p.add_argument("--first-batch-runs", type=int, default=3,
+                   help="with --cluster: this many cold and as many warmed-up starts, each then scaled out live, "
+                        "for the first batch against the steady one (bench/first_batch.py; 0: skip)")
     args = p.parse_args(argv)
     if args.quick:
         args.keys, args.runs = [10_000], 2
@@ -663,6 +694,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return kept + new
 
     try:
+        if args.cluster and args.first_batch_runs:
+            first_batch_rows(args.first_batch_runs, out.with_name(f"{out.stem}_first_batch.json"), machine)
         for keys in args.keys:
             try:
                 run_size(keys, args, mechs, home, samples, setups.setdefault(keys, {}), save)

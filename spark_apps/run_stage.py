@@ -81,6 +81,10 @@ class StageDriver:
         self.master = os.environ.get(RUN_MASTER_ENV)  # set by a standalone pool's launcher
         self.executor_cores = int(pool.get("executor_cores", 1))
         self.spark = spark or self._session(pool)
+        if spark is not None and self.master:  # an adopted cluster spare holds no executor yet
+            self._take_executors()
+        if spark is None and self.dep.config.get("warm_up", True):  # a spare's session is warm already
+            self._warm_up()
         self.pause = BatchPause()
         self.injector = FaultInjector(self.sid, deployment_id, self.dep.role,
                                       fault_actions(self.spark, lambda: self.agent, self.pause, bool(self.master)),
@@ -115,6 +119,26 @@ class StageDriver:
             log.info("action=executors %s", scale_to(spark.sparkContext, self.dep.cores // self.executor_cores,
                                                      settle=True))
         return spark
+
+    def _take_executors(self) -> None:
+        from spark_apps.executors import scale_to
+
+        log.info("action=executors %s (a warm spare adopted)",
+                 scale_to(self.spark.sparkContext, self.dep.cores // self.executor_cores))
+
+    def _warm_up(self) -> None:
+        """The stage's query once over a sample before the real one starts, so that its first batch
+        is not the one that pays for class loading, code generation and the Python workers' start
+        (docs/reconfiguration.md, "Cold starts"). Best effort: a failed warm-up only costs time."""
+        from spark_apps.stage import warm_up
+
+        started = time.monotonic()
+        try:
+            lines = warm_up(self.spark, self.stage, self.dep.cores, self.dep.state_partitions)
+        except Exception as e:
+            log.warning("action=warm-up failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
+            return
+        log.info("action=warm-up took %.1fs on %d sample lines", time.monotonic() - started, lines)
 
     def _agent(self) -> StageAgent:
         handlers = {"repartition": lambda args: self.in_driver(args),
@@ -234,12 +258,18 @@ def main(argv: list[str] | None = None) -> int:
                                                          "deployment id")
     p.add_argument("--cores", type=int, default=1, help="with --standby: local[cores]")
     p.add_argument("--ready-file", help="with --standby: touched once the session is up")
+    p.add_argument("--executor-cores", type=int, help="with --standby on a cluster pool ($%s): the pool's executor "
+                                                      "size" % RUN_MASTER_ENV)
+    p.add_argument("--executor-memory", default="1g", help="with --standby on a cluster pool: executor memory")
     p.add_argument("--stop-deadline-s", type=float, default=30.0,
                    help="how long a stop waits for the running batch before interrupting it")
     args = p.parse_args(argv)
     if args.standby:
+        master = os.environ.get(RUN_MASTER_ENV)
+        cluster = dict(master=master, executor_cores=args.executor_cores or 1,
+                       executor_memory=args.executor_memory) if master else None
         return standby(args.standby, args.cores, args.ready_file,
-                       lambda dep_id, spark: run(dep_id, args.stop_deadline_s, spark=spark))
+                       lambda dep_id, spark: run(dep_id, args.stop_deadline_s, spark=spark), cluster=cluster)
     if args.deployment_id is None:
         p.error("--deployment-id is required (or --standby)")
     started = time.monotonic()

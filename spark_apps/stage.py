@@ -33,9 +33,11 @@ JAVA_OPTIONS_ENV = "STREAMOPS_SPARK_JAVA_OPTIONS"
 
 
 def session_conf(cores: int, state_partitions: int, master: str | None = None, executor_cores: int = 1,
-                 executor_memory: str = "1g", max_cores: int | None = None) -> dict[str, str]:
+                 executor_memory: str = "1g", max_cores: int | None = None,
+                 initial_executors: int | None = None) -> dict[str, str]:
     """The driver's Spark conf: `local[cores]`, or on a standalone cluster (`master`) up to
-    `max_cores` in executors of `executor_cores`, the count set by `executors.scale_to`."""
+    `max_cores` in executors of `executor_cores`, the count set by `executors.scale_to`; it
+    registers with `initial_executors` (default: the `cores` admitted; a warm spare's 0)."""
     conf = {
         "spark.master": f"local[{cores}]",
         # Offline state repartition (spark._streamingCheckpointManager) needs RocksDB state.
@@ -74,7 +76,8 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
             "spark.dynamicAllocation.enabled": "true",
             "spark.dynamicAllocation.shuffleTracking.enabled": "true",  # no external shuffle service
             "spark.dynamicAllocation.minExecutors": "0",
-            "spark.dynamicAllocation.initialExecutors": str(max(1, cores // executor_cores)),
+            "spark.dynamicAllocation.initialExecutors": str(
+                max(1, cores // executor_cores) if initial_executors is None else initial_executors),
             "spark.dynamicAllocation.maxExecutors": str(max(1, (max_cores or cores) // executor_cores)),
             # Executors start Python workers in their own work directory: this venv's interpreter,
             # with streamops and spark_apps importable.
@@ -112,25 +115,52 @@ def stop_allocation_manager(spark: SparkSession) -> bool:
 
 
 def _discard(df, batch_id: int) -> None:
-    df.count()
+    # The sink's path without its writes: Python workers fork for foreachPartition and import
+    # the database driver, as the real sink's do.
+    df.foreachPartition(_consume)
 
 
-def warm_up(spark: SparkSession, stage: Stage, cores: int, partitions: int, sample_lines: int = 50) -> int:
-    """Run the stage's own query once over a few lines of its input into no sink, with a
-    throwaway checkpoint: class loading, code generation (cached by code), the state store and the
-    Python workers are then warm for the real first batch. Returns the lines used (0: none yet)."""
-    import shutil
-    import tempfile
+def _consume(rows) -> None:
+    import psycopg2  # noqa: F401 - the sink's import, once per Python worker
+
+    for _ in rows:
+        pass
+
+
+def warm_up_sample(stage: Stage, sample_lines: int = 400) -> list[str]:
+    """The newest lines of the stage's input, or, before any input has come, a synthetic sample of
+    its record kind (the generator's): a stage started ahead of its producers warms up too."""
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    from streamops.generator import records
 
     files = sorted((p for p in resolve_path(stage.source.path).glob("*") if p.is_file() and not p.name.startswith(".")),
                    key=lambda p: p.stat().st_mtime)[-3:]
     lines = [ln for p in files for ln in p.read_text(errors="replace").splitlines()][:sample_lines]
-    if not lines:
-        return 0
+    if lines:
+        return lines
+    now = datetime.now(timezone.utc)
+    sample = records.make_records(stage.input_kind, sample_lines, rng=random.Random(0), start_seq=0, run="warm-up",
+                                  ts_from=now - timedelta(minutes=1), ts_to=now)
+    return [records.dumps(r) for r in sample]
+
+
+def warm_up(spark: SparkSession, stage: Stage, cores: int, partitions: int, sample_lines: int = 400) -> int:
+    """Run the stage's own query once over a sample of its input (`warm_up_sample`) into no sink,
+    with a throwaway checkpoint: class loading, code generation (cached by code), the state store
+    library and the Python workers are then warm for the real first batch, on every executor the
+    sample's tasks reach (a file per core). Returns the lines used."""
+    import shutil
+    import tempfile
+
+    lines = warm_up_sample(stage, sample_lines)
     tmp = Path(tempfile.mkdtemp(prefix="streamops-warmup-"))
     try:
         (tmp / "in").mkdir()
-        (tmp / "in" / "sample.json").write_text("\n".join(lines) + "\n")
+        step = -(-len(lines) // max(1, cores))
+        for i in range(0, len(lines), step):
+            (tmp / "in" / f"sample-{i:04d}.json").write_text("\n".join(lines[i:i + step]) + "\n")
         ctx = StageContext(stage_id="warm-up", deployment_id=None, cores=cores, state_partitions=partitions,
                            trigger_interval_ms=stage.trigger_interval_ms)
         q = start_query("main", spark, stage, ctx, tmp / "in", tmp / "ckpt", available_now=True, discard=True)

@@ -654,7 +654,10 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
 @app.command()
 def bench(what: str = typer.Argument("all", help="policies | suite | scale | reconfig | reporting | sink | ha | "
                                                   "soak | all (soak is not in all: it takes an hour)"),
-          quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only")) -> None:
+          quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only"),
+          cluster: bool = typer.Option(False, help="reconfig and ha on the embedded Spark cluster: live and "
+                                                   "in-driver changes, first batches, executor kills, MTTR on "
+                                                   "a cluster pool")) -> None:
     """Benchmarks: the policy comparison in the simulator, the trace suite (tuned on training
     seeds, reported on test seeds), one control cycle over 10 000 stages
     in PostgreSQL, reconfiguration downtime per mechanism and state size, the sink's staged
@@ -671,6 +674,9 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
                "ha": ["bench/ha.py"] + (["--quick"] if quick else []),
                "suite": ["bench/suite.py"] + (["--quick"] if quick else []),
                "soak": ["bench/soak.py"] + (["--minutes", "5", "--fault-every", "40"] if quick else [])}
+    if cluster:
+        scripts["reconfig"].append("--cluster")
+        scripts["ha"].append("--cluster")
     if what not in (*scripts, "all"):
         _fail(f"unknown benchmark {what!r}; choose {', '.join(scripts)} or all", 2)
     for name, cmd in scripts.items():

@@ -94,6 +94,13 @@ def test_pause_resume_scale_out_with_repartition_loses_and_doubles_nothing(clean
         dep = conn.execute(text("SELECT * FROM deployments WHERE stage_id = 'rc.pr' ORDER BY id DESC LIMIT 1")).one()
     assert (dep.cores, dep.state_partitions) == (2, 4)
     assert checkpoint.state_partitions(dep.checkpoint) == 4, "the state was repartitioned offline"
+    # The first start warms up on a sample; the restart does not: its output gap is measured, and
+    # the warm-up takes longer than the cold batch it saves (docs/reconfiguration.md, Cold starts).
+    with clean_db.connect() as conn:
+        first_log = conn.execute(text("SELECT log_path FROM deployments WHERE stage_id = 'rc.pr' ORDER BY id LIMIT 1"))\
+            .scalar_one()
+    assert "action=warm-up took" in Path(first_log).read_text()
+    assert "action=warm-up" not in Path(dep.log_path).read_text()
     stages.stop_stage("rc.pr", reg, deadline_s=30)
 
 

@@ -12,3 +12,28 @@ def test_java_options_reach_the_driver_and_its_executors_and_nothing_is_added_wi
     assert conf["spark.executor.extraJavaOptions"] == conf["spark.driver.extraJavaOptions"]
     monkeypatch.setenv(JAVA_OPTIONS_ENV, "")
     assert not {k for k in session_conf(2, 4) if k.endswith("extraJavaOptions")}
+
+
+def test_a_cluster_driver_registers_with_its_admitted_executors_and_a_warm_spare_with_none():
+    conf = session_conf(2, 4, master="spark://10.0.0.1:7077", max_cores=2)
+    assert (conf["spark.dynamicAllocation.initialExecutors"], conf["spark.driver.host"]) == ("2", "127.0.0.1")
+    spare = session_conf(2, 4, master="spark://10.0.0.1:7077", max_cores=2, initial_executors=0)
+    assert spare["spark.dynamicAllocation.initialExecutors"] == "0"
+
+
+def test_the_warm_up_samples_the_newest_input_or_else_makes_records_of_the_stage_s_kind(monkeypatch, tmp_path):
+    """A stage started before its producers still warms up (issue 28 item 1): on a synthetic
+    sample of valid records of its input kind, the same that the generator writes."""
+    from spark_apps.stage import warm_up_sample
+    from streamops import registry
+    from streamops.generator import records
+
+    monkeypatch.setenv("STREAMOPS_HOME", str(tmp_path))
+    stage = registry.Stage.model_validate({
+        "workload": "taxi_top10", "source": {"kind": "files", "path": "in"}, "cores": {"initial": 1, "max": 1},
+        "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p", "policy": {"kind": "edf"}})
+    lines = warm_up_sample(stage, 40)
+    assert len(lines) == 40 and all(records.parse_valid("taxi", line) is not None for line in lines)
+    (tmp_path / "data" / "in").mkdir(parents=True)
+    (tmp_path / "data" / "in" / "part-1.json").write_text("a\nb\n")
+    assert warm_up_sample(stage, 40) == ["a", "b"], "real input, when there is some, is the sample"

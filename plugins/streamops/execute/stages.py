@@ -125,11 +125,15 @@ def start_stage(
     reconfiguration_id: int | None = None,
     fault: str | None = None,
     spare=None,
+    warm_up: bool = True,
 ) -> StartResult:
     """Start a run of the stage. Unset cores/pool/checkpoint keep the latest run's; unset
     partitions keep the checkpoint's (the driver repartitions the state offline when they
-    differ). A `secondary` run (active backup) runs beside the primary. `spare` (a warm driver
-    of a local pool, launcher.Spare) runs it instead of a new process when its cores match."""
+    differ). A `secondary` run (active backup) runs beside the primary. `spare` (a warm driver,
+    launcher.Spare) runs it instead of a new process when its cores and launcher match.
+    `warm_up`: the driver runs the stage's query once over a sample before the real one, so its
+    first batch is not cold; a restart whose output gap is measured (a recovery, a pause-resume)
+    skips it, since the warm-up takes longer than the cold first batch it saves."""
     from streamops.execute import checkpoint
 
     reg = reg or registry.load()
@@ -155,6 +159,7 @@ def start_stage(
                                                        "pool": pool.model_dump(mode="json"),
                                                        "reconfiguration_id": reconfiguration_id, "fault": fault,
                                                        "speculation": _speculation(sid, st, pool),
+                                                       "warm_up": warm_up,
                                                        "operator_manager": OPERATOR_MANAGER})
     if adm.live is not None:
         return StartResult(sid, adm.live.id, adm.live.pid, True, adm.live.log_path)
@@ -165,7 +170,7 @@ def start_stage(
 
     env = {"STREAMOPS_DATABASE_URL": db.database_url()}
     try:
-        if spare is not None and spare.ready and spare.cores == cores and pool.kind == "local":
+        if spare is not None and spare.ready and spare.cores == cores and launcher_for(spare.master) is launcher:
             launched = launcher.adopt(spare, dep_id)
             log.info("stage %s: deployment %d handed to the warm spare pid %s", sid, dep_id, launched.pid)
         else:

@@ -189,7 +189,8 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     why = None
     try:
         if f.role == "primary":
-            res = stages.start_stage(f.stage_id, reg, wait_s=min(wait_s, 240), progress=progress, spare=spare)
+            res = stages.start_stage(f.stage_id, reg, wait_s=min(wait_s, 240), progress=progress, spare=spare,
+                                     warm_up=False)
         else:
             res = replicas.start_replica(f.stage_id, f.role, reg, wait_s=min(wait_s, 240), progress=progress,
                                          spare=spare)

@@ -232,7 +232,8 @@ def restore_previous(ex: Execution, reason: str) -> None:
     if ex.rollback_copy is not None and ex.rollback_copy.exists():
         checkpoint.restore(ex.rollback_copy, Path(old.checkpoint))
     res = stages.start_stage(ex.stage_id, ex.reg, cores=old.cores, state_partitions=old.state_partitions,
-                             pool=old.pool, checkpoint_path=old.checkpoint, wait_s=ex.deadlines.first_batch_s)
+                             pool=old.pool, checkpoint_path=old.checkpoint, wait_s=ex.deadlines.first_batch_s,
+                             warm_up=False)
     why_not = wait_first_batch(ex, res.deployment_id, stamp=False)
     if why_not:
         raise RuntimeError(f"the restored configuration does not run either: {why_not}")

@@ -38,7 +38,7 @@ class PauseResume:
             ex.rollback_copy = checkpoint.copy_stopped(ckpt, ckpt.with_name(f"{ckpt.name}.rollback-{r.id}"))
         res = stages.start_stage(
             ex.stage_id, ex.reg, cores=r.target_cores, state_partitions=target_partitions(ex, old), pool=r.target_pool,
-            wait_s=ex.deadlines.first_batch_s, reconfiguration_id=r.id, fault=ex.fault,
+            wait_s=ex.deadlines.first_batch_s, reconfiguration_id=r.id, fault=ex.fault, warm_up=False,
         )
         ex.new_deployment_id = res.deployment_id
         rstore.link(r.id, old_deployment_id=old.id, new_deployment_id=res.deployment_id)

@@ -29,7 +29,7 @@ class Prestaged:
         stop_primary(ex)
         res = stages.start_stage(ex.stage_id, ex.reg, cores=r.target_cores, state_partitions=staged.partitions,
                                  pool=r.target_pool, checkpoint_path=staged.path, wait_s=ex.deadlines.first_batch_s,
-                                 reconfiguration_id=r.id, fault=ex.fault)
+                                 reconfiguration_id=r.id, fault=ex.fault, warm_up=False)
         release(ex.stage_id, ex.reg, status="used")
         ex.new_deployment_id = res.deployment_id
         rstore.link(r.id, new_deployment_id=res.deployment_id)
