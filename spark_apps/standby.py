@@ -15,28 +15,43 @@ from streamops.store import ledger
 log = logging.getLogger("streamops.run_stage")
 
 
-def standby(stage_id: str, cores: int, ready_file: str, run: Callable[[int, Any], int]) -> int:
+def standby(stage_id: str, cores: int, ready_file: str, run: Callable[[int, Any], int],
+            cluster: dict[str, Any] | None = None) -> int:
     """Build the session and run the stage's query once over a sample of its input into no sink
     (stage.warm_up), then wait on stdin for the deployment to run (the supervisor's failover) and
-    `run(deployment_id, spark)` it; end quietly if stdin closes."""
+    `run(deployment_id, spark)` it; end quietly if stdin closes.
+
+    `cluster` (a cluster pool: master, executor_cores, executor_memory): the session registers
+    with the master and warms up on one executor it borrows only if one comes within
+    BORROW_S (a free core), then gives it back, so the spare holds no core while it waits. The
+    driver side (JVM, session, planning, the driver's code generation) is then warm; the
+    executors the run asks for at adoption are new JVMs."""
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format=f"%(asctime)s %(levelname)s [stage={stage_id} standby] %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     from spark_apps.stage import build_session, warm_up
 
     started = time.monotonic()
-    spark = build_session(f"streamops:{stage_id}", cores, 2)
     row = ledger.stage_row(stage_id)
-    sampled = 0
-    if row is not None:
-        stage = Stage.model_validate(row.spec)
+    stage = Stage.model_validate(row.spec) if row is not None else None
+    partitions = row.state_partitions if row is not None else 2
+    if cluster:
+        spark = build_session(f"streamops:{stage_id}:standby", cores, partitions, initial_executors=0,
+                              max_cores=max(cores, stage.cores.max if stage else cores), **cluster)
+    else:
+        spark = build_session(f"streamops:{stage_id}", cores, partitions)
+    sampled, where = 0, f"local[{cores}]"
+    if stage is not None:
         try:
-            sampled = warm_up(spark, stage, cores, row.state_partitions)
+            if cluster:
+                sampled, where = _warm_up_on_a_borrowed_executor(spark, stage, cores, partitions)
+            else:
+                sampled = warm_up(spark, stage, cores, partitions)
         except Exception as e:  # a warm-up is an optimisation: the spare still saves the JVM start
             log.warning("action=standby warm-up failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
     Path(ready_file).touch()
-    log.info("action=standby ready in %.1fs (local[%d], warm-up on %d input lines)", time.monotonic() - started,
-             cores, sampled)
+    log.info("action=standby ready in %.1fs (%s, warm-up on %d input lines)", time.monotonic() - started,
+             where, sampled)
     line = sys.stdin.readline().strip()
     if not line:
         log.info("action=standby released")
@@ -45,3 +60,21 @@ def standby(stage_id: str, cores: int, ready_file: str, run: Callable[[int, Any]
     for h in logging.getLogger().handlers[:]:  # the run logs with the deployment in each line
         logging.getLogger().removeHandler(h)
     return run(int(line), spark)
+
+
+BORROW_S = 20.0  # how long a cluster spare waits for a free core to warm up on
+
+
+def _warm_up_on_a_borrowed_executor(spark, stage: Stage, cores: int, partitions: int) -> tuple[int, str]:
+    from spark_apps.executors import executor_ids, request_total, scale_to
+    from spark_apps.stage import warm_up
+    from streamops.waiting import wait_until
+
+    sc = spark.sparkContext
+    request_total(sc, 1)
+    try:
+        if not wait_until(lambda: len(executor_ids(sc)) >= 1, BORROW_S, interval_s=0.2):
+            return 0, f"cluster, no free core within {BORROW_S:.0f}s: driver not warmed up"
+        return warm_up(spark, stage, cores, partitions), "cluster, warmed up on a borrowed executor"
+    finally:
+        scale_to(sc, 0, timeout_s=30)

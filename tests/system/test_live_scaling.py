@@ -163,8 +163,8 @@ def test_a_killed_worker_is_restarted_by_the_watchdog_and_the_stage_loses_nothin
 
 def _failures(engine, sid: str):
     with engine.connect() as conn:
-        return conn.execute(text("SELECT kind, status, mttr_ms, deployment_id FROM failures WHERE stage_id = :s "
-                                 "ORDER BY id"), {"s": sid}).all()
+        return conn.execute(text("SELECT kind, status, mttr_ms, downtime_ms, deployment_id, recovery_deployment_id "
+                                 "FROM failures WHERE stage_id = :s ORDER BY id"), {"s": sid}).all()
 
 
 @pytest.mark.chaos
@@ -283,3 +283,37 @@ def test_ten_random_live_and_in_driver_changes_in_a_row_lose_nothing(clean_db, s
         settle_and_compare(clean_db, feeder, sid, workload, params)
     assert {m for m, *_ in done} == {"live", "in_driver"}
     stages.stop_stage(sid, reg, deadline_s=30)
+
+
+def test_a_killed_cluster_driver_is_handed_to_a_standby_that_held_no_executor(clean_db, spark_standalone):
+    """Issue 28 item 2: on a cluster pool the supervisor keeps a warm spare too, a driver registered
+    with the master that holds no executor while it waits (its warm-up borrowed one and gave it
+    back). kill -9 of the driver's process group: the spare is adopted, asks for the run's
+    executor, and the sink equals the ground truth."""
+    from streamops.execute import supervisor
+
+    reg = _registry("sb")
+    with Feeder("rc/sb", seed=47) as feeder:
+        first = stages.start_stage("rc.sb", reg, wait_s=180)
+        sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120))
+        try:
+            eventually(lambda: _commits(clean_db, "rc.sb") >= 2, 120, "two committed batches")
+            spare_pid = eventually(lambda: sup.spare_ready("rc.sb"), 180, "a warm spare on the cluster pool")
+            c = spark_cluster.load_record()
+            standby = [a for a in spark_cluster.master_state(c)["activeapps"] if a["name"].endswith(":standby")]
+            assert [a["cores"] for a in standby] == [0], "the spare holds no core while it waits"
+            os.killpg(first.pid, signal.SIGKILL)
+            f = eventually(lambda: [x for x in _failures(clean_db, "rc.sb") if x.status == "recovered"], 150,
+                           "the supervisor to recover the stage")[0]
+            print(f"cluster-pool MTTR through the spare {f.mttr_ms / 1000:.1f}s, "
+                  f"output gap {f.downtime_ms / 1000:.1f}s")
+            with clean_db.connect() as conn:
+                run = conn.execute(text("SELECT pid, driver_id, status FROM deployments WHERE id = :i"),
+                                   {"i": f.recovery_deployment_id}).one()
+            assert run.pid == spare_pid and run.status == "running", "the restart went to the spare"
+            eventually(lambda: _app_cores(run.driver_id) == 1, 60, "the adopted spare's executor")
+            _settle_and_compare(clean_db, feeder, "rc.sb")
+        finally:
+            stop.set()
+            thread.join(120)
+    stages.stop_stage("rc.sb", reg, deadline_s=30)

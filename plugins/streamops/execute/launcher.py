@@ -38,7 +38,9 @@ class Launcher(Protocol):
 class Spare:
     """A warm driver: JVM, SparkSession and Python workers up, no query, waiting on its stdin for
     the deployment it is to run. It is the difference between a failover in seconds and a new
-    JVM's start (10–40 s on this machine under load). It exits if its owner goes away."""
+    JVM's start (10–40 s on this machine under load). It exits if its owner goes away. On a
+    cluster pool it is registered with the master and holds no executor while it waits: it asks
+    for the run's executors when it is adopted."""
 
     stage_id: str
     cores: int
@@ -46,6 +48,7 @@ class Spare:
     log_path: str
     ready_file: Path
     adopted: bool = False  # handed a deployment: it is a driver now, not a spare
+    master: str = "local"  # its launcher's: a spare runs only a run that launcher would start
 
     @property
     def ready(self) -> bool:
@@ -92,19 +95,22 @@ class LocalProcessLauncher:
         self._children[proc.pid] = proc
         return Launched(pid=proc.pid, driver_id=None, log_path=str(log_path))
 
-    def spawn_spare(self, stage_id: str, cores: int, env: dict[str, str]) -> Spare:
-        """A warm `local[cores]` driver for `stage_id` (local pools only: on a cluster a spare
-        would hold executors)."""
+    def spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], pool: dict | None = None) -> Spare:
+        """A warm `local[cores]` driver for `stage_id`."""
+        return self._spawn_spare(stage_id, cores, env, [], "local")
+
+    def _spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], args: list[str], master: str) -> Spare:
         n = len(self._children)
         log_path = state_dir() / "logs" / f"{stage_id}-spare-{os.getpid()}-{n}.log"
         ready = state_dir() / "run" / f"{stage_id}-spare-{os.getpid()}-{n}.ready"
         ready.unlink(missing_ok=True)
         child_env = driver_env(env)
         proc = processes.spawn_detached(
-            [sys.executable, str(RUN_STAGE), "--standby", stage_id, "--cores", str(cores), "--ready-file", str(ready)],
+            [sys.executable, str(RUN_STAGE), "--standby", stage_id, "--cores", str(cores), "--ready-file", str(ready),
+             *args],
             log_path=log_path, env=child_env, cwd=str(REPO_ROOT), stdin_pipe=True)
         self._children[proc.pid] = proc
-        return Spare(stage_id, cores, proc, str(log_path), ready)
+        return Spare(stage_id, cores, proc, str(log_path), ready, master=master)
 
     @staticmethod
     def adopt(spare: Spare, deployment_id: int) -> Launched:
@@ -170,13 +176,26 @@ class StandaloneLauncher(LocalProcessLauncher):
         return spark_cluster.master_url() if self.master == "embedded" else self.master
 
     def launch(self, deployment_id: int, stage_id: str, env: dict[str, str]) -> Launched:
+        return super().launch(deployment_id, stage_id, {**env, **self._cluster_env()})
+
+    def _cluster_env(self) -> dict[str, str]:
         from streamops import spark_cluster
 
         # The embedded cluster's drivers authenticate with its secret (SPARK_CONF_DIR); another
         # cluster's come from the launcher's own SPARK_CONF_DIR, if any (docker/spark-auth.sh).
         embedded = self.master == "embedded" and not os.environ.get(spark_cluster.ENV_MASTER)
         auth = spark_cluster.client_env() if embedded else {}
-        return super().launch(deployment_id, stage_id, {**env, **auth, spark_cluster.RUN_MASTER_ENV: self.master_url()})
+        return {**auth, spark_cluster.RUN_MASTER_ENV: self.master_url()}
+
+    def spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], pool: dict | None = None) -> Spare:
+        """A warm client-mode driver of this cluster for `stage_id`: registered with the master,
+        its session and the stage's query warmed up on one borrowed executor (when a core is
+        free), then holding none; adopted, it asks for the run's executors (`pool`: the run's
+        executor size)."""
+        pool = pool or {}
+        args = ["--executor-cores", str(pool.get("executor_cores", 1)),
+                "--executor-memory", str(pool.get("executor_memory", "1g"))]
+        return self._spawn_spare(stage_id, cores, {**env, **self._cluster_env()}, args, self.master)
 
 
 _LAUNCHERS: dict[str, Launcher] = {}

@@ -10,12 +10,14 @@ failed stages restart in parallel. The `failures` row it writes wakes the `strea
 DAG through its asset watcher, which is the visible record and the second line: if the
 supervisor is down, the DAG's own sweep recovers the stage.
 
-Warm spares (`warm_spares`, local pools): for each running stage it keeps one driver process
-with its JVM, SparkSession and Python workers already up and no query. A failed run's restart
-is handed to it, so the failover does not wait for a new JVM (15–40 s on this machine under
-load): it is bounded by the poll (≤ 0.5 s), the ledger's admission, the queries' start and the
-first batch, which replays what the dead run had not committed. A new spare is built once the
-stage has recovered. See docs/ha.md for the measured figures.
+Warm spares (`warm_spares`): for each running stage it keeps one driver process with its JVM,
+SparkSession and Python workers already up and no query. A failed run's restart is handed to
+it, so the failover does not wait for a new JVM (15–40 s on this machine under load): it is
+bounded by the poll (≤ 0.5 s), the ledger's admission, the queries' start and the first batch,
+which replays what the dead run had not committed. On a cluster pool the spare is registered
+with the master and holds no executor until it is adopted; it then asks for the run's (new
+executor JVMs). A new spare is built once the stage has recovered. See docs/ha.md for the
+measured figures.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class SupervisorOptions:
     wait_s: float = 120.0  # for the restarted run's first output
     housekeeping_s: float = 5.0  # dead Spark workers, replicas to start or stop, spares to build
     warm_spares: bool = True
-    spare_after_s: float = 20.0  # after a recovery, before building the next spare (not during catch-up)
+    spare_after_s: float = 20.0  # after a start or a recovery, before building a spare (not during catch-up)
     slow_poll_s: float = 5.0  # a poll slower than this: the database stalled (its beats did too)
 
 
@@ -118,7 +120,7 @@ class Supervisor:
                                        progress=self.progress, detected_by="supervisor", spare=spare)
             finally:
                 if spare is not None and not spare.adopted:  # cores differed, the replica is no longer
-                    self._local().discard(spare)             # wanted, the restart failed: not a leaked JVM
+                    self._discard(spare)                     # wanted, the restart failed: not a leaked JVM
         self._quiet_until = time.monotonic() + self.opts.spare_after_s
         self.recoveries.append(rec)
         return rec
@@ -133,31 +135,36 @@ class Supervisor:
         with self._spares_lock:
             spare = self._spares.pop(sid, None)
         if spare is not None and not spare.ready:
-            self._local().discard(spare)
+            self._discard(spare)
             return None
         return spare
 
     @staticmethod
-    def _local() -> LocalProcessLauncher:
-        return launcher_for("local")  # type: ignore[return-value]
+    def _discard(spare: Spare) -> None:
+        launcher: LocalProcessLauncher = launcher_for(spare.master)  # type: ignore[assignment]
+        launcher.discard(spare)
 
     def keep_spares(self) -> None:
-        """One ready spare per running stage of a local pool, with its primary's cores; at most
-        one built per pass, none while a stage catches up after a recovery."""
-        wanted = {r.stage_id: r.cores for r in db.rows("spares_wanted")}
+        """One ready spare per running stage, with its primary's cores and pool; at most one
+        built per pass, none while a stage catches up after a recovery."""
+        wanted = {r.stage_id: r for r in db.rows("spares_wanted", settle_s=self.opts.spare_after_s)}
         with self._spares_lock:
             for sid, spare in list(self._spares.items()):
-                if wanted.get(sid) != spare.cores or spare.proc.poll() is not None:
+                w = wanted.get(sid)
+                if (w is None or w.cores != spare.cores or launcher_for(w.master) is not launcher_for(spare.master)
+                        or spare.proc.poll() is not None):
                     self._spares.pop(sid)
-                    self._local().discard(spare)
-            missing = [sid for sid in wanted if sid not in self._spares]
+                    self._discard(spare)
+            missing = [sid for sid, w in wanted.items() if w.settled and sid not in self._spares]
         if missing and time.monotonic() >= self._quiet_until:
-            sid = missing[0]
-            spare = self._local().spawn_spare(sid, wanted[sid], {"STREAMOPS_DATABASE_URL": db.database_url()})
+            w = wanted[missing[0]]
+            launcher: LocalProcessLauncher = launcher_for(w.master)  # type: ignore[assignment]
+            spare = launcher.spawn_spare(w.stage_id, w.cores, {"STREAMOPS_DATABASE_URL": db.database_url()},
+                                         pool=w.pool)
             with self._spares_lock:
-                self._spares[sid] = spare
-            log.info("stage %s: action=spare building a warm driver (pid %d, local[%d])", sid, spare.proc.pid,
-                     spare.cores)
+                self._spares[w.stage_id] = spare
+            log.info("stage %s: action=spare building a warm driver (pid %d, %d cores, %s)", w.stage_id,
+                     spare.proc.pid, spare.cores, w.master)
 
     def spare_ready(self, sid: str) -> int | None:
         """The pid of the stage's ready spare, if it has one."""
@@ -169,7 +176,7 @@ class Supervisor:
         with self._spares_lock:
             spares, self._spares = list(self._spares.values()), {}
         for spare in spares:
-            self._local().discard(spare)
+            self._discard(spare)
 
     def housekeeping(self) -> None:
         watchdog.close_late_failures(self.progress)
