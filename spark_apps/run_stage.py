@@ -18,6 +18,7 @@ import pkgutil
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -86,6 +87,9 @@ class StageDriver:
         if spark is None and self.dep.config.get("warm_up", True):  # a spare's session is warm already
             self._warm_up()
         self.pause = BatchPause()
+        # The quarantine query's first batch waits for the main query's first commit: on a cold
+        # executor the two first batches would otherwise share its cores (docs/reconfiguration.md).
+        self.main_committed = threading.Event()
         self.injector = FaultInjector(self.sid, deployment_id, self.dep.role,
                                       fault_actions(self.spark, lambda: self.agent, self.pause, bool(self.master)),
                                       schedule=self.stage.faults)
@@ -171,9 +175,11 @@ class StageDriver:
 
         return start_query(which, self.spark, self.stage, self.agent.ctx, self.input_dir, self.ckpt,
                            on_commit=self._on_commit, abort=self.agent.stop_requested,
-                           fault=self.dep.config.get("fault"), exclude_files=excluded, pause=self.pause.take)
+                           fault=self.dep.config.get("fault"), exclude_files=excluded, pause=self.pause.take,
+                           hold_until=self.main_committed if which == "quarantine" else None)
 
     def _on_commit(self, stats: SinkStats) -> None:
+        self.main_committed.set()
         self.agent.on_commit(stats)
         self.supervisor.on_commit(stats.batch_id)
 

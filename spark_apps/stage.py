@@ -170,6 +170,27 @@ def warm_up(spark: SparkSession, stage: Stage, cores: int, partitions: int, samp
     return len(lines)
 
 
+QUARANTINE_HOLD_TRIGGERS = 1
+
+
+def _held_first(sink, event: threading.Event, trigger_s: float, abort: threading.Event | None):
+    """The sink, whose first call waits for `event` (at most QUARANTINE_HOLD_TRIGGERS trigger
+    intervals, and not past a stop request): the batch's plan is made, its work and writes come
+    after."""
+    held = {"done": False}
+
+    def hold(df, batch_id: int) -> None:
+        if not held["done"]:
+            held["done"] = True
+            deadline = time.monotonic() + QUARANTINE_HOLD_TRIGGERS * trigger_s
+            while not event.wait(0.2) and not (abort is not None and abort.is_set()) \
+                    and time.monotonic() < deadline:
+                pass
+        sink(df, batch_id)
+
+    return hold
+
+
 def _paused(sink, pause: Callable[[], float]):
     def paused(df, batch_id: int) -> None:
         pause()
@@ -297,12 +318,16 @@ def start_query(
     exclude_files: list[str] | None = None,
     pause: Callable[[], float] | None = None,
     discard: bool = False,
+    hold_until: threading.Event | None = None,
 ) -> StreamingQuery:
     """Start one of the stage's queries: `main` (parse → workload → idempotent sink) or
     `quarantine` (the lines that are not records → `quarantine`). `available_now` drains the
     input and stops (tests). `once` runs a single batch and stops: after an interrupted stop,
     that batch is the pending one (offsets/N without commits/N). `abort` (the agent's stop
-    request) cuts short the sinks' retries while the database is away."""
+    request) cuts short the sinks' retries while the database is away. `hold_until` (the
+    quarantine query): its first batch waits for that event (the main query's first commit), at
+    most QUARANTINE_HOLD_TRIGGERS of its own trigger intervals, so that the two first batches of
+    a run do not share a cold executor's cores."""
     workload = WORKLOADS[stage.workload]
     spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
     Path(input_dir).mkdir(parents=True, exist_ok=True)
@@ -324,11 +349,13 @@ def start_query(
         # The side query runs less often: its lines wait (nothing downstream waits for them), and
         # on one core its batches would otherwise take turns with every batch of the main query.
         side = ctx.trigger_interval_ms * QUARANTINE_TRIGGER_FACTOR
+        quarantine = QuarantineSink(ctx.stage_id, ctx.deployment_id, abort)
         return trigger(
             records.where(F.col("reason").isNotNull())
             .select("source_file", "raw", "reason_kind", "reason")
             .writeStream.queryName(f"{ctx.stage_id}#quarantine")
-            .foreachBatch(QuarantineSink(ctx.stage_id, ctx.deployment_id, abort))
+            .foreachBatch(quarantine if hold_until is None else
+                          _held_first(quarantine, hold_until, side / 1000, abort))
             .option("checkpointLocation", str(query_checkpoint(which, checkpoint))),
             side,
         ).start()

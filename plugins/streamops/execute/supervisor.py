@@ -146,7 +146,7 @@ class Supervisor:
 
     def keep_spares(self) -> None:
         """One ready spare per running stage, with its primary's cores and pool; at most one
-        built per pass, none while a stage catches up after a recovery."""
+        built per pass, none while a recovery runs or a stage catches up after one."""
         wanted = {r.stage_id: r for r in db.rows("spares_wanted", settle_s=self.opts.spare_after_s)}
         with self._spares_lock:
             for sid, spare in list(self._spares.items()):
@@ -156,7 +156,9 @@ class Supervisor:
                     self._spares.pop(sid)
                     self._discard(spare)
             missing = [sid for sid, w in wanted.items() if w.settled and sid not in self._spares]
-        if missing and time.monotonic() >= self._quiet_until:
+        recovering = any(not fut.done() for fut in list(self._busy.values()))
+        # Not while a recovery runs: a spare's JVM and warm-up beside it slowed one from 12 s to 22 s.
+        if missing and not recovering and time.monotonic() >= self._quiet_until:
             w = wanted[missing[0]]
             launcher: LocalProcessLauncher = launcher_for(w.master)  # type: ignore[assignment]
             spare = launcher.spawn_spare(w.stage_id, w.cores, {"STREAMOPS_DATABASE_URL": db.database_url()},
