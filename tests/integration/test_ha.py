@@ -18,6 +18,7 @@ from streamops import generator, registry
 from streamops.execute import replicas, stages, supervisor
 from tests import oracles
 from tests.integration.test_e2e_stage import eventually
+from tests.integration.test_reconfigure import Feeder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
@@ -79,27 +80,28 @@ def supervised():
 
 def test_the_supervisor_hands_a_killed_driver_to_a_warm_spare_and_nothing_is_lost(clean_db, supervised):
     reg = _registry()
-    inputs = registry.resolve_path("ha/in")
-    generator.generate(inputs, "web", "constant:rate=150", seed=3, duration_s=40, realtime=False)
-    want = oracles.expected("wordcount", generator.read_valid_records(inputs))
+    # A realtime feed that runs on through the crash: the spare is built only once the run has been
+    # running for a while, and the crash must land mid-stream.
+    with Feeder("ha/in", seed=3) as feeder:
+        first = stages.start_stage("ha.s", reg)
+        sup = supervised(reg)
+        eventually(lambda: _commits_by(clean_db, first.deployment_id) >= 3, 120, "three committed batches")
+        spare_pid = eventually(lambda: sup.spare_ready("ha.s"), 180, "a warm spare driver")
+        _kill(first.pid)
 
-    first = stages.start_stage("ha.s", reg)
-    sup = supervised(reg)
-    eventually(lambda: _commits_by(clean_db, first.deployment_id) >= 3, 120, "three committed batches")
-    spare_pid = eventually(lambda: sup.spare_ready("ha.s"), 180, "a warm spare driver")
-    _kill(first.pid)
-    assert oracles.actual(clean_db, "ha.s", "wordcount") != want, "the crash must land mid-stream"
-
-    f = eventually(lambda: [x for x in _failures(clean_db, "ha.s") if x.status == "recovered"], 150,
-                   "the supervisor to recover the stage")[0]
-    assert f.kind == "dead_pid" and f.detected_by == "supervisor" and f.cause == "real", f
-    print(f"MTTR {f.mttr_ms / 1000:.1f}s, output gap {f.downtime_ms / 1000:.1f}s (a single run)")
-    assert f.deployment_id == first.deployment_id and f.recovery_deployment_id != first.deployment_id
-    assert _run(clean_db, f.recovery_deployment_id).pid == spare_pid, "the restart went to the warm spare"
-    assert f.mttr_ms is not None and f.mttr_ms > 0 and f.downtime_ms >= f.mttr_ms * 0.5, f
-    # Detection is one poll, not a schedule: the failure row is written within seconds of the kill.
-    assert (f.detected_at - f.failed_at).total_seconds() < 5, (f.detected_at, f.failed_at)
-    eventually(lambda: [r for r in sup.recoveries if r.status == "recovered"], 30, "the supervisor's own account")
+        f = eventually(lambda: [x for x in _failures(clean_db, "ha.s") if x.status == "recovered"], 150,
+                       "the supervisor to recover the stage")[0]
+        assert f.kind == "dead_pid" and f.detected_by == "supervisor" and f.cause == "real", f
+        print(f"MTTR {f.mttr_ms / 1000:.1f}s, output gap {f.downtime_ms / 1000:.1f}s (a single run)")
+        assert f.deployment_id == first.deployment_id and f.recovery_deployment_id != first.deployment_id
+        assert _run(clean_db, f.recovery_deployment_id).pid == spare_pid, "the restart went to the warm spare"
+        assert f.mttr_ms is not None and f.mttr_ms > 0 and f.downtime_ms >= f.mttr_ms * 0.5, f
+        # Detection is one poll, not a schedule: the failure row is written within seconds of the kill.
+        assert (f.detected_at - f.failed_at).total_seconds() < 5, (f.detected_at, f.failed_at)
+        eventually(lambda: [r for r in sup.recoveries if r.status == "recovered"], 30, "the supervisor's own account")
+        eventually(lambda: _commits_by(clean_db, f.recovery_deployment_id) >= 3, 120,
+                   "the stream going on after the crash")
+    want = oracles.expected("wordcount", generator.read_valid_records(feeder.out))
     eventually(lambda: oracles.actual(clean_db, "ha.s", "wordcount") == want, 180, "the sink to equal the ground truth")
     assert _run(clean_db, first.deployment_id).status == "failed"
     stages.stop_stage("ha.s", reg, deadline_s=30)
