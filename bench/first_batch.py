@@ -5,7 +5,7 @@
 One run: a new wordcount stage of the demo's shape (4 s trigger, 1 core of a 2-core pool of
 1-core executors) starts, with or without its warm-up (`stages.start_stage(warm_up=...)`); the
 realtime feed (200 rows/s) starts once the stage runs, as `make demo` does; after 10 batches
-that read input it scales out live to 2 cores and runs 6 batches more. From `stage_metrics`:
+that read input it scales out live to 2 cores and runs 5 batches more. From `stage_metrics`:
 
     start_ratio  = duration of the first batch with input / median of batches 4-10
     live_ratio   = duration of the first batch that started after the executors were ready /
@@ -26,11 +26,13 @@ from typing import Callable
 from streamops import generator, quality, registry
 from streamops.execute import reconfigure, stages
 from streamops.store import db
+from streamops.waiting import wait_until
 
 APP = "bench"
 TRIGGER_MS = 4000
 RATE = 200
-BATCHES_BEFORE, BATCHES_AFTER = 10, 6
+BATCHES_BEFORE = 10  # the first, then 3 to skip, then 7 for the steady median
+BATCHES_AFTER = 4  # after the first one past the scale-out: its steady median
 
 
 def _registry(stage: str, path: str) -> registry.Registry:
@@ -50,12 +52,8 @@ def _batches(dep_id: int) -> list:
 
 
 def _wait(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(1)
-    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+    if not wait_until(cond, timeout_s, interval_s=1.0):
+        raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 def one_run(i: int, warm: bool, say: Callable[[str], None]) -> dict:
@@ -88,9 +86,9 @@ def one_run(i: int, warm: bool, say: Callable[[str], None]) -> dict:
 
         def after():
             return [b for b in _batches(res.deployment_id) if b.ts >= ready]
-        _wait(lambda: len(after()) >= 1 + 4, 300, "batches after the scale-out")
+        _wait(lambda: len(after()) >= 1 + BATCHES_AFTER, 300, "batches after the scale-out")
         first, *rest = after()
-        steady2 = statistics.median(b.batch_duration_ms for b in rest[:4])
+        steady2 = statistics.median(b.batch_duration_ms for b in rest[:BATCHES_AFTER])
         sample.update(live_status="done", live_first_batch_ms=first.batch_duration_ms, live_steady_batch_ms=steady2,
                       live_ratio=round(first.batch_duration_ms / steady2, 2),
                       loadavg_1m_after=round(os.getloadavg()[0], 2))

@@ -46,7 +46,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.reconfig import machine_notes  # noqa: E402
 from bench.scratch import drop_database, scratch_database  # noqa: E402
-from streamops import control, generator, registry  # noqa: E402
+from streamops import control, generator, registry, spark_cluster  # noqa: E402
 from streamops.execute import faults, replicas, stages, supervisor  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
@@ -257,13 +257,13 @@ def main(argv: list[str] | None = None) -> dict:
     db.engine.cache_clear()
     migrate.apply(db.engine())
     out: dict = {"machine": machine_notes(args.cluster), "args": vars(args)}
-    if args.cluster:
-        return cluster_mttr(args, out, admin, home)
     try:
+        if args.cluster:
+            spark_cluster.up(workers=1, cores_per_worker=3, memory_per_worker="6g", progress=say)
         if not args.skip_mttr:
-            out["mttr"] = mttr_part(args.kills)
-            out["mttr_cold"] = mttr_part(max(3, args.kills // 2), warm_spares=False)
-        out["setups"] = [] if args.skip_setups else [
+            out["mttr"] = mttr_part(args.kills, cluster=args.cluster)
+            out["mttr_cold"] = mttr_part(max(3, args.kills // 2), warm_spares=False, cluster=args.cluster)
+        out["setups"] = [] if args.skip_setups or args.cluster else [
             setup_part("(a) one run, fast failover", reg_for("bench/in"), args.seconds, args.kill_mtbf,
                        args.slow_mtbf, args.seed),
             setup_part("(b) two static replicas", reg_for("bench/in", replicas_=2), args.seconds, args.kill_mtbf,
@@ -273,10 +273,16 @@ def main(argv: list[str] | None = None) -> dict:
         ]
     finally:
         terminate_all_drivers()
+        if args.cluster:
+            spark_cluster.down()
         db.engine().dispose()
         drop_database(admin, SCRATCH_DB)
         shutil.rmtree(home, ignore_errors=True)
     RESULTS.mkdir(exist_ok=True)
+    if args.cluster:
+        (RESULTS / "ha_cluster.json").write_text(json.dumps(out, indent=2, default=str))
+        print_cluster_mttr(out)
+        return out
     (RESULTS / ("ha_quick.json" if args.quick else "ha.json")).write_text(json.dumps(out, indent=2, default=str))
     table = Table(title=f"HA under injected faults (wordcount, {RATE} rows/s, R_max 5 s)")
     for c in ("setup", "failures", "MTTR s", "gap/failure s", "violated 1 s windows", "core-h", "run-h",
@@ -299,22 +305,8 @@ def main(argv: list[str] | None = None) -> dict:
     return out
 
 
-def cluster_mttr(args, out: dict, admin: str, home: Path) -> dict:
+def print_cluster_mttr(out: dict) -> None:
     """Part 1 on a cluster pool: warm spares (a registered driver with no executor), then cold starts."""
-    from streamops import spark_cluster
-
-    try:
-        spark_cluster.up(workers=1, cores_per_worker=3, memory_per_worker="6g", progress=say)
-        out["mttr"] = mttr_part(args.kills, cluster=True)
-        out["mttr_cold"] = mttr_part(max(3, args.kills // 2), warm_spares=False, cluster=True)
-    finally:
-        terminate_all_drivers()
-        spark_cluster.down()
-        db.engine().dispose()
-        drop_database(admin, SCRATCH_DB)
-        shutil.rmtree(home, ignore_errors=True)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ha_cluster.json").write_text(json.dumps(out, indent=2, default=str))
     table = Table(title="MTTR of a driver kill -9 on a cluster pool (wordcount, 1 s trigger)")
     for c in ("failover", "kills", "MTTR median", "min–max", "output gap median", "detection", "load 1m min–max"):
         table.add_column(c)
@@ -324,7 +316,6 @@ def cluster_mttr(args, out: dict, admin: str, home: Path) -> dict:
                       f"{m['gap_s']:.1f}s", f"{m['detect_s']:.1f}s",
                       f"{mm['load_avg_1min'][0]:.1f}–{mm['load_avg_1min'][1]:.1f}")
     console.print(table)
-    return out
 
 
 if __name__ == "__main__":
