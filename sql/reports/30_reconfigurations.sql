@@ -23,6 +23,9 @@ SELECT r.id,
        GREATEST(0, r.downtime_ms - COALESCE(r.commit_interval_ms, 0)) AS excess_gap_ms,
        GREATEST(0, r.downtime_ms - COALESCE(r.commit_interval_ms, 0)) / 1000.0 AS excess_gap_s,
        r.repartition_ms, r.state_bytes,
+       -- whether the change rewrote the state offline (the stage outgrew its key groups, or a
+       -- user asked for new state partitions): how often key groups did not suffice
+       r.repartition_ms IS NOT NULL                     AS repartitioned,
        r.status, r.outcome, r.rollback_reason,
        r.old_deployment_id, r.new_deployment_id
 FROM public.reconfigurations r

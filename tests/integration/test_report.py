@@ -62,7 +62,7 @@ def two_apps(eng, day: date) -> None:
     _batches(eng, day, "web.a", 43200, 86400, "400")
     _batches(eng, day, "web.b", 43200, 86400,
              f"CASE WHEN s >= {WEB_SPIKE[0]} AND s < {WEB_SPIKE[1]} THEN 1200 ELSE 700 END")
-    add_reconfiguration(eng, "taxi.s", "taxi", at(40000, day), 6000)
+    add_reconfiguration(eng, "taxi.s", "taxi", at(40000, day), 6000, repartition_ms=3500)
     add_failure(eng, "taxi.s", "taxi", failed_at=at(60000, day), last_commit_at=at(60000, day),
                 recovered_at=at(60020, day), downtime_ms=20000, mttr_ms=20000)
     add_run(eng, "taxi.s", 1, at(0, day), at(40000, day))
@@ -132,6 +132,10 @@ def test_summary_table_figures_are_exact(day_of_two_apps, tmp_path):
     with (index.parent / "reconfigurations.csv").open() as f:
         (r,) = list(csv.DictReader(f))
     assert (r["app"], r["action"], float(r["downtime_s"])) == ("taxi", "scale_out", 6.0)
+    # how often a change still needed an offline repartition (its stage outgrew its key groups)
+    assert r["repartitioned"] == "True"
+    assert "pause_resume (state repartitioned in 3.5 s)" in html
+    assert "1 of 1 changes rewrote the state offline" in re.sub(r"\s+", " ", html)
     assert "no data-quality results recorded for 2024-03-10" in html
 
 
