@@ -37,7 +37,12 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	fi
 	@touch $@
 
-venv: $(VENV)/.installed
+# Spark's classes dumped into a class archive that every driver and executor JVM maps
+# (streamops.jvm_archive); a failed build only costs start-up time, so it warns.
+$(VENV)/.jvm-archive: $(VENV)/.installed
+	@$(STREAMOPS) spark archive && touch $@ || echo "warning: no class archive; Spark JVMs start without it"
+
+venv: $(VENV)/.installed $(VENV)/.jvm-archive
 
 lock:
 	uv pip compile requirements.in --excludes requirements-exclude.txt -o requirements.txt --python-version 3.11

@@ -69,6 +69,9 @@ def quarantine_checkpoint(ckpt: Path) -> Path:
 # A stage runs two queries on one source: `main` (the workload) and `quarantine` (bad lines).
 QUERIES = ("main", "quarantine")
 
+# The state store every stage writes: offline state repartition needs RocksDB state.
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
 
 def query_checkpoint(which: str, ckpt: Path) -> Path:
     return Path(ckpt) if which == "main" else quarantine_checkpoint(ckpt)

@@ -156,6 +156,22 @@ def spark_worker(master: str = typer.Argument(..., metavar="MASTER", help="spark
     os.execve(argv[0], argv, env)  # the worker's JVM takes this process: a signal to it reaches the worker
 
 
+@spark_app.command("archive")
+def spark_archive(rebuild: bool = typer.Option(False, "--rebuild", help="dump it again even if it exists"),
+                  quiet: bool = typer.Option(False, "--quiet", "-q", help="print only errors")) -> None:
+    """Build this venv's class archive of Spark's classes (once per venv and JDK, about 15 s):
+    every driver and executor JVM then maps them instead of loading them from the jars.
+    `make venv` runs it; STREAMOPS_JVM_ARCHIVE=off turns its use off."""
+    from streamops import jvm_archive
+
+    try:
+        path = jvm_archive.build(force=rebuild, progress=(lambda _: None) if quiet else _say)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        _fail(f"class archive: {e}")
+    if not quiet:
+        _say(f"class archive: {path}" if path else "no class archive (no JDK found)")
+
+
 @spark_app.command("down")
 def spark_down() -> None:
     """Stop the embedded cluster's workers (and their executors), then its master."""

@@ -9,10 +9,13 @@ The wheel has no `sbin/start-*.sh`; `spark-class` with `--host ADDRESS` is what 
 (without it a worker registers on the machine's first non-loopback address).
 
 Every RPC is authenticated (`spark.authenticate`) with a secret generated once into
-`.streamops/spark/conf/spark-defaults.conf` (mode 0600). The master, the workers and the drivers
-of embedded pools read it through SPARK_CONF_DIR, and each worker hands it to its executors in
-their environment: it is on no command line. (`spark.authenticate.secret.file` is read on
-Kubernetes only.) Without it, a process that reaches the master's port cannot register.
+`.streamops/spark/conf/spark-defaults.conf` (mode 0600). The master and the workers read it with
+`--properties-file`, the drivers of embedded pools through PYSPARK_SUBMIT_ARGS (`client_env`), and
+each worker hands it to its executors in their environment: the file's path is on command lines,
+the secret on none. (`spark.authenticate.secret.file` is read on Kubernetes only.) Without it, a
+process that reaches the master's port cannot register. Not SPARK_CONF_DIR: Spark puts that
+directory on every JVM's classpath, and a non-empty directory there keeps the JVMs from mapping
+the class archive (streamops.jvm_archive).
 """
 
 from __future__ import annotations
@@ -91,8 +94,13 @@ def spark_home() -> Path:
 
 
 def conf_dir() -> Path:
-    """SPARK_CONF_DIR of the cluster and of its drivers: `spark-defaults.conf` with the secret."""
+    """Where the cluster's `spark-defaults.conf` with the secret is."""
     return home() / "conf"
+
+
+def auth_conf() -> Path:
+    """The properties file with the cluster's secret, generated once."""
+    return _ensure_auth_conf() / "spark-defaults.conf"
 
 
 def _ensure_auth_conf() -> Path:
@@ -107,8 +115,9 @@ def _ensure_auth_conf() -> Path:
 
 
 def client_env() -> dict[str, str]:
-    """What a driver of the embedded cluster needs in its environment to authenticate."""
-    return {"SPARK_CONF_DIR": str(_ensure_auth_conf())}
+    """What a driver of the embedded cluster needs in its environment to authenticate: PySpark
+    starts its JVM with `spark-submit $PYSPARK_SUBMIT_ARGS`."""
+    return {"PYSPARK_SUBMIT_ARGS": f"--properties-file {auth_conf()} pyspark-shell"}
 
 
 def recovery_dir() -> Path:
@@ -162,13 +171,14 @@ def _env(host: str) -> dict[str, str]:
     # it binds its recorded port or fails, never the next free one (maxRetries=0).
     master_opts = ["-Dspark.master.rest.enabled=false", "-Dspark.deploy.recoveryMode=FILESYSTEM",
                    f"-Dspark.deploy.recoveryDirectory={recovery_dir()}", "-Dspark.port.maxRetries=0"]
-    return {**os.environ, **client_env(), "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": host,
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS")}
+    return {**env, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": host,
             "SPARK_MASTER_OPTS": " ".join(master_opts),
             "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": path, "SPARK_NO_DAEMONIZE": "1"}
 
 
 def _spawn(cls: str, args: list[str], name: str, host: str) -> int:
-    argv = [str(spark_home() / "bin" / "spark-class"), cls, *args]
+    argv = [str(spark_home() / "bin" / "spark-class"), cls, *args, "--properties-file", str(auth_conf())]
     proc = processes.spawn_detached(argv, log_path=home() / "logs" / f"{name}.log", pid_file=home() / f"{name}.pid",
                                     env=_env(host), cwd=str(home()))
     return proc.pid
@@ -178,15 +188,16 @@ def worker_argv(master: str, host: str, cores: int, memory: str, webui_port: int
                 work_dir: Path | None = None) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of a worker on this machine that joins `master`, bound
     to `host` (this machine's address as the master and the drivers reach it). The
-    environment carries the cluster's secret (SPARK_CONF_DIR) and this venv's interpreter for
-    the executors' Python workers, as the embedded workers have them."""
+    command line names the cluster's secret (`--properties-file`), and the environment carries
+    this venv's interpreter for the executors' Python workers, as the embedded workers have them."""
     if not (conf_dir() / "spark-defaults.conf").exists():  # a new secret here would never match the master's
         raise SparkClusterError(f"no cluster secret at {conf_dir() / 'spark-defaults.conf'}: copy the master's "
                                 "(mode 0600) before a worker joins it")
     work = work_dir or home() / "work" / f"worker-{host}"
     work.mkdir(parents=True, exist_ok=True)
     argv = [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", master,
-            "--host", host, "--cores", str(cores), "--memory", memory, "--work-dir", str(work)]
+            "--host", host, "--cores", str(cores), "--memory", memory, "--work-dir", str(work),
+            "--properties-file", str(conf_dir() / "spark-defaults.conf")]
     if webui_port is not None:
         argv += ["--webui-port", str(webui_port)]
     return argv, _env(host)

@@ -71,7 +71,9 @@ def _secret() -> str:
 @pytest.mark.db
 def test_the_embedded_cluster_authenticates_with_a_secret_on_no_command_line(spark_standalone):
     """Issue 25: the embedded cluster ran without `spark.authenticate`. The secret is generated
-    once into a 0600 conf file read through SPARK_CONF_DIR: on no process's command line."""
+    once into a 0600 conf file that the master and workers read with --properties-file and the
+    drivers through PYSPARK_SUBMIT_ARGS: on no process's command line. Not SPARK_CONF_DIR,
+    which would put a non-empty directory on the classpath (no class archive then)."""
     import os
 
     import psutil
@@ -86,7 +88,12 @@ def test_the_embedded_cluster_authenticates_with_a_secret_on_no_command_line(spa
     assert len(secret) == 64
     c = spark_cluster.load_record()
     for pid in (c.master_pid, *(w.pid for w in c.workers)):
-        assert psutil.Process(pid).environ().get("SPARK_CONF_DIR") == str(spark_cluster.conf_dir())
+        java = next(p for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+                    if "java" in p.name())
+        assert java.cmdline()[-2:] == ["--properties-file", str(conf)], java.cmdline()[-4:]
+        # spark-class defaults it to pyspark's own conf/, which the wheel does not have
+        assert psutil.Process(pid).environ().get("SPARK_CONF_DIR") != str(spark_cluster.conf_dir())
+    assert spark_cluster.client_env() == {"PYSPARK_SUBMIT_ARGS": f"--properties-file {conf} pyspark-shell"}
     on_argv = [p.pid for p in psutil.process_iter(["cmdline"]) if secret in " ".join(p.info["cmdline"] or [])]
     assert not on_argv, f"the secret is on the command line of {on_argv}"
 
@@ -106,7 +113,7 @@ def test_a_driver_without_the_cluster_s_secret_is_refused(spark_standalone):
     code = ("from pyspark.sql import SparkSession\n"
             f"s = SparkSession.builder.master({spark_standalone!r}).config('spark.cores.max', '1').getOrCreate()\n"
             "print('COUNT', s.range(10).count())\n")
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_CONF_DIR"}
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode != 0 and "COUNT" not in out.stdout, out.stdout[-2000:]
     assert "All masters are unresponsive" in out.stderr or "SaslMessage" in out.stderr, out.stderr[-3000:]
@@ -134,4 +141,5 @@ def test_a_record_from_before_hosts_is_on_loopback_and_a_worker_needs_the_cluste
     (conf / "spark-defaults.conf").write_text("spark.authenticate true\n")
     argv, env = spark_cluster.worker_argv("spark://10.0.0.5:7077", "10.0.0.6", 2, "2g")
     assert argv[1:5] == ["org.apache.spark.deploy.worker.Worker", "spark://10.0.0.5:7077", "--host", "10.0.0.6"]
-    assert env["SPARK_LOCAL_IP"] == "10.0.0.6" and env["SPARK_CONF_DIR"] == str(conf)
+    assert argv[-2:] == ["--properties-file", str(conf / "spark-defaults.conf")]
+    assert env["SPARK_LOCAL_IP"] == "10.0.0.6" and "SPARK_CONF_DIR" not in env
