@@ -327,12 +327,18 @@ def kill_an_executor(sid: str, reg: registry.Registry, run: int) -> dict:
         dep = live_run(sid)
 
     def executor_pids() -> list[int]:
-        return [p.pid for p in psutil.process_iter(["cmdline"]) if "CoarseGrainedExecutorBackend" in
-                " ".join(p.info["cmdline"] or []) and dep.driver_id in (p.info["cmdline"] or [])]
+        """The run's live executor JVMs, oldest executor id first."""
+        found = []
+        for p in psutil.process_iter(["cmdline", "status"]):
+            argv = p.info["cmdline"] or []
+            if "CoarseGrainedExecutorBackend" in " ".join(argv) and dep.driver_id in argv \
+                    and p.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append((int(argv[argv.index("--executor-id") + 1]), p.pid))
+        return [pid for _, pid in sorted(found)]
 
     # The previous kill's replacement must be up: a kill of the only executor measures another thing.
     wait_for(lambda: len(executor_pids()) >= dep.cores, 120, f"{dep.cores} executors of the run", interval=0.5)
-    interval, steady = wait_steady(sid)
+    interval, steady = wait_steady(sid, after=time.time())
     pids = executor_pids()
     killed_at = datetime.now(timezone.utc)
     rhythm = float(scalar("commit_rhythm", s=sid, t=killed_at) or 0)
@@ -341,7 +347,7 @@ def kill_an_executor(sid: str, reg: registry.Registry, run: int) -> dict:
               "breakdown": {}}
     if not pids:
         return {**sample, "detail": f"no executor of {dep.driver_id} found"}
-    os.kill(pids[-1], signal.SIGKILL)
+    os.kill(pids[-1], signal.SIGKILL)  # the newest executor
     # Up to 3 commits after the replacement executor is up: its cold first tasks are part of the cost.
     wait_for(lambda: len(executor_pids()) >= dep.cores, 120, "the replacement executor", interval=0.2)
     replaced_at = datetime.now(timezone.utc)
@@ -354,13 +360,15 @@ def kill_an_executor(sid: str, reg: registry.Registry, run: int) -> dict:
             "detail": "the same run kept going" if same else "the run was replaced"}
 
 
-def wait_steady(sid: str, window: int = 8, timeout_s: float = 120) -> tuple[float | None, bool]:
-    """Wait until the stage's last `window` commit intervals are even (the longest at most 1.5×
-    the median): an executor kill is then measured against the stage's steady rhythm, not
-    against a catch-up after the previous kill. Returns (median interval in s, steady)."""
+def wait_steady(sid: str, after: float, window: int = 8, timeout_s: float = 120) -> tuple[float | None, bool]:
+    """Wait until the stage's last `window` commit intervals since `after` (epoch s: every
+    executor up) are even (the longest at most 1.5× the median): an executor kill is then
+    measured against the stage's steady rhythm, with every executor warm, not against a
+    catch-up or a cold replacement. Returns (median interval in s, steady)."""
     deadline, interval = time.monotonic() + timeout_s, None
     while True:
-        times = [float(r.at_s) for r in _all("stage_commit_times", s=sid, b=datetime.now(timezone.utc))][-window - 1:]
+        times = [float(r.at_s) for r in _all("stage_commit_times", s=sid, b=datetime.now(timezone.utc))
+                 if float(r.at_s) > after][-window - 1:]
         gaps = [b - a for a, b in zip(times, times[1:])]
         if len(gaps) == window:
             interval = round(statistics.median(gaps), 3)

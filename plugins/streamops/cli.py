@@ -669,7 +669,7 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
 
 @app.command()
 def bench(what: str = typer.Argument("all", help="policies | suite | scale | reconfig | reporting | sink | ha | "
-                                                  "soak | all (soak is not in all: it takes an hour)"),
+                                                  "jvm-archive | soak | all (soak is not in all: it takes an hour)"),
           quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only"),
           cluster: bool = typer.Option(False, help="reconfig and ha on the embedded Spark cluster: live and "
                                                    "in-driver changes, first batches, executor kills, MTTR on "
@@ -677,8 +677,8 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
     """Benchmarks: the policy comparison in the simulator, the trace suite (tuned on training
     seeds, reported on test seeds), one control cycle over 10 000 stages
     in PostgreSQL, reconfiguration downtime per mechanism and state size, the sink's staged
-    write against a direct upsert, and failover and replicas under injected faults (the last
-    two long: real drivers). `soak` runs two stages on the embedded cluster for an hour of
+    write against a direct upsert, failover and replicas under injected faults (the last
+    two long: real drivers), and cold Spark JVMs with and without the class archive. `soak` runs two stages on the embedded cluster for an hour of
     random real faults (--quick: 5 minutes). Results go to bench/results/*.json; a table is printed."""
     from streamops.paths import REPO_ROOT
 
@@ -689,10 +689,12 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
                "sink": ["bench/sink.py"] + (["--sizes", "2000,20000"] if quick else []),
                "ha": ["bench/ha.py"] + (["--quick"] if quick else []),
                "suite": ["bench/suite.py"] + (["--quick"] if quick else []),
+               "jvm-archive": ["bench/jvm_archive.py"] + (["--runs", "2"] if quick else []),
                "soak": ["bench/soak.py"] + (["--minutes", "5", "--fault-every", "40"] if quick else [])}
     if cluster:
         scripts["reconfig"].append("--cluster")
         scripts["ha"].append("--cluster")
+        scripts["jvm-archive"].append("--cluster")
     if what not in (*scripts, "all"):
         _fail(f"unknown benchmark {what!r}; choose {', '.join(scripts)} or all", 2)
     for name, cmd in scripts.items():
