@@ -310,7 +310,7 @@ def measure(rid: int, outcome: reconfigure.Outcome) -> dict:
     }
 
 
-def kill_an_executor(sid: str, reg: registry.Registry, run: int) -> dict:
+def kill_an_executor(sid: str, reg: registry.Registry, run: int, which: str = "newest") -> dict:
     """kill -9 of one executor JVM of the live run (on the cluster). Its tasks re-run elsewhere
     and the master replaces it. The output gap is the longest gap between the stage's commits
     from its last commit before the kill to the third after its replacement started, against
@@ -342,12 +342,13 @@ def kill_an_executor(sid: str, reg: registry.Registry, run: int) -> dict:
     pids = executor_pids()
     killed_at = datetime.now(timezone.utc)
     rhythm = float(scalar("commit_rhythm", s=sid, t=killed_at) or 0)
-    sample = {"mechanism": "executor_kill", "action": "kill", "run": run, "status": "failed", "cores": dep.cores,
-              "executors": len(pids), "rhythm_gap_s": round(rhythm, 3), "interval_s": interval, "steady": steady,
-              "breakdown": {}}
+    sample = {"mechanism": "executor_kill", "action": f"kill {which}", "run": run, "status": "failed",
+              "cores": dep.cores, "executors": len(pids), "rhythm_gap_s": round(rhythm, 3), "interval_s": interval,
+              "steady": steady, "breakdown": {}}
     if not pids:
         return {**sample, "detail": f"no executor of {dep.driver_id} found"}
-    os.kill(pids[-1], signal.SIGKILL)  # the newest executor
+    # the newest (the last replacement), or the oldest, which holds most warm state stores
+    os.kill(pids[-1] if which == "newest" else pids[0], signal.SIGKILL)
     # Up to 3 commits after the replacement executor is up: its cold first tasks are part of the cost.
     wait_for(lambda: len(executor_pids()) >= dep.cores, 120, "the replacement executor", interval=0.2)
     replaced_at = datetime.now(timezone.utc)
@@ -499,7 +500,7 @@ def run_size(keys: int, args, mechs: list[str], home: Path, samples: list[dict],
         for i in range(args.executor_kills if args.cluster else 0):
             waited = wait_quiet(args.wait_quiet_s)
             say(f"[cyan]executor kill[/cyan] run {i + 1}/{args.executor_kills} ({sink_keys(sid):,} keys in state)")
-            s = kill_an_executor(sid, reg, i + 1)
+            s = kill_an_executor(sid, reg, i + 1, args.kill_executor)
             s.update(state_keys=keys, state_keys_now=sink_keys(sid), waited_for_quiet_s=round(waited, 1),
                      load_after=machine_load())
             samples.append(s)
@@ -678,6 +679,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--keep", action="store_true", help="keep the scratch database and STREAMOPS_HOME")
     p.add_argument("--executor-kills", type=int, default=5,
                    help="with --cluster: kill -9 an executor of the running stage this many times per size")
+    p.add_argument("--kill-executor", choices=("newest", "oldest"), default="newest",
+                   help="which executor the kills hit: the newest (the previous kill's replacement) or the "
+                        "oldest (it holds most of the warm state stores)")
     p.add_argument("--cluster", action="store_true",
                    help="run the stage on the embedded Spark standalone cluster (started in the scratch home); "
                         "adds the `live` and `in_driver` mechanisms")
