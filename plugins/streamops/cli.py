@@ -678,8 +678,9 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
     seeds, reported on test seeds), one control cycle over 10 000 stages
     in PostgreSQL, reconfiguration downtime per mechanism and state size, the sink's staged
     write against a direct upsert, failover and replicas under injected faults (the last
-    two long: real drivers), and cold Spark JVMs with and without the class archive. `soak` runs two stages on the embedded cluster for an hour of
-    random real faults (--quick: 5 minutes). Results go to bench/results/*.json; a table is printed."""
+    two long: real drivers), and cold Spark JVMs with and without the class archive. `soak`
+    runs two stages on the embedded cluster for an hour of random real faults (--quick: 5
+    minutes). Results go to bench/results/*.json; a table is printed."""
     from streamops.paths import REPO_ROOT
 
     scripts = {"policies": ["bench/policies.py"] + (["--seeds", "1"] if quick else []),
