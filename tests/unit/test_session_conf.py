@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 from spark_apps.stage import JAVA_OPTIONS_ENV, session_conf
+from streamops import jvm_archive
 
 
 def test_java_options_reach_the_driver_and_its_executors_and_nothing_is_added_without_them(monkeypatch):
+    monkeypatch.setenv(jvm_archive.ENV, "off")
     monkeypatch.setenv(JAVA_OPTIONS_ENV, " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC ")
     conf = session_conf(2, 4, master="spark://10.0.0.1:7077", max_cores=4)
     assert conf["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     assert conf["spark.executor.extraJavaOptions"] == conf["spark.driver.extraJavaOptions"]
     monkeypatch.setenv(JAVA_OPTIONS_ENV, "")
     assert not {k for k in session_conf(2, 4) if k.endswith("extraJavaOptions")}
+
+
+def test_the_class_archive_goes_first_to_the_driver_and_its_executors_when_it_exists(monkeypatch, tmp_path):
+    archive = tmp_path / "spark-classes.jsa"
+    monkeypatch.setattr(jvm_archive, "archive_path", lambda: archive)
+    monkeypatch.setenv(JAVA_OPTIONS_ENV, "-XX:+UseSerialGC")
+    assert session_conf(2, 4)["spark.driver.extraJavaOptions"] == "-XX:+UseSerialGC", "not built: not named"
+    archive.write_bytes(b"")
+    conf = session_conf(2, 4, master="spark://10.0.0.1:7077", max_cores=4)
+    assert conf["spark.driver.extraJavaOptions"] == f"-XX:SharedArchiveFile={archive} -XX:+UseSerialGC"
+    assert conf["spark.executor.extraJavaOptions"] == conf["spark.driver.extraJavaOptions"]
 
 
 def test_a_cluster_driver_registers_with_its_admitted_executors_and_a_warm_spare_with_none():
