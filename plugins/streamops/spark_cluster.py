@@ -98,20 +98,18 @@ def conf_dir() -> Path:
     return home() / "conf"
 
 
+def _secret_file() -> Path:
+    return conf_dir() / "spark-defaults.conf"
+
+
 def auth_conf() -> Path:
-    """The properties file with the cluster's secret, generated once."""
-    return _ensure_auth_conf() / "spark-defaults.conf"
-
-
-def _ensure_auth_conf() -> Path:
-    """The cluster's shared secret, generated once (kept across restarts: drivers and workers that
-    outlive a master must still authenticate to its successor)."""
-    d = conf_dir()
-    d.mkdir(mode=0o700, exist_ok=True)
-    f = d / "spark-defaults.conf"
+    """The properties file with the cluster's shared secret, generated once (kept across
+    restarts: drivers and workers that outlive a master must still authenticate to its successor)."""
+    f = _secret_file()
     if not f.exists():
+        f.parent.mkdir(mode=0o700, exist_ok=True)
         write_private(f, f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(32)}\n")
-    return d
+    return f
 
 
 def client_env() -> dict[str, str]:
@@ -190,14 +188,14 @@ def worker_argv(master: str, host: str, cores: int, memory: str, webui_port: int
     to `host` (this machine's address as the master and the drivers reach it). The
     command line names the cluster's secret (`--properties-file`), and the environment carries
     this venv's interpreter for the executors' Python workers, as the embedded workers have them."""
-    if not (conf_dir() / "spark-defaults.conf").exists():  # a new secret here would never match the master's
-        raise SparkClusterError(f"no cluster secret at {conf_dir() / 'spark-defaults.conf'}: copy the master's "
+    if not _secret_file().exists():  # a new secret here would never match the master's
+        raise SparkClusterError(f"no cluster secret at {_secret_file()}: copy the master's "
                                 "(mode 0600) before a worker joins it")
     work = work_dir or home() / "work" / f"worker-{host}"
     work.mkdir(parents=True, exist_ok=True)
     argv = [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", master,
             "--host", host, "--cores", str(cores), "--memory", memory, "--work-dir", str(work),
-            "--properties-file", str(conf_dir() / "spark-defaults.conf")]
+            "--properties-file", str(_secret_file())]
     if webui_port is not None:
         argv += ["--webui-port", str(webui_port)]
     return argv, _env(host)
