@@ -1,0 +1,125 @@
+"""The clairvoyant bound (sim/bound.py) against brute force: on traces small enough to try every
+schedule, the programme's optimum is the best schedule at every price, every schedule lies on or
+above the frontier, and the frontier's points are schedules that exist."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from streamops.sim.bound import (BoundModel, BoundStage, frontier, model_from_sim, prepare, regret, schedule_cost,
+                                 sustained_rate, window_open_mask)
+from streamops.sim.model import SimConfig
+from streamops.sim.policies import POLICY_CONFIGS
+
+
+def _model(tokens: int = 1, **kw) -> BoundModel:
+    stages = (BoundStage("a", rate_per_core=10.0, base_latency_ms=20.0, cores=1, min_cores=1, max_cores=3,
+                         scale_out_s=2.0, scale_in_s=3.0),
+              BoundStage("b", rate_per_core=15.0, base_latency_ms=30.0, cores=1, min_cores=1, max_cores=3,
+                         scale_out_s=1.0, scale_in_s=2.0, overlap_s=1.0))
+    return BoundModel(stages, r_max_ms=100.0, queue_ms=5.0, window_s=5, tokens=tokens, per_total=None, **kw)
+
+
+RATES = [4, 6, 5, 18, 25, 22, 30, 9, 8, 7, 3, 3, 4, 2, 5, 20, 21, 24, 26, 19, 6, 5, 4, 3, 2]  # 5 intervals of 5 s
+OPEN = [False, False, True, False, True]
+
+
+def _every_schedule(model: BoundModel) -> list[tuple[float, float]]:
+    """(core-hours, seconds above) of every feasible schedule; infeasible ones are refused by schedule_cost."""
+    confs = list(itertools.product(*[range(s.min_cores, s.max_cores + 1) for s in model.stages]))
+    init = tuple(s.cores for s in model.stages)
+    pb = prepare(RATES, model, OPEN)
+    out = []
+    for rest in itertools.product(confs, repeat=len(OPEN) - 1):
+        try:
+            out.append(schedule_cost(pb, model, (init, *rest)))
+        except ValueError:
+            continue
+    return out
+
+
+@pytest.mark.parametrize("tokens", [1, 2])
+def test_the_programme_finds_the_best_schedule_at_every_price(tokens):
+    model = _model(tokens)
+    brute = _every_schedule(model)
+    front = frontier(RATES, model, OPEN)
+    assert len(brute) < 9 ** 4, "the bucket and the windows must forbid some schedules"
+    for price in (0.0, 0.01, 0.3, 1.0, 3.0, 30.0, 1000.0):  # core-seconds per second above R_max
+        best = min(c * 3600 + price * v for c, v in brute)
+        got = min(p.core_hours * 3600 + price * p.seconds_above for p in front.points)
+        assert got == pytest.approx(best, rel=1e-9, abs=1e-6), price
+
+
+def test_every_schedule_lies_on_or_above_the_frontier():
+    model = _model(1)
+    front = frontier(RATES, model, OPEN)
+    for c, v in _every_schedule(model):
+        bound = front.min_core_hours(v)
+        assert bound is not None and bound <= c + 1e-9
+        assert front.min_seconds_above(c) <= v + 1e-9
+    # the ends: the fewest seconds above any schedule reaches, the fewest core-hours any holds
+    assert front.points[-1].seconds_above == pytest.approx(min(v for _, v in _every_schedule(model)))
+    assert front.points[0].core_hours == pytest.approx(min(c for c, _ in _every_schedule(model)))
+
+
+def test_frontier_points_are_real_schedules_and_convex():
+    model = _model(2)
+    front, pb = frontier(RATES, model, OPEN), prepare(RATES, model, OPEN)
+    for p in front.points:
+        assert schedule_cost(pb, model, p.schedule) == pytest.approx((p.core_hours, p.seconds_above))
+    c = [p.core_hours for p in front.points]
+    v = [p.seconds_above for p in front.points]
+    assert c == sorted(c) and v == sorted(v, reverse=True)
+    slopes = [(v[i + 1] - v[i]) / (c[i + 1] - c[i]) for i in range(len(c) - 1)]
+    assert slopes == sorted(slopes), "the lower convex envelope: slopes rise"
+
+
+def test_schedules_that_break_the_bucket_or_the_windows_are_refused():
+    model = _model(1)
+    pb = prepare(RATES, model, OPEN)
+    with pytest.raises(ValueError, match="tokens"):  # two scale-outs at once with one token
+        schedule_cost(pb, model, [(1, 1), (2, 2), (2, 2), (2, 2), (2, 2)])
+    with pytest.raises(ValueError, match="window"):  # a scale-in while no window is open
+        schedule_cost(pb, model, [(1, 1), (2, 1), (2, 1), (1, 1), (1, 1)])
+    schedule_cost(pb, model, [(1, 1), (2, 1), (1, 1), (1, 1), (1, 1)])  # interval 2 is open
+
+
+def test_sustained_rate_matches_the_closed_form_and_grows_with_cores():
+    one = BoundModel((BoundStage("s", 100.0, 50.0, 1, 1, 4, 1.0, 1.0),), r_max_ms=200.0, queue_ms=7.0,
+                     rho_cap=0.999)
+    # base + q·ρ/(1−ρ) = R_max  ⇒  ρ = x / (q + x), x = R_max − base
+    x = 150.0
+    lam = sustained_rate(np.array([[1], [2], [4]]), one)
+    assert lam == pytest.approx([100 * x / (7 + x), 200 * x / (7 + x), 400 * x / (7 + x)], rel=1e-6)
+    # the rho cap: a stage at 0.95 costs 7 × 19 = 133 ms at most, so R_max is reached only at capacity
+    capped = BoundModel(one.stages, r_max_ms=200.0, queue_ms=7.0, rho_cap=0.95)
+    assert sustained_rate(np.array([[2]]), capped)[0] == pytest.approx(200.0, rel=1e-6)
+
+
+def test_regret_reads_the_envelope_on_both_axes():
+    model = _model(2)
+    front = frontier(RATES, model, OPEN)
+    p = front.points[len(front.points) // 2]
+    on = regret(front, p.core_hours, p.seconds_above)
+    assert on["extra_core_hours"] == pytest.approx(0, abs=1e-6) and on["extra_seconds_above"] == pytest.approx(0)
+    worse = regret(front, p.core_hours * 1.2, p.seconds_above + 30, floor_s=1.0)
+    assert worse["core_regret"] > 0.2 and worse["violation_regret"] > 0
+    assert regret(front, 0.0, 0.0)["bound_core_hours"] is None  # better than possible on both: no bound
+
+
+def test_model_from_sim_reads_the_simulators_mechanisms_and_bucket():
+    cfg = SimConfig()
+    m = model_from_sim(cfg, POLICY_CONFIGS["recommended"].app_opts())
+    assert m.tokens == 2 and m.window_s == 60 and m.r_max_ms == cfg.r_max_ms
+    count = next(s for s in m.stages if s.name == "count")
+    assert count.scale_out_s == cfg.prestaged_median_s
+    assert count.scale_in_s == pytest.approx(cfg.pause_resume_median_s + 200 * cfg.state_s_per_mb)
+    ab = model_from_sim(SimConfig(mechanism="active_backup"), POLICY_CONFIGS["edf_b075"].app_opts())
+    assert ab.tokens == 1 and ab.stages[0].overlap_s == SimConfig().overlap_median_s
+    mask = window_open_mask(cfg, 3 * 3600, 60)
+    # "45 1-23/2 * * *" for 30 min: open 23:45-00:15 and 01:45-02:15
+    assert mask[14] and not mask[15] and not mask[104] and mask[105] and mask[134] and not mask[135]
+    assert sum(mask) == 45
