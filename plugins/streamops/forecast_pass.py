@@ -18,11 +18,12 @@ import math
 import threading
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection
 
-from streamops.analyze.forecast import Forecaster
+from streamops.analyze.forecast import Forecaster, innovation_sd
 from streamops.analyze.stats import StageStats
 from streamops.plan.options import OperatorOptions
 from streamops.store import db
@@ -58,7 +59,8 @@ def _span(opts: OperatorOptions) -> int:
 
 def with_forecasts(conn: Connection, now: datetime,
                    windows: list[tuple[StageStats, dict]]) -> list[tuple[StageStats, dict]]:
-    """`windows` with `forecast_rate` set on the stages that ask for a forecast."""
+    """`windows` with `forecast_rate`, `forecast_path` and `forecast_sd` set on the stages that ask
+    for a forecast."""
     asks = {}
     for stats, policy in windows:
         opts = OperatorOptions.from_params((policy or {}).get("params"))
@@ -67,12 +69,12 @@ def with_forecasts(conn: Connection, now: datetime,
     if not asks:
         return windows
     with _LOCK:
-        rates = _forecast_rates(conn, now.timestamp(), asks)
-    return [(replace(s, forecast_rate=rates[s.stage_id]) if rates.get(s.stage_id) is not None else s, p)
-            for s, p in windows]
+        forecasts = _forecasts(conn, now.timestamp(), asks)
+    return [(replace(s, **forecasts[s.stage_id]) if forecasts.get(s.stage_id) else s, p) for s, p in windows]
 
 
-def _forecast_rates(conn: Connection, epoch: float, asks: dict[str, OperatorOptions]) -> dict[str, float | None]:
+def _forecasts(conn: Connection, epoch: float, asks: dict[str, OperatorOptions]) -> dict[str, dict[str, Any]]:
+    """Per stage: the StageStats fields of its forecast (none when it has too little history)."""
     plan: dict[str, tuple[float, int, int]] = {}  # stage → (bucket_s, first bucket to read, end bucket)
     for sid, o in asks.items():
         b = o.forecast_bucket_s
@@ -91,14 +93,15 @@ def _forecast_rates(conn: Connection, epoch: float, asks: dict[str, OperatorOpti
     fresh: dict[str, dict[int, float]] = {sid: {} for sid in plan}
     for sid, bucket, rate in rows:
         fresh[sid][int(bucket)] = float(rate)
-    out: dict[str, float | None] = {}
+    out: dict[str, dict[str, Any]] = {}
     for sid, (b, start, end) in plan.items():
         h = _merge(_HISTORY.get(sid), b, start, end, fresh[sid], _span(asks[sid]))
         _HISTORY[sid] = h
         o = asks[sid]
         f = _FORECASTER.forecast(sid, h.values, bucket_s=b, season_s=o.forecast_season_s,
                                  horizon_s=o.forecast_horizon_s, end_s=end * b)
-        out[sid] = None if f is None else f.peak
+        out[sid] = {} if f is None else {"forecast_rate": f.peak, "forecast_path": f.path,
+                                         "forecast_sd": innovation_sd(h.values)}
         if f is not None and f.fitted:
             log.info("stage %s: forecast model %s fitted on %d buckets: peak %.1f rows/s within %.0f s",
                      sid, f.model, f.n, f.peak, o.forecast_horizon_s)

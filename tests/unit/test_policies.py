@@ -44,7 +44,7 @@ from streamops.plan.options import AppOptions, OperatorOptions
 UTC = timezone.utc
 OPT = OperatorOptions()
 PROPS = settings(max_examples=200, deadline=None)
-POLICY_NAMES = ("edf", "threshold3", "ds2")
+POLICY_NAMES = ("edf", "threshold3", "ds2", "mpc")
 SPAN = 120.0  # a full default window
 
 

@@ -213,3 +213,15 @@ class Forecaster:
         else:
             self.last[key] = f
         return f
+
+
+def innovation_sd(history: ArrayLike, window: int = 30) -> float | None:
+    """The forecast's uncertainty per bucket ahead: the standard deviation of the last `window`
+    bucket-to-bucket changes of the history (a random walk's innovation; h buckets ahead the
+    spread is this × √h). None with fewer than 3 buckets. Simpler than the smoothing model's own
+    prediction intervals, which statsmodels gives only by simulation (too slow per cycle)."""
+    y = clean_history(history)
+    if len(y) < 3:
+        return None
+    d = np.diff(y[-(window + 1):])
+    return float(np.std(d, ddof=1)) if len(d) >= 2 else None

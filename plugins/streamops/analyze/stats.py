@@ -35,6 +35,8 @@ class StageStats:
     busy_source: str = "batch_busy"  # how busy_ms was measured: batch_busy | executor_tasks
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     forecast_rate: float | None = None  # forecast peak input rate (rows/s) over the horizon (analyze.forecast)
+    forecast_path: tuple[float, ...] = ()  # the forecast rate per bucket ahead, from the bucket in progress
+    forecast_sd: float | None = None  # its spread one bucket ahead (analyze.forecast.innovation_sd)
 
     @property
     def input_rate(self) -> float:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from streamops.analyze.fuzzy import bottleneck_score
 from streamops.analyze.stats import StageStats, busy_fraction, ds2_target, load_ratio, true_rate_per_core
+from streamops.plan.mpc import demand_path, plan_cores, spread_path
 from streamops.plan.model import MIGRATE, PRESTAGE, RELEASE, SCALE_IN, SCALE_OUT, OperatorState, Request
 from streamops.plan.options import OperatorOptions
 
@@ -183,7 +184,39 @@ def ds2(s: StageStats, opt: OperatorOptions, state: OperatorState,
     return [], state
 
 
-POLICIES = {"edf": edf, "threshold3": threshold3, "ds2": ds2}
+def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
+        ctx: OperatorContext) -> tuple[list[Request], OperatorState]:
+    """Receding horizon priced in core-seconds (plan/mpc.py): the core count whose plan over the
+    next `mpc_horizon_s` costs least in cores held + slo_price × expected seconds above R_max +
+    slo_price × the change's learned cost, asked for only when switching now is cheapest."""
+    mu = true_rate_per_core(s)
+    if mu is None:
+        return [], state
+    steps = max(1, int(round(opt.mpc_horizon_s / opt.mpc_step_s)))
+    demand = demand_path(s.input_rate, s.forecast_path if opt.forecast else (), opt.forecast_bucket_s, steps,
+                         opt.mpc_step_s)
+    sd = spread_path(demand, s.forecast_sd if opt.forecast else None, opt.forecast_bucket_s, opt.mpc_step_s,
+                     opt.mpc_rate_sd)
+
+    def change_s(n: int) -> float:
+        return ctx.cost(s.stage_id, SCALE_OUT if n > s.cores else SCALE_IN, s.state_bytes, None) / 1000.0
+
+    p = plan_cores(s.cores, s.min_cores, s.max_cores, mu, demand, sd, opt.mpc_step_s, opt.mpc_max_utilization,
+                   opt.slo_price, change_s, s.backlog_rows)
+    if p.target == s.cores or p.switch_step > 0:
+        return [], state
+    snap: dict[str, Any] = {"mpc_target": p.target, "expected_above_s": round(p.expected_above_s, 1),
+                            "saving_core_s": round(p.saving, 1), "demand_now": round(demand[0], 2),
+                            "demand_peak": round(max(demand), 2)}
+    why = (f"MPC: {p.target} cores save {p.saving:.0f} core-s over {opt.mpc_horizon_s:.0f} s "
+           f"at {opt.slo_price:g} core-s per s above R_max (peak demand {max(demand):.0f} rows/s)")
+    gain = round(p.saving / 3600.0, 4)  # core-hours saved: the Application Manager ranks by gain/cost
+    if p.target > s.cores:
+        return [_request(s, SCALE_OUT, p.target, max(0.01, gain), ctx, why, **snap)], state
+    return [_request(s, SCALE_IN, p.target, max(0.001, gain), ctx, why, **snap)], state
+
+
+POLICIES = {"edf": edf, "threshold3": threshold3, "ds2": ds2, "mpc": mpc}
 
 
 def operator_cycle(policy: str, s: StageStats, opt: OperatorOptions, state: OperatorState,

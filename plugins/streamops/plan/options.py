@@ -40,6 +40,14 @@ class OperatorOptions:
     # scale-in straight to DS2's n* at ds2_scale_in_margin, asked whenever that is below n and the
     # stage is not alarming. A window's budget then returns a burst's cores in one action per stage.
     scale_in_to: str = "one"
+    # The receding-horizon controller (`mpc`, docs/policies.md §14.3). slo_price is its one knob: the
+    # core-seconds one second above R_max is worth; the default is the one chosen on the suite's
+    # training seeds (bench/suite.py). The others are its model, not knobs to tune per app.
+    slo_price: float = 20.0
+    mpc_horizon_s: float = 600.0  # plan this far ahead: a restart, its catch-up and the forecast's reach
+    mpc_step_s: float = 60.0  # one step of the plan: the Application Manager's interval
+    mpc_max_utilization: float = 0.85  # above it a stage's queueing alone eats its share of R_max
+    mpc_rate_sd: float = 0.10  # the demand's relative spread when the forecast gives less (the suite's noise)
 
     def __post_init__(self) -> None:
         # The bottleneck score lives in [13.3, 86.7] (analyze.fuzzy): thresholds outside never fire.
@@ -53,6 +61,10 @@ class OperatorOptions:
             raise ValueError("expected 0 < ds2_scale_in_margin <= target_utilization <= 1")
         if self.forecast_horizon_s < 0 or self.forecast_season_s < 0 or self.forecast_bucket_s <= 0:
             raise ValueError("expected forecast_horizon_s >= 0, forecast_season_s >= 0 and forecast_bucket_s > 0")
+        if self.slo_price < 0 or not 0 < self.mpc_max_utilization <= 1 or self.mpc_rate_sd < 0:
+            raise ValueError("expected slo_price >= 0, 0 < mpc_max_utilization <= 1 and mpc_rate_sd >= 0")
+        if self.mpc_step_s <= 0 or self.mpc_horizon_s < self.mpc_step_s:
+            raise ValueError("expected mpc_step_s > 0 and mpc_horizon_s >= mpc_step_s")
         if self.scale_in_to not in ("one", "ds2"):
             raise ValueError(f"scale_in_to must be 'one' or 'ds2', got {self.scale_in_to!r}")
 

@@ -30,10 +30,11 @@ import math
 import random
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 
-from streamops.analyze.forecast import Forecaster, bucket_means
+from streamops.analyze.forecast import Forecaster, bucket_means, innovation_sd
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
@@ -219,17 +220,20 @@ class Simulation:
             busy_ms=float(busy.sum() * 1000.0), backlog_rows=float(st.backlog[t - 1]),
             backlog_growth_rps=_slope(st.backlog[sl]), latency_p95_ms=float(np.percentile(st.latency[sl], 95)),
             state_bytes=sp.state_bytes, host_cpu=float(busy.mean()), host_mem=self.cfg.host_mem,
-            busy_source="batch_busy", forecast_rate=self._forecast(st, t))
+            busy_source="batch_busy", **self._forecast(st, t))
 
-    def _forecast(self, st: StageRun, t: int) -> float | None:
-        """With `forecast`: the peak input rate forecast from the stage's own arrivals (complete buckets)."""
+    def _forecast(self, st: StageRun, t: int) -> dict[str, Any]:
+        """With `forecast`: the input rate forecast from the stage's own arrivals (complete buckets),
+        as StageStats' forecast_rate (its peak), forecast_path and forecast_sd."""
         opt = self.op_opts
         if not opt.forecast:
-            return None
-        f = self.forecaster.forecast(st.spec.name, bucket_means(st.arrivals[:t], opt.forecast_bucket_s),
-                                     bucket_s=opt.forecast_bucket_s, season_s=opt.forecast_season_s,
-                                     horizon_s=opt.forecast_horizon_s)
-        return None if f is None else f.peak
+            return {}
+        history = bucket_means(st.arrivals[:t], opt.forecast_bucket_s)
+        f = self.forecaster.forecast(st.spec.name, history, bucket_s=opt.forecast_bucket_s,
+                                     season_s=opt.forecast_season_s, horizon_s=opt.forecast_horizon_s)
+        if f is None:
+            return {}
+        return {"forecast_rate": f.peak, "forecast_path": f.path, "forecast_sd": innovation_sd(history)}
 
     def _operator_cycles(self, t: int) -> None:
         for st in self.stages:

@@ -19,7 +19,7 @@ APP_FIELDS = {f.name for f in fields(AppOptions)}
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """operator: edf | threshold3 | ds2; operator_options / app_options: overrides of
+    """operator: edf | threshold3 | ds2 | mpc; operator_options / app_options: overrides of
     OperatorOptions / AppOptions (validated by their `from_params`)."""
 
     name: str
@@ -92,6 +92,14 @@ POLICY_CONFIGS: dict[str, PolicyConfig] = {
         {**_BUCKET, "beta": 0.75, "capacity": 2.0},
         "recommended (same options) plus predictive input: demand = max(measured, forecast peak over the "
         "next 600 s; Holt / Holt-Winters, season 7200 s = the sim's compressed day)"),
+    # The receding-horizon controller (docs/policies.md §14.3): cores held + slo_price × expected seconds
+    # above R_max + the learned cost of a change, over the forecast with its spread; slo_price chosen
+    # on the suite's training seeds (OperatorOptions.slo_price).
+    "mpc": PolicyConfig(
+        "mpc", "mpc", {"forecast": True, "forecast_season_s": 7200.0},
+        {**_BUCKET, "beta": 0.75, "capacity": 2.0},
+        "receding horizon over 600 s priced in core-seconds (slo_price, default 20 core-s per s above R_max), "
+        "on the forecast with its spread and the learned change costs; token bucket B = 2, beta 0.75"),
 }
 
 

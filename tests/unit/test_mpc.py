@@ -1,0 +1,114 @@
+"""The receding-horizon controller (plan/mpc.py, the `mpc` Operator Manager): pure."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import datetime, timezone
+
+import pytest
+
+from streamops.analyze.stats import StageStats
+from streamops.plan.application import AppView, application_cycle
+from streamops.plan.cost import CostModel
+from streamops.plan.model import SCALE_IN, SCALE_OUT, AppState, OperatorState
+from streamops.plan.mpc import demand_path, plan_cores, spread_path
+from streamops.plan.operator import OperatorContext, operator_cycle
+from streamops.plan.options import AppOptions, OperatorOptions
+
+STEP = 60.0
+
+
+def plan(demand, cores=2, price=20.0, change=10.0, sd=None, backlog=0.0, max_cores=12):
+    sd = sd if sd is not None else [0.05 * d for d in demand]
+    return plan_cores(cores, 1, max_cores, 100.0, demand, sd, STEP, 0.85, price, lambda n: change, backlog)
+
+
+def test_a_load_the_cores_serve_keeps_them():
+    p = plan([120.0] * 10)  # 2 cores × 100 × 0.85 = 170 rows/s: comfortable
+    assert p.target == 2 and p.saving == 0
+
+
+def test_a_step_up_is_met_in_one_decision_with_enough_cores():
+    p = plan([300.0] * 10)
+    assert p.switch_step == 0 and p.target * 100 * 0.85 >= 300 * 1.05  # sized once, with room for the spread
+    # convergence: planning again at the new size asks for nothing more
+    assert plan([300.0] * 10, cores=p.target).target == p.target
+
+
+def test_a_rise_forecast_later_waits_for_it():
+    later = plan([120.0] * 6 + [400.0] * 4)
+    assert later.target > 2 and later.switch_step > 0  # cheapest to switch later: not now
+    soon = plan([120.0] + [400.0] * 9)
+    assert soon.target > 2 and soon.switch_step <= 1
+
+
+def test_the_price_trades_cores_for_seconds_above():
+    demand = [200.0 + 60 * math.sin(h) for h in range(10)]
+    sizes = [plan(demand, price=p, sd=[40.0] * 10).target for p in (0.5, 5.0, 50.0, 500.0)]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+    assert plan([300.0] * 10, price=0.0).target == 1  # seconds above cost nothing: the fewest cores
+
+
+def test_a_costly_change_is_not_worth_a_small_gain():
+    demand = [175.0] * 10  # a hair above 2 cores' comfortable load
+    assert plan(demand, change=1.0).target == 3
+    assert plan(demand, change=10_000.0).target == 2  # the learned cost of a restart outweighs it
+
+
+def test_the_backlog_is_a_queue_that_needs_cores_to_drain():
+    # 160 rows/s on 2 cores (200 rows/s): comfortable without a backlog; with 60 000 rows queued the
+    # 40 rows/s to spare would take 25 min to drain it, above R_max all along
+    assert plan([160.0] * 10, sd=[0.0] * 10).target == 2
+    p = plan([160.0] * 10, sd=[0.0] * 10, backlog=60_000.0)
+    assert p.target > 2 and p.switch_step == 0
+
+
+def test_scale_in_when_the_load_falls_for_the_horizon():
+    p = plan([40.0] * 10, cores=6)
+    assert p.target < 6 and p.switch_step == 0 and p.target * 100 * 0.85 >= 40
+
+
+def test_demand_and_spread_paths():
+    path = demand_path(100.0, (110.0, 120.0, 130.0), 60.0, 5, 60.0)
+    assert path == [100.0, 120.0, 130.0, 130.0, 130.0]  # now measured; then the forecast; last held
+    assert demand_path(100.0, (), 60.0, 3, 60.0) == [100.0] * 3
+    sd = spread_path([100.0] * 4, 8.0, 60.0, 60.0, 0.05)
+    assert sd == pytest.approx([8.0, 8.0, 8.0 * math.sqrt(2), 8.0 * math.sqrt(3)])
+    assert spread_path([100.0] * 2, None, 60.0, 60.0, 0.1) == [10.0, 10.0]
+
+
+def _stats(rate: float, cores: int, *, backlog: float = 0.0, forecast: tuple[float, ...] = ()) -> StageStats:
+    span = 120.0
+    rows = rate * span
+    return StageStats("taxi.count", "taxi", "local", cores, 1, 12, 8, span, 60, int(rows),
+                      busy_ms=rows / (100.0 * cores) * 1000.0, backlog_rows=backlog, backlog_growth_rps=0.0,
+                      latency_p95_ms=90.0, state_bytes=200e6, forecast_path=forecast, forecast_sd=5.0,
+                      forecast_rate=max(forecast) if forecast else None)
+
+
+def test_the_operator_asks_and_the_application_manager_grants_through_the_bucket():
+    opt = OperatorOptions(forecast=True, slo_price=20.0)
+    c = OperatorContext(200.0, CostModel(), {}, random.Random(0))
+    reqs, state = operator_cycle("mpc", _stats(180.0, 2, forecast=(180.0,) + (400.0,) * 10), opt, OperatorState(), c)
+    assert [r.action for r in reqs] == [SCALE_OUT] and reqs[0].target_cores >= 5
+    assert "MPC" in reqs[0].reason and reqs[0].snapshot["mpc_target"] == reqs[0].target_cores
+    assert reqs[0].cost_ms == CostModel()("taxi.count", SCALE_OUT, 200e6)  # the learned cost, priced
+    app = AppView("taxi", 200.0, "0 3 * * *", 30, 3)
+    now = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    granted, _ = application_cycle(app, AppOptions(), AppState(tokens=1.0), reqs, 120.0, False, now)
+    assert [d.outcome for d in granted] == ["granted"]
+    empty, _ = application_cycle(app, AppOptions(), AppState(tokens=0.0), reqs, 120.0, False, now)
+    assert [d.outcome for d in empty] == ["declined"]  # no token, no proactive scale-out
+    # the forecast off: the same stage sized for what it measures
+    quiet, _ = operator_cycle("mpc", _stats(100.0, 2), OperatorOptions(), OperatorState(), c)
+    assert quiet == []
+    low, _ = operator_cycle("mpc", _stats(30.0, 6), OperatorOptions(), OperatorState(), c)
+    assert [r.action for r in low] == [SCALE_IN]
+
+
+@pytest.mark.parametrize("bad", [{"slo_price": -1}, {"mpc_max_utilization": 0}, {"mpc_step_s": 0},
+                                 {"mpc_horizon_s": 30.0}, {"mpc_rate_sd": -0.1}])
+def test_bad_mpc_options_are_refused(bad):
+    with pytest.raises(ValueError):
+        OperatorOptions.from_params(bad)
