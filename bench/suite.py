@@ -26,13 +26,17 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from rich.console import Console
 from rich.table import Table
 
-from streamops.sim import POLICY_CONFIGS, PolicyConfig, run_simulation
+from streamops.plan.options import AppOptions
+from streamops.sim import POLICY_CONFIGS, PolicyConfig, SimConfig, run_simulation
+from streamops.sim.bound import Frontier, frontier, model_from_sim, regret, window_open_mask
+from streamops.sim.frontier_chart import Panel, plot_frontiers
 from streamops.sim.suite import (FAMILIES, HELD_OUT, TEST_SEEDS, TRAIN_FAMILIES, TRAIN_SEEDS, MissingTraceFile,
                                  suite_trace)
 
@@ -74,6 +78,11 @@ GRID: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("pred_h300_ds2in", "threshold3", {**PRED, "scale_in_to": "ds2", "forecast_horizon_s": 300.0}, REC_APP),
     ("pred_tu0.7_ds2in", "threshold3", {**PRED, "scale_in_to": "ds2", "target_utilization": 0.7}, REC_APP),
 ]
+# issue 29: the receding-horizon controller at other prices (its default price is one of these runs).
+MPC = POLICY_CONFIGS["mpc"]
+MPC_PRICES = (5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+GRID += [(f"mpc_p{p:g}", "mpc", {**MPC.operator_options, "slo_price": p}, MPC.app_options) for p in MPC_PRICES
+         if p != MPC.op_opts().slo_price]
 CANDIDATES: dict[str, PolicyConfig] = {**POLICY_CONFIGS, **{n: PolicyConfig(n, op, oo, ao) for n, op, oo, ao in GRID}}
 
 # Per family, means over its seeds, against edf_b075 on the same seeds (convergence: max over seeds).
@@ -175,6 +184,133 @@ def select(runs: Iterable[dict], names: Iterable[str] | None = None, seeds: Iter
     return {"choice": ranking[0]["name"], "scores": ranking[0], "ranking": ranking, "seeds": sorted(seeds)}
 
 
+REGRET_RULE = ("the candidate with the lowest mean regret over the training families: per family, the mean over its "
+               "training seeds of (core regret + violation regret) / 2, where core regret = the share of its "
+               "core-hours that the clairvoyant frontier saves at the same seconds above R_max, and violation regret "
+               "= the share of its seconds above R_max that the frontier avoids at the same core-hours; a run beyond "
+               "the bound on an axis counts 0 there; ties by name. Only runs with a training seed are read.")
+
+
+def _bound(job: tuple[str, int]) -> dict[str, Any]:
+    """The clairvoyant frontier of one suite trace, with the loosest bucket of any configuration
+    here (accept_all: one change per stage per interval), so that it bounds them all."""
+    family, seed = job
+    t0 = time.perf_counter()
+    tr = suite_trace(family, seed)
+    T = int(tr.default_duration_s)
+    cfg = SimConfig()
+    model = replace(model_from_sim(cfg, AppOptions()), tokens=len(cfg.stages))
+    f = frontier([tr.rows(t) for t in range(T)], model, window_open_mask(cfg, T, model.window_s))
+    return {"family": family, "seed": seed, "duration_s": T, "points": f.rows(),
+            "run_s": round(time.perf_counter() - t0, 2)}
+
+
+def with_regret(runs: Iterable[dict], bounds: Iterable[dict]) -> list[dict]:
+    """Each run with its regret against its trace's frontier (sim.bound.regret)."""
+    fr = {(b["family"], b["seed"]): Frontier.from_rows(b["points"], b["duration_s"]) for b in bounds}
+    out = []
+    for r in runs:
+        f = fr.get((r["family"], r["seed"]))
+        out.append({**r, **(regret(f, r["core_hours"], r["seconds_above_rmax"]) if f is not None else {})})
+    return out
+
+
+def _r(v: float | None) -> float:
+    return 0.0 if v is None else max(0.0, float(v))  # beyond the bound on that axis: no regret
+
+
+def _beyond(r: dict) -> bool:
+    """The run is better than the bound on an axis: the model and the simulator disagree there."""
+    return any(r[k] is None or r[k] < 0 for k in ("core_regret", "violation_regret"))
+
+
+def regret_scores(runs: Iterable[dict], names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Per configuration: mean core and violation regret per family (means over seeds) and over
+    the families, and the score (their mean), best first."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        if "core_regret" in r:
+            groups.setdefault((r["policy"], r["family"]), []).append(r)
+    families = sorted({f for _, f in groups})
+    policies = sorted({p for p, _ in groups} if names is None else set(names) & {p for p, _ in groups})
+    out = []
+    for p in policies:
+        per = {}
+        for f in families:
+            rs = groups.get((p, f))
+            if rs:
+                core = statistics.fmean(_r(r["core_regret"]) for r in rs)
+                viol = statistics.fmean(_r(r["violation_regret"]) for r in rs)
+                per[f] = {"core_regret": round(core, 4), "violation_regret": round(viol, 4),
+                          "score": round((core + viol) / 2, 4),
+                          "beyond_bound": sum(_beyond(r) for r in rs),
+                          "extra_core_hours": round(statistics.fmean(_r(r["extra_core_hours"]) for r in rs), 3),
+                          "extra_seconds_above": round(statistics.fmean(_r(r["extra_seconds_above"]) for r in rs), 1)}
+        complete = len(per) == len(families) and bool(families)
+        means = {k: round(statistics.fmean(v[k] for v in per.values()), 4) if complete else math.inf
+                 for k in ("core_regret", "violation_regret", "score")}
+        out.append({"name": p, "complete": complete, **means, "per_family": per})
+    out.sort(key=lambda s: (not s["complete"], s["score"], s["name"]))
+    return out
+
+
+def select_by_regret(runs: Iterable[dict], names: Iterable[str] | None = None,
+                     seeds: Iterable[int] = TRAIN_SEEDS) -> dict[str, Any]:
+    """The choice by REGRET_RULE from the runs with a training seed only."""
+    seeds = set(seeds)
+    ranking = regret_scores([r for r in runs if r["seed"] in seeds], names)
+    if not ranking or not ranking[0]["complete"]:
+        raise ValueError("no candidate has regrets on every training family (were the bounds computed?)")
+    return {"choice": ranking[0]["name"], "scores": ranking[0], "ranking": ranking, "seeds": sorted(seeds)}
+
+
+def ahead_of_all(scores: dict[str, dict], name: str, others: Iterable[str]) -> list[str]:
+    """The families on which `name`'s regret score is below every one of `others`'."""
+    mine = scores[name]["per_family"]
+    rivals = [scores[o]["per_family"] for o in others if o != name and o in scores]
+    return [f for f, v in mine.items() if all(v["score"] < r[f]["score"] for r in rivals if f in r)]
+
+
+def pareto_charts(runs: list[dict], bounds: list[dict], families: list[str], names: list[str],
+                  out_dir: Path) -> list[Path]:
+    """Per family: one panel per test seed, its frontier and every configuration's run."""
+    paths = []
+    for fam in families:
+        panels = []
+        for b in sorted((b for b in bounds if b["family"] == fam), key=lambda b: b["seed"]):
+            pts = {r["policy"]: (r["core_hours"], r["seconds_above_rmax"]) for r in runs
+                   if r["family"] == fam and r["seed"] == b["seed"] and r["policy"] in names}
+            panels.append(Panel(f"seed {b['seed']}", Frontier.from_rows(b["points"], b["duration_s"]), pts))
+        if panels:
+            paths.append(plot_frontiers(panels, out_dir / f"pareto_{fam}.png",
+                                        f"{fam}: the clairvoyant frontier and each configuration (test seeds)"))
+    return paths
+
+
+def regret_markdown(scores: dict[str, dict], names: list[str], families: list[str], mpc_ahead: list[str]) -> str:
+    lines = ["| config | mean core regret | mean violation regret | regret score | "
+             + " | ".join(f[:13] for f in families) + " |", "|---|---:|---:|---:|" + "---:|" * len(families)]
+    for n in names:
+        s = scores.get(n)
+        if s is None:
+            continue
+        cells = [f"{s['per_family'][f]['core_regret']:+.0%} / {s['per_family'][f]['violation_regret']:+.0%}"
+                 if f in s["per_family"] else "" for f in families]
+        lines.append(f"| {n} | {s['core_regret']:+.1%} | {s['violation_regret']:+.1%} | {s['score']:.3f} | "
+                     + " | ".join(cells) + " |")
+    lines += ["", "Per family: core regret / violation regret, means over the test seeds. `mpc` is ahead of every "
+              f"other named configuration on {len(mpc_ahead)} of {len(families)} families"
+              + (f" ({', '.join(mpc_ahead)})." if mpc_ahead else ".")]
+    return "\n".join(lines)
+
+
+def _bounds(jobs: list[tuple[str, int]], n_jobs: int) -> list[dict]:
+    if n_jobs > 1:
+        with ProcessPoolExecutor(n_jobs) as ex:
+            return list(ex.map(_bound, jobs))
+    return [_bound(j) for j in jobs]
+
+
 def _run(jobs: list[tuple], n_jobs: int) -> list[dict]:
     # longest first (the forecaster is slow, weekly_growth is long) so the pool ends together
     order = sorted(range(len(jobs)), key=lambda i: (not jobs[i][1].operator_options.get("forecast"),
@@ -225,9 +361,12 @@ def markdown(agg: dict, families: list[str], policies: list[str], head: list[str
     return "\n".join(lines)
 
 
-def update_docs(table_md: str, doc: Path = ROOT.parent / "docs" / "policies.md") -> None:
+DOCS_IMG = ROOT.parent / "docs" / "img"
+
+
+def update_docs(table_md: str, doc: Path = ROOT.parent / "docs" / "policies.md", marker: str = "suite") -> None:
     text = doc.read_text()
-    begin, end = "<!-- suite:begin -->\n", "<!-- suite:end -->"
+    begin, end = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
     i, j = text.index(begin) + len(begin), text.index(end)
     doc.write_text(text[:i] + table_md + "\n" + text[j:])
 
@@ -240,6 +379,35 @@ def _ranking_table(title: str, ranking: list[dict], marks: dict[str, str], top: 
         per = " ".join(f"{f[:8]}:{sum(v['goals'].values())}" for f, v in s["per_family"].items())
         t.add_row(s["name"] + marks.get(s["name"], ""), f"{s['families_met']}/{s['families']}",
                   f"{s['mean_loss']:.3f}", per, style="bold green" if s["name"] in marks else None)
+    return t
+
+
+def _test_runs(labels: dict[str, str], families: list[str], seeds: Iterable[int],
+               n_jobs: int) -> tuple[list[dict], list[tuple], dict[str, str]]:
+    """Every named configuration, and each label's choice, on every family × test seed. A choice
+    outside the named ones runs once, under its first label (`first`: choice → that label); other
+    labels copy the runs of their choice."""
+    seeds = list(seeds)
+    jobs = [(n, pc, f, s, "test") for n, pc in POLICY_CONFIGS.items() for f in families for s in seeds]
+    first: dict[str, str] = {}
+    for label, choice in labels.items():
+        if choice not in POLICY_CONFIGS and choice not in first:
+            first[choice] = label
+            jobs += [(label, CANDIDATES[choice], f, s, "test") for f in families for s in seeds]
+    test = _run(jobs, n_jobs)
+    for label, choice in labels.items():
+        if choice in POLICY_CONFIGS or first[choice] != label:
+            test += [{**r, "policy": label} for r in test if r["policy"] == first.get(choice, choice)]
+    return test, jobs, first
+
+
+def _regret_table(title: str, ranking: list[dict], marks: dict[str, str], top: int) -> Table:
+    t = Table(title=title)
+    for col in ("candidate", "core regret", "violation regret", "score"):
+        t.add_column(col, justify="left" if col == "candidate" else "right")
+    for s in ranking[:top]:
+        t.add_row(s["name"] + marks.get(s["name"], ""), f"{s['core_regret']:+.1%}", f"{s['violation_regret']:+.1%}",
+                  f"{s['score']:.3f}", style="bold green" if s["name"] in marks else None)
     return t
 
 
@@ -290,18 +458,36 @@ def main(argv: list[str] | None = None) -> int:
                   f"({named['scores']['families_met']}/{named['scores']['families']}, "
                   f"{named['scores']['mean_loss']:.3f}). Rule: {RULE}")
 
+    # issue 29: regret against each training trace's clairvoyant frontier; still training runs only.
+    tb = time.perf_counter()
+    train_bounds = _bounds([(f, s) for f in train_fams for s in train_seeds], args.jobs)
+    train = with_regret(train, train_bounds)
+    best = select_by_regret(train, CANDIDATES, train_seeds)
+    price = select_by_regret(train, [n for n, pc in CANDIDATES.items() if pc.operator == "mpc"], train_seeds)
+    t_bounds = time.perf_counter() - tb
+    marks = {best["choice"]: "  ← regret choice", price["choice"]: "  ← mpc price"}
+    console.print(_regret_table(f"training (seeds {list(train_seeds)}): top 12 of {len(CANDIDATES)} by regret",
+                                best["ranking"], marks, 12))
+    console.print(f"[bold]regret choice = {best['choice']}[/] (score {best['scores']['score']:.3f}); "
+                  f"mpc's price from training: [bold]{price['choice']}[/] ({price['scores']['score']:.3f}). "
+                  f"Rule: {REGRET_RULE} Bounds of {len(train_bounds)} traces in {t_bounds:.0f} s.")
+
     t1 = time.perf_counter()
     tuned_pc = CANDIDATES[tuned["choice"]]
-    test_jobs = [(n, pc, f, s, "test") for n, pc in POLICY_CONFIGS.items() for f in report_fams for s in test_seeds]
-    if tuned["choice"] not in POLICY_CONFIGS:
-        test_jobs += [("tuned", tuned_pc, f, s, "test") for f in report_fams for s in test_seeds]
-    test = _run(test_jobs, args.jobs)
-    if tuned["choice"] in POLICY_CONFIGS:  # the same config: the same runs, under the label `tuned`
-        test += [{**r, "policy": "tuned"} for r in test if r["policy"] == tuned["choice"]]
+    labels = {"tuned": tuned["choice"], "regret_choice": best["choice"], "mpc_trained": price["choice"]}
+    test, test_jobs, first = _test_runs(labels, report_fams, test_seeds, args.jobs)
+    test_bounds = _bounds([(f, s) for f in report_fams for s in test_seeds], args.jobs)
+    test = with_regret(test, test_bounds)
     t_test = time.perf_counter() - t1
     wall = time.perf_counter() - t0
 
-    policies = [*POLICY_CONFIGS, "tuned"]
+    policies = [*POLICY_CONFIGS, *labels]
+    regrets = {s["name"]: s for s in regret_scores(test, policies)}
+    mpc_ahead = ahead_of_all(regrets, "mpc", POLICY_CONFIGS)
+    regret_md = (f"Regret on the test seeds {list(test_seeds)} against each trace's clairvoyant frontier (§14.1). "
+                 f"`regret_choice` = **{best['choice']}** and `mpc_trained` = **{price['choice']}**, both chosen on "
+                 f"the training seeds alone by the rule: {REGRET_RULE}\n\n"
+                 + regret_markdown(regrets, policies, report_fams, mpc_ahead))
     agg = aggregate(test)
     test_scores = {s["name"]: s for s in score(test, policies)}
     head = [f"Tuned on seeds {list(train_seeds)} of {', '.join(train_fams)}; reported on seeds {list(test_seeds)}. "
@@ -318,19 +504,32 @@ def main(argv: list[str] | None = None) -> int:
     table_md = markdown(agg, report_fams, policies, head)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "suite_quick" if args.quick else "suite"
+    charts = pareto_charts(test, test_bounds, report_fams, list(POLICY_CONFIGS) + [
+        label for label, choice in labels.items() if choice not in POLICY_CONFIGS and first[choice] == label],
+        DOCS_IMG if args.update_docs else args.out)
+    (args.out / f"{stem}_regret.md").write_text(regret_md)
     result = {"train_seeds": list(train_seeds), "test_seeds": list(test_seeds), "train_families": train_fams,
               "report_families": report_fams, "skipped": skipped, "families": FAMILIES, "rule": RULE,
               "goals": {k: d for k, (_, d) in GOALS.items()},
               "tuned": {"choice": tuned["choice"], "config": tuned_pc.as_dict(), "training": tuned["scores"]},
               "named_choice": {"choice": named["choice"], "training": named["scores"]},
               "training_ranking": [{k: v for k, v in s.items() if k != "per_family"} for s in tuned["ranking"]],
-              "test_scores": test_scores, "wall_s": round(wall, 1), "train_wall_s": round(t_train, 1),
+              "test_scores": test_scores, "regret_rule": REGRET_RULE,
+              "regret_choice": {"choice": best["choice"], "config": CANDIDATES[best["choice"]].as_dict(),
+                                "training": best["scores"]},
+              "mpc_price": {"choice": price["choice"], "config": CANDIDATES[price["choice"]].as_dict(),
+                            "training": price["scores"]},
+              "training_regret_ranking": [{k: v for k, v in s.items() if k != "per_family"} for s in best["ranking"]],
+              "test_regrets": regrets, "mpc_ahead": mpc_ahead, "charts": [str(c) for c in charts],
+              "bounds": {"train": train_bounds, "test": test_bounds}, "bounds_wall_s": round(t_bounds, 1),
+              "wall_s": round(wall, 1), "train_wall_s": round(t_train, 1),
               "test_wall_s": round(t_test, 1), "jobs": args.jobs,
               "candidates": {n: pc.as_dict() for n, pc in CANDIDATES.items()}, "runs": {"train": train, "test": test}}
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
     (args.out / f"{stem}_table.md").write_text(table_md)
     if args.update_docs:
         update_docs(table_md)
+        update_docs(regret_md, marker="regret")
 
     for f in report_fams:
         table = Table(title=f"{f} (test seeds {list(test_seeds)}){' [held out]' if f in HELD_OUT else ''}: "
@@ -348,6 +547,17 @@ def main(argv: list[str] | None = None) -> int:
             summary.add_row(p, f"{test_scores[p]['families_met']}/{test_scores[p]['families']}",
                             f"{test_scores[p]['mean_loss']:.3f}")
     console.print(summary)
+    rt = Table(title=f"test: regret against the clairvoyant frontier (seeds {list(test_seeds)})")
+    for col in ("config", "mean core regret", "mean violation regret", "score"):
+        rt.add_column(col, justify="left" if col == "config" else "right")
+    for p in policies:
+        if p in regrets:
+            r = regrets[p]
+            rt.add_row(p, f"{r['core_regret']:+.1%}", f"{r['violation_regret']:+.1%}", f"{r['score']:.3f}",
+                       style="bold green" if p in ("mpc", "regret_choice") else None)
+    console.print(rt)
+    console.print(f"mpc ahead of every other named configuration on {len(mpc_ahead)}/{len(report_fams)} families: "
+                  f"{', '.join(mpc_ahead) or 'none'}; charts: {', '.join(str(c) for c in charts)}")
     console.print(f"tuned = {tuned['choice']}, named choice = {named['choice']} (both from training only). "
                   f"{len(train)} training runs in {t_train:.0f} s, {len(test_jobs)} test runs in {t_test:.0f} s: "
                   f"{wall:.0f} s wall (--jobs {args.jobs}) → {args.out / (stem + '.json')}")

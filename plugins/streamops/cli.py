@@ -549,7 +549,7 @@ def release(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage"))
 
 @app.command()
 def sim(policy: str = typer.Option("recommended", help="a named configuration (see --help of `streamops bench`) "
-                                                         "or edf|threshold3|ds2"),
+                                                         "or edf|threshold3|ds2|mpc"),
         trace: str = typer.Option("diurnal", help="diurnal, ramp, steps, spikes, a generator spec, a CSV "
                                                    "file with columns t_s,rate (or a stage_metrics export), or "
                                                    "suite:<family>:<seed>, a trace of the suite: <family> is "
@@ -566,6 +566,11 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
         redundancy: bool = typer.Option(False, "--redundancy", help="the redundancy manager sets the replicas"),
         restart_s: Optional[float] = typer.Option(None, help="seconds a killed driver takes to come back "
                                                               "(default 10)"),
+        slo_price: Optional[float] = typer.Option(None, min=0, help="the price of one second above R_max in "
+                                                                     "core-seconds, for --policy mpc (default 20)"),
+        bound: bool = typer.Option(False, "--bound", help="also the clairvoyant bound of the trace: DIR/frontier.csv "
+                                                          "and DIR/frontier.png, with the policy's run as a point and "
+                                                          "its regret (docs/policies.md §14)"),
         calibrate: Optional[str] = typer.Option(None, "--calibrate", metavar="STAGE_ID",
                                                 help="instead of a policy run: fit the model to this stage's real "
                                                      "run in the database and replay it (DIR/calibration.json, .png)"),
@@ -594,7 +599,8 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
                                      out_dir=out, duration_s=duration, faults=faults, replicas=replicas,
                                      redundancy=redundancy or None,
                                      **({} if policy in known else {"operator": policy}),
-                                     **({} if restart_s is None else {"restart_s": restart_s}))
+                                     **({} if restart_s is None else {"restart_s": restart_s}),
+                                     **({} if slo_price is None else {"slo_price": slo_price}))
         except (ValueError, FileNotFoundError) as e:
             _fail(str(e), 2)
     t = Table(title=f"{summary['policy']} on {summary['trace']} (seed {seed})", show_header=False)
@@ -608,6 +614,42 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
             t.add_row(f"ha.{key}", f"{v:,.2f}" if isinstance(v, float) else str(v))
     console.print(t)
     _say(f"wrote {out / 'summary.json'} and {out / 'response.png'}")
+    if bound:
+        _sim_bound(summary, policy if policy in known else "recommended", trace, duration, out)
+
+
+def _sim_bound(summary: dict, policy: str, trace: str, duration: Optional[float], out: Path) -> None:
+    """`sim --bound`: the trace's clairvoyant frontier, the policy's run on it, its regret."""
+    import csv
+
+    from streamops.sim import SimConfig, load_trace, resolve_policy
+    from streamops.sim.bound import frontier, model_from_sim, regret, window_open_mask
+    from streamops.sim.frontier_chart import Panel, plot_frontiers
+
+    tr = load_trace(trace)
+    T = int(duration if duration is not None else tr.default_duration_s)
+    cfg = SimConfig()
+    model = model_from_sim(cfg, resolve_policy(policy).app_opts())  # the policy's own bucket
+    with console.status(f"the clairvoyant bound of {trace} ({T} s, {T // model.window_s} intervals) …"):
+        front = frontier([tr.rows(t) for t in range(T)], model, window_open_mask(cfg, T, model.window_s))
+    with (out / "frontier.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["core_hours", "seconds_above_rmax", "changes", "price"])
+        w.writeheader()
+        w.writerows(front.rows())
+    point = (summary["core_hours"], summary["seconds_above_rmax"])
+    plot_frontiers([Panel(trace, front, {summary["policy"]: point})], out / "frontier.png",
+                   f"the clairvoyant frontier of {trace} and {summary['policy']}")
+    r = regret(front, *point)
+    t = Table(title=f"{summary['policy']} against the clairvoyant bound ({len(front.points)} frontier points)",
+              show_header=False)
+    t.add_row("core-hours / bound at its seconds above R_max", f"{point[0]:.2f} / {r['bound_core_hours']}")
+    t.add_row("seconds above R_max / bound at its core-hours", f"{point[1]} / {r['bound_seconds_above']}")
+    t.add_row("core regret (share of its core-hours a clairvoyant saves)",
+              "beyond the bound" if r["core_regret"] is None else f"{r['core_regret']:.1%}")
+    t.add_row("violation regret (share of its seconds above it avoids)",
+              "beyond the bound" if r["violation_regret"] is None else f"{r['violation_regret']:.1%}")
+    console.print(t)
+    _say(f"wrote {out / 'frontier.csv'} and {out / 'frontier.png'}")
 
 
 def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], minutes: Optional[float], out: Path,

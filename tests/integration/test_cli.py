@@ -312,3 +312,19 @@ def test_gen_stop_stops_one_stage_s_background_generator_then_the_rest(tmp_path,
         for pid in pids.values():
             if pid and processes.is_alive(pid):
                 processes.stop(pid, grace_s=5)
+
+
+def test_sim_bound_writes_the_frontier_and_prices_mpc(tmp_path):
+    out = tmp_path / "b"
+    result = runner.invoke(app, ["sim", "--policy", "mpc", "--slo-price", "60", "--trace", "diurnal",
+                                 "--duration", "1800", "--bound", "--out", str(out)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = (out / "frontier.csv").read_text().splitlines()
+    assert rows[0] == "core_hours,seconds_above_rmax,changes,price" and len(rows) >= 3
+    assert (out / "frontier.png").stat().st_size > 10_000
+    assert "core regret" in result.output and "violation regret" in result.output
+    import json
+
+    assert json.loads((out / "summary.json").read_text())["policy"] == "mpc"
+    bad = runner.invoke(app, ["sim", "--policy", "mpc", "--slo-price", "-1", "--out", str(out)])
+    assert bad.exit_code == 2 and "slo-price" in bad.output

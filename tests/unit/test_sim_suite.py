@@ -252,3 +252,36 @@ def test_candidates_are_plain_data_and_include_the_named_configs():
     b = {**a, "seconds_above_rmax": 20, "core_hours": 5}
     assert all(bench.goals_met(a, b).values())
     assert bench.goals_met({**a, "convergence_max": 3}, b)["V"] is False
+
+
+# ------------------------------------------------------------------ bench/suite.py: regret (issue 29)
+def _bounds_rows(families=("f1", "f2"), seeds=(*TRAIN_SEEDS, *TEST_SEEDS)):
+    """The same made-up frontier for every trace: 10 core-hours at 100 s … 20 at 10 s."""
+    pts = [{"core_hours": 10.0, "seconds_above_rmax": 100.0, "changes": 2, "price": 0.0},
+           {"core_hours": 20.0, "seconds_above_rmax": 10.0, "changes": 4, "price": 1.0}]
+    return [{"family": f, "seed": s, "duration_s": 7200, "points": pts} for f in families for s in seeds]
+
+
+def test_regret_choice_reads_training_runs_only_and_prices_both_axes():
+    bench = _bench()
+    runs = []
+    for seed in (*TRAIN_SEEDS, *TEST_SEEDS):
+        test = seed in TEST_SEEDS
+        for fam in ("f1", "f2"):
+            runs.append(_run("on_frontier", fam, seed, 55, ch=15.0))  # on the line: no regret
+            runs.append(_run("wasteful", fam, seed, 10, ch=40.0))  # half its cores wasted
+            runs.append(_run("late", fam, seed, 5 if test else 100, ch=15.0))  # great on test only
+    scored = bench.with_regret(runs, _bounds_rows())
+    frontier_run = next(r for r in scored if r["policy"] == "on_frontier")
+    assert frontier_run["core_regret"] == pytest.approx(0) and frontier_run["violation_regret"] == pytest.approx(0)
+    wasteful = next(r for r in scored if r["policy"] == "wasteful")
+    assert wasteful["core_regret"] == pytest.approx(0.5)  # 20 core-hours reach 10 s: half of 40 was spare
+    late = next(r for r in scored if r["policy"] == "late" and r["seed"] == TRAIN_SEEDS[0])
+    assert late["violation_regret"] == pytest.approx(0.45)  # 15 core-hours reach 55 s, it had 100
+    best = bench.select_by_regret(scored)
+    assert best["choice"] == "on_frontier" and best["scores"]["score"] == pytest.approx(0)
+    # a test seed cannot move the pick: "late" beats the bound on test (5 s at 15 core-hours) and still loses
+    assert [r["name"] for r in best["ranking"]] == ["on_frontier", "wasteful", "late"]
+    test_scores = {s["name"]: s for s in bench.regret_scores([r for r in scored if r["seed"] in TEST_SEEDS])}
+    assert test_scores["late"]["per_family"]["f1"]["beyond_bound"] == len(TEST_SEEDS)
+    assert bench.ahead_of_all(test_scores, "on_frontier", ["wasteful"]) == ["f1", "f2"]

@@ -8,8 +8,10 @@ The planning model keeps what decides cores against violations in sim/engine.py 
   configuration is one core count per stage, chosen at an interval's start, as the AM grants.
 - Configuration v sustains λ*(v): the highest input rate at which the chain's steady response
   Σ_k base_k + queue_ms·ρ_k/(1 − ρ_k) (ρ_k capped at rho_cap, every ρ_k < 1) is ≤ R_max. A second
-  whose rate exceeds λ*(v) is a second above R_max. Backlog carried between seconds and the
-  noise are dropped: both only add seconds above R_max.
+  of rate r is above R_max with the chance that the second's noise (the simulator's per-second
+  arrival and service noise, which no one can foresee: the trace itself is known) takes the
+  arrivals past the service, P(r·(1 + ε_a) > λ*(v)·(1 + ε_c)); without noise, when r > λ*(v).
+  Backlog carried from one second to the next is dropped: it only adds seconds above R_max.
 - A change restarts the changed stages together: the app is down for the longest of their
   downtimes d, and the outage's backlog drains at the new configuration's spare capacity, so the
   change costs d / (1 − λ/c(v)) seconds above R_max (at most the interval), c(v) the chain's
@@ -68,6 +70,8 @@ class BoundModel:
     # Configurations kept per total core count, by λ*: the best few carry every frontier point in
     # practice; None keeps every vector (the brute-force tests).
     per_total: int | None = 4
+    arrival_sd: float = 0.0  # relative per-second noise of the arrivals (SimConfig.arrival_noise)
+    capacity_sd: float = 0.0  # … and of the service (SimConfig.capacity_noise)
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -118,6 +122,12 @@ class Frontier:
             if a.core_hours <= core_hours <= b.core_hours:
                 return _lerp(core_hours, a.core_hours, b.core_hours, a.seconds_above, b.seconds_above)
         return pts[0].seconds_above
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[dict[str, Any]], duration_s: int) -> "Frontier":
+        """The frontier `rows()` wrote (schedules are not kept)."""
+        return cls(tuple(FrontierPoint(float(r["core_hours"]), float(r["seconds_above_rmax"]), int(r["changes"]),
+                                       float(r["price"])) for r in rows), duration_s)
 
     def rows(self) -> list[dict[str, Any]]:
         return [{"core_hours": round(p.core_hours, 4), "seconds_above_rmax": round(p.seconds_above, 1),
@@ -204,8 +214,8 @@ def prepare(rates: Sequence[float], model: BoundModel, window_open: Sequence[boo
     above = np.zeros((n, len(V)))
     mean = np.zeros(n)
     for w in range(n):
-        seg = np.sort(r[w * W:(w + 1) * W])
-        above[w] = len(seg) - np.searchsorted(seg, lam, side="right")
+        seg = r[w * W:(w + 1) * W]
+        above[w] = _seconds_above(seg, lam, model.arrival_sd, model.capacity_sd)
         mean[w] = seg.mean()
     if window_open is None:
         open_ = np.ones(n, dtype=bool)
@@ -214,6 +224,21 @@ def prepare(rates: Sequence[float], model: BoundModel, window_open: Sequence[boo
         if len(open_) != n:
             raise ValueError(f"window_open has {len(open_)} intervals, the trace {n}")
     return Problem(V, init, lam, cap, ups, downs, down_s, extra, widths, above, mean, open_)
+
+
+def _seconds_above(rates: np.ndarray, lam: np.ndarray, arrival_sd: float, capacity_sd: float) -> np.ndarray:
+    """Per configuration: the expected seconds of `rates` above R_max, Σ_s P(r·(1+ε_a) > λ*·(1+ε_c))."""
+    from scipy.special import ndtr  # type: ignore[import-untyped]  # the normal CDF, vectorized
+
+    if arrival_sd <= 0 and capacity_sd <= 0:
+        seg = np.sort(rates)
+        return len(seg) - np.searchsorted(seg, lam, side="right")
+    r, lm = rates[:, None], lam[None, :]
+    sd = np.sqrt((r * arrival_sd) ** 2 + (lm * capacity_sd) ** 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sd > 0, (r - lm) / sd, np.where(r > lm, np.inf, -np.inf))
+    out: np.ndarray = ndtr(z).sum(axis=0)
+    return out
 
 
 def _interval_cost(pb: Problem, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -346,15 +371,17 @@ def schedule_cost(pb: Problem, model: BoundModel, schedule: Sequence[Sequence[in
 # ------------------------------------------------------------------------------- from the sim
 def model_from_sim(cfg: Any, app_opts: Any, downtimes: dict[str, dict[str, float]] | None = None) -> BoundModel:
     """The bound's model of a `SimConfig` and `AppOptions`: the stages, R_max, the latency model,
-    the bucket and the mechanisms' median downtimes (`downtimes`: stage → {"scale_out": s,
-    "scale_in": s} overrides them, e.g. with costs a run learned)."""
+    the noise, the bucket and the mechanisms' mean downtimes (lognormal: median · e^(σ²/2);
+    `downtimes`: stage → {"scale_out": s, "scale_in": s} overrides them, e.g. with costs a run
+    learned)."""
     stages, load = [], 1.0
+    mean = math.exp(cfg.downtime_sigma ** 2 / 2)
     for s in cfg.stages:
         if cfg.mechanism == "active_backup":
-            out_s, overlap = cfg.active_backup_median_s, cfg.overlap_median_s
+            out_s, overlap = cfg.active_backup_median_s * mean, cfg.overlap_median_s * mean
         else:
-            out_s, overlap = cfg.prestaged_median_s, 0.0
-        in_s = cfg.pause_resume_median_s + s.state_bytes / 1e6 * cfg.state_s_per_mb
+            out_s, overlap = cfg.prestaged_median_s * mean, 0.0
+        in_s = cfg.pause_resume_median_s * mean + s.state_bytes / 1e6 * cfg.state_s_per_mb
         o = (downtimes or {}).get(s.name, {})
         stages.append(BoundStage(s.name, s.rate_per_core, s.base_latency_ms, s.cores, s.min_cores, s.max_cores,
                                  float(o.get("scale_out", out_s)), float(o.get("scale_in", in_s)), overlap, load))
@@ -362,7 +389,8 @@ def model_from_sim(cfg: Any, app_opts: Any, downtimes: dict[str, dict[str, float
     return BoundModel(tuple(stages), cfg.r_max_ms, cfg.queue_ms, cfg.rho_cap,
                       window_s=int(round(app_opts.control_interval_s)),
                       tokens=int(math.floor(app_opts.capacity)) if app_opts.policy == "token_bucket" else len(stages),
-                      window_max_actions=cfg.window_max_actions)
+                      window_max_actions=cfg.window_max_actions, arrival_sd=cfg.arrival_noise,
+                      capacity_sd=cfg.capacity_noise)
 
 
 def window_open_mask(cfg: Any, duration_s: int, window_s: int) -> list[bool]:
@@ -375,19 +403,22 @@ def window_open_mask(cfg: Any, duration_s: int, window_s: int) -> list[bool]:
     return [maintenance_window(app, start + timedelta(seconds=w * window_s)).open for w in range(n)]
 
 
-def regret(front: Frontier, core_hours: float, seconds_above: float, floor_s: float = 60.0) -> dict[str, Any]:
-    """A configuration's distance to the frontier on both axes:
-    - extra core-hours at equal seconds above R_max (and relative to the bound's);
-    - extra seconds above R_max at equal core-hours (relative to the bound's, at least `floor_s`:
-      a bound of 0 s would make every second infinitely many times worse)."""
+def regret(front: Frontier, core_hours: float, seconds_above: float) -> dict[str, Any]:
+    """A configuration's distance to the frontier on both axes, each as the share of what it spent
+    that a clairvoyant would have saved (0: on the frontier; negative: better than the bound):
+    - core regret = extra core-hours at equal seconds above R_max, over its core-hours;
+    - violation regret = extra seconds above R_max at equal core-hours, over its seconds above.
+    None where the bound has no point to compare with (fewer core-hours, or fewer seconds above,
+    than any schedule reaches)."""
     c_star = front.min_core_hours(seconds_above)
     v_star = front.min_seconds_above(core_hours)
     return {
         "bound_core_hours": None if c_star is None else round(c_star, 4),
         "extra_core_hours": None if c_star is None else round(core_hours - c_star, 4),
-        "core_regret": None if c_star is None else round(core_hours / c_star - 1.0, 4),
+        "core_regret": None if c_star is None else round(1.0 - c_star / core_hours, 4) if core_hours > 0 else 0.0,
         "bound_seconds_above": None if v_star is None else round(v_star, 1),
         "extra_seconds_above": None if v_star is None else round(seconds_above - v_star, 1),
-        "violation_regret": None if v_star is None else round((seconds_above - v_star) / max(v_star, floor_s), 4),
+        "violation_regret": None if v_star is None else round(1.0 - v_star / seconds_above, 4)
+        if seconds_above > 0 else 0.0,
     }
 
