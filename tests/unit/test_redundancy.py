@@ -17,6 +17,7 @@ from streamops.plan.redundancy import (
     DECREASE,
     HOLD,
     INCREASE,
+    Outlook,
     RedundancyOptions,
     RedundancyState,
     initial_state,
@@ -24,6 +25,8 @@ from streamops.plan.redundancy import (
     speculation_conf,
     step,
     step_size,
+    violated_s_per_fault,
+    violation_rate,
 )
 
 OPT = RedundancyOptions()
@@ -173,6 +176,11 @@ def test_the_bound_must_be_positive(bound):
     ({"alpha_increase": None}, "alpha_increase"),
     ({"perf_margin": True}, "perf_margin"),
     ({"delta": 0.1}, "delta"),  # unknown
+    ({"fault_window_s": 0}, "fault_window_s"),
+    ({"add_violation_rate": -0.1}, "add_violation_rate"),
+    ({"give_back_violation_rate": -0.1}, "give_back_violation_rate"),
+    ({"add_violation_rate": 0.05, "give_back_violation_rate": 0.1}, "give_back_violation_rate"),
+    ({"hold_periods": -1}, "hold_periods"),
 ])
 def test_options_validation_names_the_field(params, field):
     with pytest.raises(ValueError, match=field):
@@ -274,6 +282,109 @@ def test_releases_redundancy_when_the_fault_passes():
 
 
 # --------------------------------------------------------------------------------------------
+# proactive redundancy (issue 29 item 4): the fault-rate estimate and the start-up hold
+
+RMAX = 200.0  # the simulator's R_max (ms): a 5 s stop is 25 bounds
+PERIOD, STARTUP = 60.0, 8.3
+
+
+def outlook(now: float, faults=(), stop: float = 5.0, util: float | None = 0.65) -> Outlook:
+    return Outlook(now_s=now, period_s=PERIOD, startup_s=STARTUP, fault_times_s=tuple(faults), stop_s=stop,
+                   utilization=util)
+
+
+def test_violated_seconds_per_fault_grow_with_the_forecast_utilization():
+    # stalled for the stop, then above the bound while the backlog drains at (1 − ρ)
+    assert violated_s_per_fault(5.0, RMAX, 0.0) == pytest.approx(5.0)
+    assert violated_s_per_fault(5.0, RMAX, 0.65) == pytest.approx(4.8 / 0.35)
+    assert violated_s_per_fault(5.0, RMAX, 0.8) > violated_s_per_fault(5.0, RMAX, 0.65)
+    assert violated_s_per_fault(5.0, RMAX, 3.0) == pytest.approx(4.8 / 0.05)  # capped: finite when overloaded
+    assert violated_s_per_fault(5.0, RMAX, None) == pytest.approx(5.0)  # no forecast: the stop alone
+    # λ̂: faults in the trailing window only (the one at 0 s is older than 120 s)
+    assert violation_rate(outlook(300.0, [0.0, 200.0, 290.0]), RMAX, OPT) == pytest.approx(2 / 120 * 4.8 / 0.35)
+
+
+def test_proactive_add_from_the_fault_rate_before_the_tail_grows():
+    """Two faults in the last two minutes, the tail inside the margin: the feedback alone holds at
+    one replica; the estimate (2/120 faults/s × 13.7 s ≈ 0.23 ≥ 0.05) asks for the extra replica."""
+    s0, tail = RedundancyState(r=0.0), 190.0  # within the 10 % margin below the bound: the feedback holds
+    fb, d = step(s0, tail, RMAX, OPT)
+    assert d.action == HOLD and fb.r == 0.0 and replicas_for(fb.r, 2) == 1
+    s1, d = step(s0, tail, RMAX, OPT, outlook(600.0, [500.0, 550.0]))
+    assert d.action == INCREASE and s1.r == pytest.approx(1.0) and replicas_for(s1.r, 2) == 2
+    assert s1.proactive and "proactive" in d.reason
+    # the hold starts with the add: the replica's start-up plus one period
+    assert s1.hold_until_s == pytest.approx(600.0 + STARTUP + PERIOD)
+    # faults too rare to pay for a replica (one an hour: 13.7/3600 ≈ 0.004), or none in the window: no add
+    for faults in ([-3000.0], [450.0]):
+        s2, d = step(s0, tail, RMAX, OPT, outlook(600.0, faults))
+        assert d.action == HOLD and s2.r == 0.0 and not s2.proactive
+    # a faster input makes the same faults costlier: at ρ = 0.1 one fault in the window (5 s / 120 s
+    # ≈ 0.042) is below the price, at ρ = 0.65 (0.114) above it
+    assert step(s0, tail, RMAX, OPT, outlook(600.0, [550.0], util=0.1))[0].r == 0.0
+    assert step(s0, tail, RMAX, OPT, outlook(600.0, [550.0], util=0.65))[0].r == pytest.approx(1.0)
+    # turned off: the feedback alone
+    off = RedundancyOptions(add_violation_rate=0.0)
+    assert step(s0, tail, RMAX, off, outlook(600.0, [500.0, 550.0]))[0].r == 0.0
+
+
+def test_proactive_replica_is_kept_between_the_rates_and_given_back_when_faults_stop():
+    s = RedundancyState(r=1.0, direction=1, last_delta_ms=-150.0, proactive=True)
+    # over-performing (Δl −150 ms): the feedback alone steps r down by δ_min, and keeps 2 replicas for 10 periods
+    fb, d = step(s, 50.0, RMAX, OPT)
+    assert d.action == DECREASE and fb.r == pytest.approx(0.9) and replicas_for(fb.r, 2) == 2
+    # one 2 s fault left in the window (2/120 ≈ 0.017): below the price (0.05), above the give-back
+    # rate (0.01): the replica is kept whole (hysteresis)
+    kept, d = step(s, 50.0, RMAX, OPT, outlook(600.0, [590.0], stop=2.0, util=0.0))
+    assert kept.r == pytest.approx(1.0) and kept.proactive and d.action == HOLD and "keep" in d.reason
+    # no fault in the window: give the whole replica back at once
+    back, d = step(s, 50.0, RMAX, OPT, outlook(600.0, [400.0]))
+    assert d.action == DECREASE and back.r == 0.0 and replicas_for(back.r, 2) == 1
+    assert not back.proactive and "give the replica back" in d.reason
+    # ... but not while the tail is above the bound: the feedback decides then
+    above, d = step(s, 400.0, RMAX, OPT, outlook(600.0, [400.0]))
+    assert above.r >= 1.0 and replicas_for(above.r, 2) == 2 and not above.proactive
+    # a replica the feedback asked for (not proactive) is left to the feedback
+    fb_only = RedundancyState(r=1.0, direction=1, last_delta_ms=-150.0)
+    assert step(fb_only, 50.0, RMAX, OPT, outlook(600.0))[0].r == pytest.approx(0.9)
+
+
+def test_no_reversal_while_the_added_replica_starts():
+    """The feedback adds a replica at 60 s; a fault during its start-up makes the next period
+    worse. Algorithm 2 alone reverses ("|Δl| grew") and gives the replica back; with the hold it
+    keeps it until start-up + one period have passed, and then compares with the period before
+    the add, not with the start-up's."""
+    no_faults = dict(faults=())
+    s1, d = step(RedundancyState(r=0.0), 1200.0, RMAX, OPT, outlook(60.0, **no_faults))  # Δl +1000: add
+    assert d.action == INCREASE and replicas_for(s1.r, 2) == 2
+    assert s1.hold_until_s == pytest.approx(60.0 + STARTUP + PERIOD)
+    # the next period is worse (a fault landed in the start-up): Δl grew from +1000 to +3000
+    alone, d = step(s1, 3200.0, RMAX, RedundancyOptions(hold_periods=0.0), outlook(120.0, **no_faults))
+    assert d.action == DECREASE and replicas_for(alone.r, 2) == 1 and "reverse" in d.reason
+    held, d = step(s1, 3200.0, RMAX, OPT, outlook(120.0, **no_faults))
+    assert d.action == HOLD and held.r == s1.r and replicas_for(held.r, 2) == 2 and "hold" in d.reason
+    assert held.last_delta_ms == pytest.approx(1000.0)  # the start-up's period is not remembered
+    # over-performing inside the hold is not a reason to give it back either
+    calm, d = step(s1, 20.0, RMAX, OPT, outlook(120.0, **no_faults))
+    assert d.action == HOLD and calm.r == s1.r
+    # after the hold (128.3 s): the rules act again, compared with the period before the add
+    after, d = step(held, 500.0, RMAX, OPT, outlook(180.0, **no_faults))  # Δl +300 < +1000: shrank, keep going
+    assert d.action == INCREASE and after.r > held.r and after.hold_until_s is None
+    later, d = step(held, 20.0, RMAX, OPT, outlook(180.0, **no_faults))  # over-performing: free to decrease
+    assert d.action == DECREASE and later.r < held.r
+
+
+def test_a_proactive_give_back_waits_for_the_hold():
+    s1, _ = step(RedundancyState(r=0.0), 190.0, RMAX, OPT, outlook(600.0, [500.0, 550.0]))
+    assert s1.r == pytest.approx(1.0)
+    # the faults are out of the window at 680 s, but the replica started at 600 s is in its hold (668.3 s)
+    s2, d = step(s1, 20.0, RMAX, OPT, outlook(660.0, [500.0, 550.0]))
+    assert s2.r == pytest.approx(1.0) and s2.proactive and d.action == HOLD
+    s3, d = step(s2, 20.0, RMAX, OPT, outlook(720.0, [500.0, 550.0]))
+    assert d.action == DECREASE and s3.r == 0.0
+
+
+# --------------------------------------------------------------------------------------------
 # hypothesis
 
 
@@ -301,6 +412,24 @@ def test_r_always_within_its_limits(opts, lats, bound, r0):
         moved = s.r - min(opts.r_max, max(opts.r_min, before.r))
         assert {INCREASE: moved > 0, DECREASE: moved < 0, HOLD: moved == 0}[d.action]
         assert d.reason
+
+
+@PROPS
+@given(opts=options(), lats=latencies, bound=st.floats(1.0, 1e4), r0=st.floats(0.0, 10.0),
+       faults=st.lists(st.floats(0.0, 3600.0), max_size=20), stop=st.floats(0.0, 60.0),
+       util=st.none() | st.floats(0.0, 2.0), startup=st.floats(0.0, 120.0))
+def test_r_within_its_limits_with_an_outlook_and_never_falls_in_a_hold(opts, lats, bound, r0, faults, stop, util,
+                                                                          startup):
+    s, now = RedundancyState(r=r0), 0.0
+    for lat in lats:
+        now += 60.0
+        before = s
+        s, d = step(s, lat, bound, opts, Outlook(now, 60.0, startup, faults, stop, util))
+        assert opts.r_min <= s.r <= opts.r_max and d.r == s.r and d.reason
+        r_before = min(opts.r_max, max(opts.r_min, before.r))
+        assert {INCREASE: s.r > r_before, DECREASE: s.r < r_before, HOLD: s.r == r_before}[d.action]
+        if before.hold_until_s is not None and now < before.hold_until_s:
+            assert s.r >= r_before
 
 
 @PROPS

@@ -20,13 +20,32 @@ What r drives (`replicas_for`, `speculation_conf`): the replica count of an HA s
 replication, POLICIES.md §6) and Spark's speculative execution of straggler tasks
 (`spark.speculation*`), Spark's built-in computation redundancy. The speculation settings are
 SparkContext settings, read when the driver starts: they apply at the stage's next (re)start.
+
+Proactive redundancy (issue 29 item 4; `Outlook`, optional). The feedback above is reactive: it
+sees a fault only once the tail has grown, so the first fault of a burst is never masked. Given
+an `Outlook` (plain data: the clock, the faults the stage recorded, their stops and the input-rate
+forecast), `step` also
+- asks for one full extra replica (r ≥ 1, within r_max) when the expected violated seconds per
+  second of run without it, λ̂ · v, reach `add_violation_rate`: λ̂ = faults in the trailing
+  `fault_window_s` / `fault_window_s`, v = the violated seconds of one unmasked fault
+  (`violated_s_per_fault`, from the mean stop and the forecast utilization);
+- gives that replica back (r → ⌈r⌉ − 1, not below r_min) once λ̂ · v falls below
+  `give_back_violation_rate`, with the tail within the bound; between the two rates it keeps what
+  it asked for (hysteresis);
+- after any step that adds a whole replica (⌈r⌉ grows), holds: no decrease until the new
+  replica's start-up (`Outlook.startup_s`) plus `hold_periods` periods have passed, and the
+  periods in the hold are not remembered as Δl (they measure the start-up, not the new level),
+  so the first comparison after it is against the period before the add. Without it a fault
+  during the start-up makes the next period look worse and "|Δl| grew: reverse" gives the
+  replica back before it ever served.
+Without an Outlook (`outlook=None`) the step is Algorithm 2 alone, as before.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Any, Sequence
 
 INCREASE, DECREASE, HOLD = "increase", "decrease", "hold"
 
@@ -44,6 +63,9 @@ SPARK_SPECULATION_MULTIPLIER = 3.0
 # speculate ordinary tasks.
 EAGER_SPECULATION_QUANTILE = 0.5
 EAGER_SPECULATION_MULTIPLIER = 1.5
+# The catch-up after a stop lasts stop/(1 − ρ): near ρ = 1 it never ends. Past this utilization
+# the estimate stays at 20× the stop (a stage that busy violates its bound with or without faults).
+UTILIZATION_CAP = 0.95
 
 
 @dataclass(frozen=True)
@@ -57,6 +79,23 @@ class RedundancyOptions:
     perf_margin: float = 0.10  # ours: [002] has perfMargin but gives no value
     r_min: float = 0.0  # [002] suggests a floor when faults are infrequent (§4.2.1)
     r_max: float = 1.0  # ours: one full extra replica (the thesis reached 1.97)
+    # --- proactive redundancy (ours, issue 29 item 4): read only when step() gets an Outlook ---
+    # The trailing window of the fault-rate estimate λ̂. Two default periods: long enough that a
+    # burst of faults every ~20-30 s never shows an empty window (P ≈ e^-4 at 30 s), short enough
+    # that the replica is given back about two minutes after the last fault.
+    fault_window_s: float = 120.0
+    # The price of a replica: a replica-second is worth this many violated seconds saved. The
+    # extra replica is asked for when λ̂·v (the expected violated seconds per second without it)
+    # reaches it: 0.05 = a replica running all the time is worth it if it would save 5 % of the
+    # seconds. One fault of ~15 violated seconds in two minutes (0.12) is enough; a fault an hour
+    # (0.004) is not. 0 turns the proactive rule off.
+    add_violation_rate: float = 0.05
+    # Give the replica back below this (hysteresis, ≤ add_violation_rate): with the defaults,
+    # once the window holds no fault that stopped a replica.
+    give_back_violation_rate: float = 0.01
+    # After a step that adds a whole replica: no decrease for its start-up plus this many periods.
+    # One period: the first period that sees the new replica running. 0 turns the hold off.
+    hold_periods: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -75,6 +114,14 @@ class RedundancyOptions:
             raise ValueError(f"r_min must be >= 0, got {self.r_min}")
         if not self.r_max >= self.r_min:
             raise ValueError(f"r_max must be >= r_min ({self.r_min}), got {self.r_max}")
+        if not self.fault_window_s > 0:
+            raise ValueError(f"fault_window_s must be > 0, got {self.fault_window_s}")
+        for name in ("add_violation_rate", "give_back_violation_rate", "hold_periods"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.add_violation_rate > 0 and not self.give_back_violation_rate <= self.add_violation_rate:
+            raise ValueError(f"give_back_violation_rate must be <= add_violation_rate ({self.add_violation_rate}), "
+                             f"got {self.give_back_violation_rate}")
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> "RedundancyOptions":
@@ -103,10 +150,66 @@ class RedundancyState:
     r: float = 0.0
     direction: int = 0  # +1 increasing, −1 decreasing, 0 held (or not started)
     last_delta_ms: float | None = None  # signed Δl of the last observation; None before the first
+    hold_until_s: float | None = None  # (Outlook clock) no decrease before this: a replica added is starting
+    proactive: bool = False  # the Outlook asked for the extra replica and has not given it back
 
     @property
     def last_abs_delta_ms(self) -> float | None:
         return None if self.last_delta_ms is None else abs(self.last_delta_ms)
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """What the proactive rule and the start-up hold read: plain data, the same from the
+    simulator (sim/ha.py) and from production.
+
+    fault_times_s: when the faults were observed (any order; older ones are ignored) that would
+    stop the stage if it ran one replica: in the simulator every fault of the stage (its schedule
+    is per stage, whatever the replica count), in production the `failures` rows of its primary.
+    stop_s: the mean stop of one of those faults (a kill's restart, a pause's length), seconds.
+    utilization: the forecast input rate over the next period / one replica's capacity (None:
+    unknown, read as 0: the stop alone)."""
+
+    now_s: float
+    period_s: float
+    startup_s: float = 0.0  # a new replica's start-up (replays from the source; the restart time)
+    fault_times_s: Sequence[float] = ()
+    stop_s: float = 0.0
+    utilization: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("now_s", "period_s", "startup_s", "stop_s"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or (name != "now_s" and v < 0):
+                raise ValueError(f"Outlook.{name} must be a finite number{'' if name == 'now_s' else ' >= 0'}, "
+                                 f"got {v!r}")
+
+
+def fault_rate(fault_times_s: Sequence[float], now_s: float, window_s: float) -> float:
+    """λ̂: faults in the trailing window (now − window, now], per second."""
+    return sum(1 for x in fault_times_s if now_s - window_s < x <= now_s) / window_s
+
+
+def violated_s_per_fault(stop_s: float, bound_ms: float, utilization: float | None) -> float:
+    """The violated 1 s windows one unmasked fault costs: max(stop, (stop − bound)/(1 − ρ)).
+
+    While the replica is stopped nothing is written (stalled windows count as violated); once
+    back, a record's delay starts at the stop's length and falls by (1 − ρ) seconds per second
+    as the backlog drains, so it stays above the bound for (stop − bound)/(1 − ρ). ρ is the
+    forecast utilization, capped at UTILIZATION_CAP."""
+    rho = min(UTILIZATION_CAP, max(0.0, utilization or 0.0))
+    return max(stop_s, (stop_s - bound_ms / 1000.0) / (1.0 - rho))
+
+
+def violation_rate(outlook: Outlook, bound_ms: float, opts: RedundancyOptions) -> float:
+    """λ̂ · v: the expected violated seconds per second of run with one replica."""
+    lam = fault_rate(outlook.fault_times_s, outlook.now_s, opts.fault_window_s)
+    return lam * violated_s_per_fault(outlook.stop_s, bound_ms, outlook.utilization) if lam > 0 else 0.0
+
+
+def _whole(r: float) -> int:
+    """Whole extra replicas that r asks for: ⌈r⌉ (float noise above a whole number ignored)."""
+    return max(0, math.ceil(r - _EPS))
 
 
 def initial_state(opts: RedundancyOptions) -> RedundancyState:
@@ -138,11 +241,67 @@ def _clamp(r: float, opts: RedundancyOptions) -> float:
 
 
 def step(state: RedundancyState, tail_latency_ms: float | None, bound_ms: float,
-         opts: RedundancyOptions) -> tuple[RedundancyState, RedundancyDecision]:
+         opts: RedundancyOptions, outlook: Outlook | None = None) -> tuple[RedundancyState, RedundancyDecision]:
     """One period of Algorithm 2. `tail_latency_ms` is the feedback metric (the thesis used the
-    p90 of 1-second windows); None (no batch in the window) holds and remembers nothing."""
+    p90 of 1-second windows); None (no batch in the window) holds and remembers nothing.
+
+    With an `outlook`, the proactive rule and the start-up hold (module docstring) act on the
+    feedback's decision; without one the step is the feedback alone."""
     if not (math.isfinite(bound_ms) and bound_ms > 0):
         raise ValueError(f"bound_ms must be a finite number > 0, got {bound_ms!r}")
+    s1, d = _feedback(state, tail_latency_ms, bound_ms, opts)
+    if outlook is None:
+        return s1, d
+    return _proactive(state, s1, d, bound_ms, opts, outlook)
+
+
+def _proactive(state: RedundancyState, s1: RedundancyState, d: RedundancyDecision, bound_ms: float,
+               opts: RedundancyOptions, o: Outlook) -> tuple[RedundancyState, RedundancyDecision]:
+    """The feedback's step (s1, d) from `state`, then the Outlook's rules: the fault-rate
+    estimate sets a floor of one whole replica or gives it back, and the hold blocks a decrease."""
+    r0 = _clamp(state.r, opts)
+    hold = opts.hold_periods > 0 and state.hold_until_s is not None and o.now_s < state.hold_until_s
+    r, direction, last, proactive, notes = s1.r, s1.direction, s1.last_delta_ms, state.proactive, []
+    if opts.add_violation_rate > 0:
+        lam = fault_rate(o.fault_times_s, o.now_s, opts.fault_window_s)
+        v = violated_s_per_fault(o.stop_s, bound_ms, o.utilization)
+        rate = lam * v if lam > 0 else 0.0
+        est = f"λ̂·v {rate:.3g} ({lam:.3g} faults/s × {v:.3g} s)"
+        floor = min(opts.r_max, max(opts.r_min, 1.0))
+        if rate >= opts.add_violation_rate:
+            proactive = True
+            if r < floor:
+                r, direction = floor, 1
+                notes.append(f"proactive: {est} ≥ {opts.add_violation_rate:g}: one full extra replica, r → {r:.3g}")
+        elif proactive and rate < opts.give_back_violation_rate and not hold:
+            proactive = False
+            back = max(opts.r_min, float(_whole(r0) - 1))
+            if d.delta_ms is not None and d.delta_ms <= 0 and r > back:
+                r, direction = back, -1
+                notes.append(f"proactive: {est} < {opts.give_back_violation_rate:g}, the faults stopped: "
+                             f"give the replica back, r → {r:.3g}")
+        elif proactive and r < floor:  # between the two rates, or in the hold: keep what was asked for
+            r, direction = floor, 1
+            notes.append(f"proactive: {est} not below {opts.give_back_violation_rate:g} yet: keep r {r:.3g}")
+    if hold:
+        if r < r0:
+            r = r0
+            notes.append(f"hold: the replica added is starting up (hold until {state.hold_until_s:g} s): "
+                         f"no decrease, r {r:.3g}")
+        if r == r0:  # nothing moved: this period measured the start-up, not the new level; forget it
+            direction, last = state.direction, state.last_delta_ms
+    hold_until = state.hold_until_s if hold else None
+    if _whole(r) > _whole(r0) and opts.hold_periods > 0:
+        hold_until = o.now_s + o.startup_s + opts.hold_periods * o.period_s
+    action = INCREASE if r > r0 else DECREASE if r < r0 else HOLD
+    reason = "; ".join([d.reason, *notes])
+    return (RedundancyState(r, direction, last, hold_until, proactive),
+            replace(d, action=action, r=r, reason=reason))
+
+
+def _feedback(state: RedundancyState, tail_latency_ms: float | None, bound_ms: float,
+              opts: RedundancyOptions) -> tuple[RedundancyState, RedundancyDecision]:
+    """Algorithm 2's step alone (see `step`)."""
     r0 = _clamp(state.r, opts)  # options may have changed since the state was saved
     note = f" (r {state.r:.3g} clamped into [{opts.r_min:g}, {opts.r_max:g}])" if r0 != state.r else ""
     if tail_latency_ms is None or not math.isfinite(tail_latency_ms):

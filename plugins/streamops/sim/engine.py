@@ -47,6 +47,10 @@ from streamops.sim.stagerun import Reconfig, StageRun, apply_scripted
 from streamops.sim.traces import SimTrace
 
 
+# The redundancy manager's forecast buckets (seconds): see Simulation._redundancy_utilization.
+REDUNDANCY_BUCKET_S = 10.0
+
+
 def _slope(y: np.ndarray) -> float:
     if len(y) < 2:
         return 0.0
@@ -276,12 +280,29 @@ class Simulation:
         self.next_id += 1
         return self.next_id - 1
 
+    def _redundancy_utilization(self, st: StageRun, t: int) -> float | None:
+        """The input rate forecast over the redundancy manager's next period (and a new replica's
+        start-up) over one replica's capacity. The forecaster's own series per stage, in buckets of
+        REDUNDANCY_BUCKET_S (a manager steps every minute or so: 60 s buckets would give no forecast
+        for the first 10 minutes); before it has MIN_BUCKETS, the last period's mean input rate."""
+        m = st.ha.manager
+        if m is None or t <= 0:
+            return None
+        f = self.forecaster.forecast(f"{st.spec.name}#redundancy", bucket_means(st.arrivals[:t], REDUNDANCY_BUCKET_S),
+                                     bucket_s=REDUNDANCY_BUCKET_S, season_s=self.op_opts.forecast_season_s,
+                                     horizon_s=m.period + self.cfg.restart_s)
+        rate = f.peak if f is not None else float(st.arrivals[max(0, t - m.period):t].mean())
+        capacity = st.n * st.spec.rate_per_core
+        return rate / capacity if capacity > 0 else None
+
     def _redundancy_cycles(self, t: int) -> None:
         """Each HA stage's redundancy manager, on its period: file, refresh or withdraw its request."""
         for st in self.stages:
             if not ha_mod.due(st.ha, t):
                 continue
-            req = ha_mod.redundancy_request(st.ha, t, self.cfg.app)
+            util = self._redundancy_utilization(st, t) if st.ha.manager and st.ha.manager.opts.add_violation_rate > 0 \
+                else None
+            req = ha_mod.redundancy_request(st.ha, t, self.cfg.app, self.cfg.restart_s, util)
             name = st.spec.name
             for key in [(name, a) for a in REPLICA_ACTIONS if req is None or a != req.action]:
                 self.open.pop(key, None)  # no longer wanted

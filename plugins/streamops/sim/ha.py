@@ -19,6 +19,13 @@ snapshot["target_replicas"]; adding spends a token like a scale-out, removing is
 engine resizes the stage when it is granted. A request no longer wanted is withdrawn.
 A new replica replays from the source: it starts with the leader's backlog and processes
 nothing for `restart_s` (start-up), then catches up. A removal takes the replica furthest behind.
+
+The manager steps with an `Outlook` (plan.redundancy: the proactive rule and the start-up hold):
+the clock, its period, `restart_s` as a new replica's start-up, the times of every fault the
+stage's replicas recorded (the fault schedule is per stage, so these are the faults one replica
+alone would take), the mean stop of those in the trailing `fault_window_s` (the restart for a
+kill, the pause for a slow batch; `restart_s` before any), and the utilization the engine
+forecasts for the next period (`utilization`, None: unknown).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from streamops.plan.model import ADD_REPLICA, REMOVE_REPLICA, Request
-from streamops.plan.redundancy import RedundancyOptions, RedundancyState, replicas_for, step
+from streamops.plan.redundancy import Outlook, RedundancyOptions, RedundancyState, replicas_for, step
 from streamops.sim.faults import Failure, FaultEvent, Replica, fault_schedule, strike
 from streamops.sim.model import SimConfig, StageSpec
 
@@ -107,16 +114,29 @@ def due(ha: StageHA, t: int) -> bool:
     return ha.manager is not None and t > 0 and t % ha.manager.period == 0
 
 
-def redundancy_request(ha: StageHA, t: int, app: str) -> Request | None:
-    """One step of Algorithm 2 on the last period's p90 tail; a request when `replicas_for(r)`
-    differs from the replicas the stage runs (None: nothing to change)."""
+def outlook(ha: StageHA, t: int, restart_s: float, utilization: float | None) -> Outlook:
+    """The manager's Outlook at t from the failures the stage's replicas recorded so far."""
+    m = ha.manager
+    period, window = (m.period, m.opts.fault_window_s) if m is not None else (1, 1.0)
+    times = [f.t for f in ha.failures if f.t <= t]
+    stops = [f.end - f.start for f in ha.failures
+             if t - window < f.t <= t and f.start is not None and f.end is not None]
+    stop = sum(stops) / len(stops) if stops else (restart_s if not times else 0.0)
+    return Outlook(float(t), float(period), restart_s, tuple(times), stop, utilization)
+
+
+def redundancy_request(ha: StageHA, t: int, app: str, restart_s: float = 0.0,
+                       utilization: float | None = None) -> Request | None:
+    """One step of Algorithm 2 on the last period's p90 tail, with the stage's Outlook (`outlook`);
+    a request when `replicas_for(r)` differs from the replicas the stage runs (None: nothing to
+    change)."""
     m = ha.manager
     if m is None:  # a stage without a redundancy manager: due() is never true for it
         return None
     window = ha.tail[max(0, t - m.period):t]
     tail = float(np.percentile(window, 90)) if len(window) else None
     r_before = m.state.r
-    m.state, d = step(m.state, tail, ha.bound_ms, m.opts)
+    m.state, d = step(m.state, tail, ha.bound_ms, m.opts, outlook(ha, t, restart_s, utilization))
     k, target = len(ha.replicas), replicas_for(m.state.r, m.max_replicas)
     ha.r_trace.append((t, m.state.r, target))
     if target == k:
