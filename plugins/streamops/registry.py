@@ -144,7 +144,7 @@ class ParquetSink(_Frozen):
 class Policy(_Frozen):
     """The stage's Operator Manager policy; `params` override plan.options.OperatorOptions."""
 
-    kind: Literal["edf", "threshold3", "ds2"] = "threshold3"
+    kind: Literal["edf", "threshold3", "ds2", "mpc"] = "threshold3"
     params: OperatorParams = Field(default_factory=OperatorOptions)
 
 

@@ -20,16 +20,16 @@ pytestmark = pytest.mark.db
 PARAMS = {"forecast": True, "forecast_season_s": 0, "forecast_horizon_s": 600}
 
 
-def _registry() -> registry.Registry:
-    def stage(params: dict) -> dict:
+def _registry(pred_kind: str = "threshold3", pred_params: dict = PARAMS) -> registry.Registry:
+    def stage(kind: str, params: dict) -> dict:
         return {"workload": "wordcount", "source": {"kind": "files", "path": "fc/in"},
                 "cores": {"initial": 1, "max": 2},
                 "state_partitions": 2, "trigger_interval_ms": 10_000, "pool": "p",
-                "policy": {"kind": "threshold3", "params": params}}
+                "policy": {"kind": kind, "params": params}}
     return registry.parse({
         "pools": {"p": {"cores": 4}},
         "apps": {"fc": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                        "stages": {"pred": stage(PARAMS), "plain": stage({})}}},
+                        "stages": {"pred": stage(pred_kind, pred_params), "plain": stage("threshold3", {})}}},
     })
 
 
@@ -100,3 +100,30 @@ def test_a_forecasting_stage_gets_its_forecast_and_asks_ahead_of_the_ramp(clean_
     f = forecast_pass._FORECASTER.last["fc.pred"]
     assert again.forecast_rate == pytest.approx(f.peak) and not f.fitted and f.end_s == pytest.approx(
         (int(later.timestamp()) // 60) * 60)
+
+
+def test_an_mpc_stage_plans_on_its_forecast_path_and_asks_through_the_same_pass(clean_db):
+    """`policy.kind: mpc` runs unchanged in production: the forecast pass gives it the path and its
+    spread, and it asks for the cores its plan prices cheapest (docs/policies.md §14.3)."""
+    # at 200 core-s per second above R_max the rise within the horizon is worth a core now; at a
+    # low price the plan would switch later, so it would ask nothing yet (tests/unit/test_mpc.py)
+    stages.sync_registry(_registry("mpc", {**PARAMS, "slo_price": 200}))
+    forecast_pass._HISTORY.clear()
+    forecast_pass._FORECASTER.last.clear()
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    start = now - timedelta(minutes=40)
+    with db.transaction() as conn:
+        dep = _deployment(conn, "fc.pred", "primary", start)
+        _ramp(conn, "fc.pred", dep, "r1", start, now, 30.0, 250.0)  # 1 core, 70 % busy, still rising
+    with db.transaction() as conn:
+        loaded = control.load_windows(conn, now, OperatorOptions())
+        pred = {s.stage_id: s for s, _ in loaded}["fc.pred"]
+        assert len(pred.forecast_path) > 1 and pred.forecast_path[-1] > pred.forecast_path[0]  # still rising
+        assert pred.forecast_sd == pytest.approx(0, abs=0.5)  # a straight ramp: its steps never vary
+        _, requests = control.operator_pass(conn, now, app="fc", host=(0.1, 0.3), windows=loaded)
+    asked = {r.stage_id: r for r in requests}["fc.pred"]
+    assert asked.action == "scale_out" and asked.target_cores == 2, asked
+    assert asked.reason.startswith("MPC") and asked.snapshot["mpc_target"] == 2
+    with db.transaction() as conn:
+        policy = conn.execute(text("SELECT policy FROM requests WHERE stage_id = 'fc.pred'")).scalar_one()
+    assert policy == "mpc"

@@ -31,16 +31,18 @@ def test_a_load_the_cores_serve_keeps_them():
 
 def test_a_step_up_is_met_in_one_decision_with_enough_cores():
     p = plan([300.0] * 10)
-    assert p.switch_step == 0 and p.target * 100 * 0.85 >= 300 * 1.05  # sized once, with room for the spread
-    # convergence: planning again at the new size asks for nothing more
-    assert plan([300.0] * 10, cores=p.target).target == p.target
+    assert p.switch_step == 1 and p.target * 100 * 0.85 >= 300 * 1.05  # sized once, with room for the spread
+    # convergence: planning again at the new size asks for no more cores (the extra one that drained
+    # step 0's queue may go back, in a maintenance window)
+    assert plan([300.0] * 10, cores=p.target).target <= p.target
 
 
 def test_a_rise_forecast_later_waits_for_it():
     later = plan([120.0] * 6 + [400.0] * 4)
-    assert later.target > 2 and later.switch_step > 0  # cheapest to switch later: not now
+    assert later.target > 2 and later.switch_step > 1  # cheapest to switch later: not now
     soon = plan([120.0] + [400.0] * 9)
-    assert soon.target > 2 and soon.switch_step <= 1
+    assert soon.target > 2 and soon.switch_step == 1  # a change asked now runs from the next step on
+    assert plan([120.0, 120.0] + [400.0] * 8).switch_step == 2  # … so a rise two steps ahead waits a cycle
 
 
 def test_the_price_trades_cores_for_seconds_above():
@@ -61,12 +63,12 @@ def test_the_backlog_is_a_queue_that_needs_cores_to_drain():
     # 40 rows/s to spare would take 25 min to drain it, above R_max all along
     assert plan([160.0] * 10, sd=[0.0] * 10).target == 2
     p = plan([160.0] * 10, sd=[0.0] * 10, backlog=60_000.0)
-    assert p.target > 2 and p.switch_step == 0
+    assert p.target > 2 and p.switch_step == 1
 
 
 def test_scale_in_when_the_load_falls_for_the_horizon():
     p = plan([40.0] * 10, cores=6)
-    assert p.target < 6 and p.switch_step == 0 and p.target * 100 * 0.85 >= 40
+    assert p.target < 6 and p.switch_step == 1 and p.target * 100 * 0.85 >= 40
 
 
 def test_demand_and_spread_paths():
@@ -112,3 +114,23 @@ def test_the_operator_asks_and_the_application_manager_grants_through_the_bucket
 def test_bad_mpc_options_are_refused(bad):
     with pytest.raises(ValueError):
         OperatorOptions.from_params(bad)
+
+
+def test_a_queue_no_plan_drains_within_the_horizon_still_wants_the_most_cores():
+    # 1 000 rows/s and 200 000 queued: even 12 cores (1 200 rows/s) need 1 000 s to drain it, more
+    # than the horizon; every plan is above R_max all along, and the queue left decides
+    p = plan([1000.0] * 10, cores=6, backlog=200_000.0)
+    assert p.target == 12 and p.switch_step == 1
+
+
+def test_a_scale_out_planned_for_later_is_staged_now_and_released_when_the_plan_drops_it():
+    opt = OperatorOptions(forecast=True, slo_price=20.0)
+    c = OperatorContext(200.0, CostModel(), {}, random.Random(0))
+    rise_later = _stats(120.0, 2, forecast=(120.0,) * 4 + (400.0,) * 8)
+    reqs, state = operator_cycle("mpc", rise_later, opt, OperatorState(), c)
+    assert [r.action for r in reqs] == ["prestage"] and state.prestaged
+    assert reqs[0].snapshot["mpc_switch_step"] > 1
+    due, state = operator_cycle("mpc", _stats(120.0, 2, forecast=(120.0,) + (400.0,) * 10), opt, state, c)
+    assert [r.action for r in due] == [SCALE_OUT] and state.prestaged  # the copy is the grant's to use
+    gone, state = operator_cycle("mpc", _stats(120.0, 2, forecast=(120.0,) * 11), opt, state, c)
+    assert [r.action for r in gone] == ["release_prestage"] and not state.prestaged

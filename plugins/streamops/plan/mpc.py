@@ -9,10 +9,15 @@ where cores_h is today's count before step j and n from it, and change_s is the 
 the change (its output gap plus catch-up, `plan.cost`), paid once if n differs. The backlog is a
 queue carried from step to step (it grows by demand − cores · rate); a step is above R_max while
 its queue lasts, and for the rest of it when the demand exceeds what the cores serve at
-`max_utilization`. The demand is the forecast with a normal spread, so that part is
-(step_s − queue time) · P(demand > cores · rate · max_utilization).
-The plan with the least cost wins; only its first move is acted on, and only when it is *now*
-(j = 0): a switch that is cheapest later waits, and the next cycle plans again with fresher data.
+`max_utilization`; the queue left at the horizon's end counts the seconds it takes to drain. The
+demand is the forecast with a normal spread, so that part is (step_s − queue time) ·
+P(demand > cores · rate · max_utilization).
+
+A change asked now takes effect from the next step at the earliest (the Application Manager grants
+at its next cycle, then the stage restarts), so step 0 always runs today's cores and j ≥ 1. The
+plan with the least cost wins; it is acted on only when its switch is due now (j = 1): a switch
+that is cheapest later waits (its cores are pre-staged meanwhile, `plan.operator.mpc`), and the
+next cycle plans again with fresher data.
 
 `slo_price` is the one knob: how many core-seconds one second above R_max is worth.
 """
@@ -27,7 +32,7 @@ from typing import Callable, Sequence
 @dataclass(frozen=True)
 class MpcPlan:
     target: int  # the cores of the cheapest plan
-    switch_step: int  # the step at which it switches (0 = now)
+    switch_step: int  # the step from which it runs `target` (1 = ask now; 0 = no switch)
     cost: float  # its expected cost, core-seconds
     stay_cost: float  # the expected cost of keeping today's cores
     expected_above_s: float  # seconds above R_max the cheapest plan expects over the horizon
@@ -66,7 +71,12 @@ def plan_cores(cores: int, min_cores: int, max_cores: int, rate_per_core: float,
             above += drain + (step_s - drain) * _p_above(demand[h], sd[h], cap * max_utilization)
             q = max(0.0, q + (demand[h] - cap) * step_s)
             core_s += c * step_s
-        return core_s, above
+        # The queue left at the horizon's end is above R_max until it drains: without this, a
+        # queue no plan drains within the horizon makes every plan equally bad, and the fewest
+        # cores "win". Its spare capacity is floored at 5 %, so a plan that never drains costs
+        # much, not infinitely much.
+        cap = (cores if H <= j else n) * rate_per_core
+        return core_s, above + q / max(cap - demand[-1], 0.05 * cap)
 
     stay_core, stay_above = run(H, cores)
     stay = stay_core + slo_price * stay_above
@@ -75,7 +85,7 @@ def plan_cores(cores: int, min_cores: int, max_cores: int, rate_per_core: float,
         if n == cores:
             continue
         change = slo_price * change_s(n)
-        for j in range(H):
+        for j in range(1, H):  # step 0 runs today's cores whatever is asked now
             core_s, above = run(j, n)
             c = core_s + slo_price * above + change
             if c < best.cost - 1e-9:

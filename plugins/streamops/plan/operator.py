@@ -188,7 +188,7 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
         ctx: OperatorContext) -> tuple[list[Request], OperatorState]:
     """Receding horizon priced in core-seconds (plan/mpc.py): the core count whose plan over the
     next `mpc_horizon_s` costs least in cores held + slo_price × expected seconds above R_max +
-    slo_price × the change's learned cost, asked for only when switching now is cheapest."""
+    slo_price × the change's learned cost, asked for only when the cheapest switch is due now."""
     mu = true_rate_per_core(s)
     if mu is None:
         return [], state
@@ -203,17 +203,29 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
 
     p = plan_cores(s.cores, s.min_cores, s.max_cores, mu, demand, sd, opt.mpc_step_s, opt.mpc_max_utilization,
                    opt.slo_price, change_s, s.backlog_rows)
-    if p.target == s.cores or p.switch_step > 0:
-        return [], state
-    snap: dict[str, Any] = {"mpc_target": p.target, "expected_above_s": round(p.expected_above_s, 1),
-                            "saving_core_s": round(p.saving, 1), "demand_now": round(demand[0], 2),
-                            "demand_peak": round(max(demand), 2)}
-    why = (f"MPC: {p.target} cores save {p.saving:.0f} core-s over {opt.mpc_horizon_s:.0f} s "
-           f"at {opt.slo_price:g} core-s per s above R_max (peak demand {max(demand):.0f} rows/s)")
+    snap: dict[str, Any] = {"mpc_target": p.target, "mpc_switch_step": p.switch_step,
+                            "expected_above_s": round(p.expected_above_s, 1), "saving_core_s": round(p.saving, 1),
+                            "demand_now": round(demand[0], 2), "demand_peak": round(max(demand), 2)}
+    plan_text = (f"{p.target} cores {'now' if p.switch_step == 1 else f'in {p.switch_step - 1} steps'} save "
+                 f"{p.saving:.0f} core-s over {opt.mpc_horizon_s:.0f} s at {opt.slo_price:g} core-s per s above R_max "
+                 f"(peak demand {max(demand):.0f} rows/s)")
+    out: list[Request] = []
+    # A scale-out planned for later is staged now (no restart, no token), so that it restarts
+    # pre-staged when it is due; a plan that no longer wants more cores gives the copy back.
+    if p.target > s.cores and p.switch_step > 1 and not state.prestaged:
+        out.append(_request(s, PRESTAGE, p.target, 0.0, ctx, f"MPC plans {plan_text}", **snap))
+        state = OperatorState(prestaged=True)
+    elif state.prestaged and p.target <= s.cores:
+        out.append(_request(s, RELEASE, None, 0.0, ctx, f"MPC no longer plans a scale-out ({p.target} cores)", **snap))
+        state = OperatorState(prestaged=False)
+    if p.target == s.cores or p.switch_step != 1:  # nothing to change, or a change not due yet
+        return out, state
     gain = round(p.saving / 3600.0, 4)  # core-hours saved: the Application Manager ranks by gain/cost
     if p.target > s.cores:
-        return [_request(s, SCALE_OUT, p.target, max(0.01, gain), ctx, why, **snap)], state
-    return [_request(s, SCALE_IN, p.target, max(0.001, gain), ctx, why, **snap)], state
+        mech = "prestaged" if state.prestaged else None
+        return out + [_request(s, SCALE_OUT, p.target, max(0.01, gain), ctx, f"MPC: {plan_text}", mechanism=mech,
+                               **snap)], state
+    return out + [_request(s, SCALE_IN, p.target, max(0.001, gain), ctx, f"MPC: {plan_text}", **snap)], state
 
 
 POLICIES = {"edf": edf, "threshold3": threshold3, "ds2": ds2, "mpc": mpc}
