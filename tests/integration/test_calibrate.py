@@ -163,3 +163,29 @@ def test_the_simulator_replays_a_real_run_within_20_percent(clean_db, artifacts)
     assert abs(cmp["response_p95_ms"]["error"]) <= TOLERANCE, cmp["response_p95_ms"]
     assert abs(cmp["availability"]["error"]) <= TOLERANCE, cmp["availability"]
     assert abs(cmp["availability_accounting"]["error"]) <= 0.01, cmp["availability_accounting"]
+
+
+# Two more recorded runs of the test above (26 Nov, 23:05 and 23:08 UTC), each restart predicted
+# from `model` (its first deployment is in it), and the fixture with its history as above.
+RUNS = (FIXTURE, FIXTURE.with_name("calibration_run_pause_resume_model_a.json"),
+        FIXTURE.with_name("calibration_run_pause_resume_model_b.json"))
+
+
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: p.stem)
+def test_the_backlog_of_recorded_runs(path):
+    """Regression bounds on the backlog (docs/policies.md §11.4), not the issue's target (mean 20 %,
+    max 10 %): the replay with each outage its own gap (`_accounting`) is within 30 % on the mean
+    and 20 % on the max on all three runs (measured +1/−16 %, +18/+7 %, +28/−3 %); the predicted
+    outage is off by −6.0, −1.7 and +2.3 s there, and with it the backlog is not within them."""
+    from streamops.sim.calibrate import calibrate_and_replay
+    from streamops.sim.rundata import RunData
+
+    run = RunData.load(path)
+    if run.first_start is None and not run.history:
+        run.history = [dict(kind="reconfiguration", id=100 + i, stage_id=run.stage_id, action="scale_out",
+                            mechanism="pause_resume", state_bytes=144448.0, downtime_ms=g * 1000.0,
+                            catch_up_ms=0.0, at=None) for i, g in enumerate(OTHER_RUNS_GAP_S)]
+    cmp = calibrate_and_replay(run)["comparison"]
+    assert abs(cmp["backlog_mean_rows_accounting"]["error"]) <= 0.30, cmp["backlog_mean_rows_accounting"]
+    assert abs(cmp["backlog_max_rows_accounting"]["error"]) <= 0.20, cmp["backlog_max_rows_accounting"]
+    assert abs(cmp["rows_in"]["error"]) <= 0.02, "the replayed input is the run's"

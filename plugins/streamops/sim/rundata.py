@@ -192,25 +192,54 @@ def backlog_samples(run: RunData) -> list[tuple[float, float]]:
             for m in run.metrics if m.get("backlog_rows") is not None]
 
 
-def arrivals_cumulative(run: RunData) -> tuple[np.ndarray, np.ndarray]:
-    """Rows arrived by each batch's end: the rows taken so far plus the backlog it measured, from 0
-    at the range's start; (times s, cumulative rows), linear in between. The backlog in rows is the
-    agent's files × rows per file of the files just taken, wrong when the files waiting are of
-    another size (the rate changed while they queued): a batch end with a full batch's files or
-    more waiting is no point of the curve (the rows its batches took count at the next one). A
-    batch without a row (a gap in the batch ids: one a stop cut off) counts with its neighbours'
-    mean rows."""
+def waiting_rows(run: RunData) -> list[float | None]:
+    """Per batch, the rows of the files waiting when it ended (None: no count), from the batches
+    that took them. The agent counts files × rows per file of the files just taken, wrong when the
+    files waiting are of another size (the rate changed while they queued); the files are taken
+    oldest first, so a count of F files is the rows of the next F files the run's later batches
+    take: a batch after a count of maxFilesPerTrigger files or more takes that many. The count is
+    taken after the next batch was planned when that one started at once (the batch lasted a
+    trigger interval or more), so its files are not in it. Counts below maxFilesPerTrigger, and
+    files beyond the run's last full batch, keep the agent's rows per file."""
     full = int(run.stage.get("max_files_per_trigger") or 0) or 2
+    trigger = run.trigger_ms / 1000.0
+    ms = run.metrics
+    out: list[float | None] = []
+    for k, m in enumerate(ms):
+        files, rows = m.get("backlog_files") or 0, m.get("backlog_rows")
+        if rows is None or files < full:
+            out.append(None if rows is None else float(rows))
+            continue
+        j = k + (2 if (m["batch_duration_ms"] or 0) / 1000.0 >= trigger else 1)
+        need, got, per_file = float(files), 0.0, float(rows) / files
+        while need > 0 and j < len(ms) and ms[j].get("deployment_id") == m.get("deployment_id") \
+                and (ms[j - 1].get("backlog_files") or 0) >= full and ms[j]["input_rows"]:
+            per_file = ms[j]["input_rows"] / full
+            take = min(float(full), need)
+            got, need, j = got + take * per_file, need - take, j + 1
+        out.append(got + need * per_file)
+    return out
+
+
+def arrivals_cumulative(run: RunData) -> tuple[np.ndarray, np.ndarray]:
+    """Rows arrived by each batch's end: the rows taken so far (with the next batch's when it started
+    at once) plus the rows waiting (`waiting_rows`: the files counted, in rows), from 0 at the
+    range's start; (times s, cumulative rows), linear in between. A batch without a row (a gap in
+    the batch ids: one a stop cut off) counts with its neighbours' mean rows."""
+    waiting, trigger, ms = waiting_rows(run), run.trigger_ms / 1000.0, run.metrics
     ts, cum, taken, top, prev = [0.0], [0.0], 0.0, 0.0, None
-    for i, m in enumerate(run.metrics):
+    for i, m in enumerate(ms):
         rows = m["input_rows"] or 0
         if prev is not None and m["batch_id"] > prev["batch_id"] + 1:
             taken += (m["batch_id"] - prev["batch_id"] - 1) * 0.5 * (rows + (prev["input_rows"] or 0))
         taken += rows
         prev = m
-        if (m.get("backlog_files") or 0) >= full and i < len(run.metrics) - 1:
-            continue
-        top = max(top, taken + float(m.get("backlog_rows") or 0.0))
+        # a batch that lasted a trigger interval or more: the next one started at once and had
+        # its files before they were counted
+        nxt = ms[i + 1] if i + 1 < len(ms) else None
+        planned = (nxt["input_rows"] or 0) if nxt is not None and nxt["batch_id"] == m["batch_id"] + 1 \
+            and (m["batch_duration_ms"] or 0) / 1000.0 >= trigger else 0
+        top = max(top, taken + planned + (waiting[i] or 0.0))
         ts.append(max(ts[-1], run.sec(m["ts"]) + (m["batch_duration_ms"] or 0) / 1000.0))
         cum.append(top)
     return np.array(ts), np.array(cum)
