@@ -80,10 +80,12 @@ GRID: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
 ]
 # issue 29: the receding-horizon controller at other prices (its default price is one of these runs).
 MPC = POLICY_CONFIGS["mpc"]
-MPC_PRICES = (5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+MPC_PRICES = (10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0)
 GRID += [(f"mpc_p{p:g}", "mpc", {**MPC.operator_options, "slo_price": p}, MPC.app_options) for p in MPC_PRICES
          if p != MPC.op_opts().slo_price]
 CANDIDATES: dict[str, PolicyConfig] = {**POLICY_CONFIGS, **{n: PolicyConfig(n, op, oo, ao) for n, op, oo, ao in GRID}}
+# every price a configuration is scored at: each mpc candidate's own
+PRICES = tuple(sorted({pc.op_opts().slo_price for pc in CANDIDATES.values() if pc.operator == "mpc"}))
 
 # Per family, means over its seeds, against edf_b075 on the same seeds (convergence: max over seeds).
 GOALS: dict[str, tuple[str, str]] = {
@@ -184,11 +186,16 @@ def select(runs: Iterable[dict], names: Iterable[str] | None = None, seeds: Iter
     return {"choice": ranking[0]["name"], "scores": ranking[0], "ranking": ranking, "seeds": sorted(seeds)}
 
 
-REGRET_RULE = ("the candidate with the lowest mean regret over the training families: per family, the mean over its "
-               "training seeds of (core regret + violation regret) / 2, where core regret = the share of its "
-               "core-hours that the clairvoyant frontier saves at the same seconds above R_max, and violation regret "
-               "= the share of its seconds above R_max that the frontier avoids at the same core-hours; a run beyond "
-               "the bound on an axis counts 0 there; ties by name. Only runs with a training seed are read.")
+MIN_AVAILABILITY = 0.995  # goal A
+REGRET_RULE = ("priced regret of a run at price P (core-seconds per second above R_max) = the share of its cost, "
+               "core-seconds + P x seconds above R_max, that the clairvoyant frontier saves at the same price. mpc's "
+               "default price: the lowest price at which mpc keeps a mean training availability >= "
+               f"{MIN_AVAILABILITY:.1%} "
+               "(goal A; regret alone cannot price a second above R_max: at every price the cheapest point is on "
+               "some frontier), else the price with the highest availability. The regret choice: among candidates "
+               f"with a mean training availability >= {MIN_AVAILABILITY:.1%} (else the most available one), the lowest "
+               "mean priced regret at that price. Means are over the training families of the means over their "
+               "seeds; ties by name. Only runs with a training seed are read.")
 
 
 def _bound(job: tuple[str, int]) -> dict[str, Any]:
@@ -205,14 +212,69 @@ def _bound(job: tuple[str, int]) -> dict[str, Any]:
             "run_s": round(time.perf_counter() - t0, 2)}
 
 
-def with_regret(runs: Iterable[dict], bounds: Iterable[dict]) -> list[dict]:
-    """Each run with its regret against its trace's frontier (sim.bound.regret)."""
+def with_regret(runs: Iterable[dict], bounds: Iterable[dict], prices: Iterable[float] = ()) -> list[dict]:
+    """Each run with its regret against its trace's frontier (sim.bound.regret) and, per price in
+    `prices`, the frontier's least cost there (`bound_cost`, core-seconds + price x seconds above)."""
     fr = {(b["family"], b["seed"]): Frontier.from_rows(b["points"], b["duration_s"]) for b in bounds}
+    prices = sorted(set(prices))
     out = []
     for r in runs:
         f = fr.get((r["family"], r["seed"]))
-        out.append({**r, **(regret(f, r["core_hours"], r["seconds_above_rmax"]) if f is not None else {})})
+        if f is None:
+            out.append(r)
+            continue
+        least = {f"{p:g}": min(q.core_hours * 3600 + p * q.seconds_above for q in f.points) for p in prices}
+        out.append({**r, **regret(f, r["core_hours"], r["seconds_above_rmax"]), "bound_cost": least})
     return out
+
+
+def priced_regret(r: dict, price: float) -> float:
+    """The share of the run's cost at `price` that the frontier saves (below 0: beyond the bound)."""
+    cost = r["core_hours"] * 3600 + price * r["seconds_above_rmax"]
+    return 1.0 - r["bound_cost"][f"{price:g}"] / cost if cost > 0 else 0.0
+
+
+def priced_scores(runs: Iterable[dict], price_of: Any, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Per configuration: the mean over families (of the means over seeds) of its priced regret at
+    price_of(name), and its mean availability, best first."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        if "bound_cost" in r:
+            groups.setdefault((r["policy"], r["family"]), []).append(r)
+    families = sorted({f for _, f in groups})
+    policies = sorted({p for p, _ in groups} if names is None else set(names) & {p for p, _ in groups})
+    out = []
+    for p in policies:
+        price = float(price_of(p))
+        per = {f: statistics.fmean(priced_regret(r, price) for r in groups[(p, f)]) for f in families
+               if (p, f) in groups}
+        avail = statistics.fmean(r["availability"] for f in per for r in groups[(p, f)]) if per else 0.0
+        complete = len(per) == len(families) and bool(families)
+        out.append({"name": p, "price": price, "complete": complete, "availability": round(avail, 6),
+                    "priced_regret": round(statistics.fmean(per.values()), 4) if complete else math.inf,
+                    "per_family": {f: round(v, 4) for f, v in per.items()}})
+    out.sort(key=lambda s: (not s["complete"], s["priced_regret"], s["name"]))
+    return out
+
+
+def choose(train: list[dict], candidates: dict[str, PolicyConfig],
+           seeds: Iterable[int] = TRAIN_SEEDS) -> tuple[dict[str, Any], dict[str, Any]]:
+    """By REGRET_RULE, from the training runs only: (mpc's price, the regret choice)."""
+    seeds = set(seeds)
+    runs = [r for r in train if r["seed"] in seeds]
+    mpcs = [n for n, pc in candidates.items() if pc.operator == "mpc"]
+    by_price = [s for s in priced_scores(runs, lambda n: candidates[n].op_opts().slo_price, mpcs) if s["complete"]]
+    if not by_price:
+        raise ValueError("no mpc candidate has priced regrets on every training family (were the bounds computed?)")
+    by_price.sort(key=lambda s: s["price"])
+    kept = [s for s in by_price if s["availability"] >= MIN_AVAILABILITY]
+    mpc = kept[0] if kept else max(by_price, key=lambda s: (s["availability"], -s["price"]))
+    price = mpc["price"]
+    ranking = [s for s in priced_scores(runs, lambda n: price, candidates) if s["complete"]]
+    ok = ([s for s in ranking if s["availability"] >= MIN_AVAILABILITY]
+          or [max(ranking, key=lambda s: s["availability"])])
+    return ({"choice": mpc["name"], "price": price, "scores": mpc, "ranking": by_price},
+            {"choice": ok[0]["name"], "price": price, "scores": ok[0], "ranking": ranking})
 
 
 def _r(v: float | None) -> float:
@@ -254,21 +316,11 @@ def regret_scores(runs: Iterable[dict], names: Iterable[str] | None = None) -> l
     return out
 
 
-def select_by_regret(runs: Iterable[dict], names: Iterable[str] | None = None,
-                     seeds: Iterable[int] = TRAIN_SEEDS) -> dict[str, Any]:
-    """The choice by REGRET_RULE from the runs with a training seed only."""
-    seeds = set(seeds)
-    ranking = regret_scores([r for r in runs if r["seed"] in seeds], names)
-    if not ranking or not ranking[0]["complete"]:
-        raise ValueError("no candidate has regrets on every training family (were the bounds computed?)")
-    return {"choice": ranking[0]["name"], "scores": ranking[0], "ranking": ranking, "seeds": sorted(seeds)}
-
-
-def ahead_of_all(scores: dict[str, dict], name: str, others: Iterable[str]) -> list[str]:
-    """The families on which `name`'s regret score is below every one of `others`'."""
-    mine = scores[name]["per_family"]
-    rivals = [scores[o]["per_family"] for o in others if o != name and o in scores]
-    return [f for f, v in mine.items() if all(v["score"] < r[f]["score"] for r in rivals if f in r)]
+def ahead_of_all(priced: dict[str, dict], name: str, others: Iterable[str]) -> list[str]:
+    """The families on which `name`'s priced regret is below every one of `others`'."""
+    mine = priced[name]["per_family"]
+    rivals = [priced[o]["per_family"] for o in others if o != name and o in priced]
+    return [f for f, v in mine.items() if all(v < r[f] for r in rivals if f in r)]
 
 
 def pareto_charts(runs: list[dict], bounds: list[dict], families: list[str], names: list[str],
@@ -287,19 +339,21 @@ def pareto_charts(runs: list[dict], bounds: list[dict], families: list[str], nam
     return paths
 
 
-def regret_markdown(scores: dict[str, dict], names: list[str], families: list[str], mpc_ahead: list[str]) -> str:
-    lines = ["| config | mean core regret | mean violation regret | regret score | "
-             + " | ".join(f[:13] for f in families) + " |", "|---|---:|---:|---:|" + "---:|" * len(families)]
+def regret_markdown(axes: dict[str, dict], priced: dict[str, dict], price: float, names: list[str],
+                    families: list[str], mpc_ahead: list[str]) -> str:
+    lines = [f"| config | priced regret at {price:g} | core regret | violation regret | "
+             + " | ".join(families) + " |", "|---|---:|---:|---:|" + "---:|" * len(families)]
     for n in names:
-        s = scores.get(n)
-        if s is None:
+        a, p = axes.get(n), priced.get(n)
+        if a is None or p is None:
             continue
-        cells = [f"{s['per_family'][f]['core_regret']:+.0%} / {s['per_family'][f]['violation_regret']:+.0%}"
-                 if f in s["per_family"] else "" for f in families]
-        lines.append(f"| {n} | {s['core_regret']:+.1%} | {s['violation_regret']:+.1%} | {s['score']:.3f} | "
+        cells = [f"{p['per_family'][f]:.0%} ({a['per_family'][f]['core_regret']:.0%} / "
+                 f"{a['per_family'][f]['violation_regret']:.0%})" if f in p["per_family"] else "" for f in families]
+        lines.append(f"| {n} | {p['priced_regret']:.1%} | {a['core_regret']:.1%} | {a['violation_regret']:.1%} | "
                      + " | ".join(cells) + " |")
-    lines += ["", "Per family: core regret / violation regret, means over the test seeds. `mpc` is ahead of every "
-              f"other named configuration on {len(mpc_ahead)} of {len(families)} families"
+    lines += ["", f"Per family: the priced regret at {price:g} core-s per s (core regret / violation regret), "
+              "means over the test seeds. `mpc` has a lower priced regret than every other named "
+              f"configuration on {len(mpc_ahead)} of {len(families)} families"
               + (f" ({', '.join(mpc_ahead)})." if mpc_ahead else ".")]
     return "\n".join(lines)
 
@@ -382,13 +436,14 @@ def _ranking_table(title: str, ranking: list[dict], marks: dict[str, str], top: 
     return t
 
 
-def _test_runs(labels: dict[str, str], families: list[str], seeds: Iterable[int],
-               n_jobs: int) -> tuple[list[dict], list[tuple], dict[str, str]]:
-    """Every named configuration, and each label's choice, on every family × test seed. A choice
-    outside the named ones runs once, under its first label (`first`: choice → that label); other
-    labels copy the runs of their choice."""
+def _test_runs(labels: dict[str, str], families: list[str], seeds: Iterable[int], n_jobs: int,
+               mpc: PolicyConfig) -> tuple[list[dict], list[tuple], dict[str, str]]:
+    """Every named configuration (`mpc` at the price training chose), and each label's choice, on
+    every family × test seed. A choice outside the named ones runs once, under its first label
+    (`first`: choice → that label); other labels copy the runs of their choice."""
     seeds = list(seeds)
-    jobs = [(n, pc, f, s, "test") for n, pc in POLICY_CONFIGS.items() for f in families for s in seeds]
+    named = {**POLICY_CONFIGS, "mpc": mpc}
+    jobs = [(n, pc, f, s, "test") for n, pc in named.items() for f in families for s in seeds]
     first: dict[str, str] = {}
     for label, choice in labels.items():
         if choice not in POLICY_CONFIGS and choice not in first:
@@ -403,11 +458,11 @@ def _test_runs(labels: dict[str, str], families: list[str], seeds: Iterable[int]
 
 def _regret_table(title: str, ranking: list[dict], marks: dict[str, str], top: int) -> Table:
     t = Table(title=title)
-    for col in ("candidate", "core regret", "violation regret", "score"):
+    for col in ("candidate", "priced regret", "availability"):
         t.add_column(col, justify="left" if col == "candidate" else "right")
     for s in ranking[:top]:
-        t.add_row(s["name"] + marks.get(s["name"], ""), f"{s['core_regret']:+.1%}", f"{s['violation_regret']:+.1%}",
-                  f"{s['score']:.3f}", style="bold green" if s["name"] in marks else None)
+        t.add_row(s["name"] + marks.get(s["name"], ""), f"{s['priced_regret']:.1%}", f"{s['availability']:.3%}",
+                  style="bold green" if s["name"] in marks else None)
     return t
 
 
@@ -461,33 +516,34 @@ def main(argv: list[str] | None = None) -> int:
     # issue 29: regret against each training trace's clairvoyant frontier; still training runs only.
     tb = time.perf_counter()
     train_bounds = _bounds([(f, s) for f in train_fams for s in train_seeds], args.jobs)
-    train = with_regret(train, train_bounds)
-    best = select_by_regret(train, CANDIDATES, train_seeds)
-    price = select_by_regret(train, [n for n, pc in CANDIDATES.items() if pc.operator == "mpc"], train_seeds)
+    train = with_regret(train, train_bounds, PRICES)
+    price, best = choose(train, CANDIDATES, train_seeds)
     t_bounds = time.perf_counter() - tb
     marks = {best["choice"]: "  ← regret choice", price["choice"]: "  ← mpc price"}
-    console.print(_regret_table(f"training (seeds {list(train_seeds)}): top 12 of {len(CANDIDATES)} by regret",
-                                best["ranking"], marks, 12))
-    console.print(f"[bold]regret choice = {best['choice']}[/] (score {best['scores']['score']:.3f}); "
-                  f"mpc's price from training: [bold]{price['choice']}[/] ({price['scores']['score']:.3f}). "
-                  f"Rule: {REGRET_RULE} Bounds of {len(train_bounds)} traces in {t_bounds:.0f} s.")
+    console.print(_regret_table(f"training (seeds {list(train_seeds)}): top 12 of {len(CANDIDATES)} by priced regret "
+                                f"at {price['price']:g}", best["ranking"], marks, 12))
+    console.print(f"[bold]regret choice = {best['choice']}[/] ({best['scores']['priced_regret']:.3f}); "
+                  f"mpc's price from training: [bold]{price['choice']}[/] = {price['price']:g} core-s per s "
+                  f"({price['scores']['priced_regret']:.3f}). Rule: {REGRET_RULE} "
+                  f"Bounds of {len(train_bounds)} traces in {t_bounds:.0f} s.")
 
     t1 = time.perf_counter()
     tuned_pc = CANDIDATES[tuned["choice"]]
-    labels = {"tuned": tuned["choice"], "regret_choice": best["choice"], "mpc_trained": price["choice"]}
-    test, test_jobs, first = _test_runs(labels, report_fams, test_seeds, args.jobs)
+    labels = {"tuned": tuned["choice"], "regret_choice": best["choice"]}
+    test, test_jobs, first = _test_runs(labels, report_fams, test_seeds, args.jobs, CANDIDATES[price["choice"]])
     test_bounds = _bounds([(f, s) for f in report_fams for s in test_seeds], args.jobs)
-    test = with_regret(test, test_bounds)
+    test = with_regret(test, test_bounds, PRICES)
     t_test = time.perf_counter() - t1
     wall = time.perf_counter() - t0
 
     policies = [*POLICY_CONFIGS, *labels]
     regrets = {s["name"]: s for s in regret_scores(test, policies)}
-    mpc_ahead = ahead_of_all(regrets, "mpc", POLICY_CONFIGS)
+    priced = {s["name"]: s for s in priced_scores(test, lambda n: price["price"], policies)}
+    mpc_ahead = ahead_of_all(priced, "mpc", POLICY_CONFIGS)
     regret_md = (f"Regret on the test seeds {list(test_seeds)} against each trace's clairvoyant frontier (§14.1). "
-                 f"`regret_choice` = **{best['choice']}** and `mpc_trained` = **{price['choice']}**, both chosen on "
-                 f"the training seeds alone by the rule: {REGRET_RULE}\n\n"
-                 + regret_markdown(regrets, policies, report_fams, mpc_ahead))
+                 f"`regret_choice` = **{best['choice']}**, and `mpc` runs at **{price['price']:g}** core-s per s "
+                 f"({price['choice']}), both chosen on the training seeds alone by the rule: {REGRET_RULE}\n\n"
+                 + regret_markdown(regrets, priced, price["price"], policies, report_fams, mpc_ahead))
     agg = aggregate(test)
     test_scores = {s["name"]: s for s in score(test, policies)}
     head = [f"Tuned on seeds {list(train_seeds)} of {', '.join(train_fams)}; reported on seeds {list(test_seeds)}. "
@@ -517,10 +573,11 @@ def main(argv: list[str] | None = None) -> int:
               "test_scores": test_scores, "regret_rule": REGRET_RULE,
               "regret_choice": {"choice": best["choice"], "config": CANDIDATES[best["choice"]].as_dict(),
                                 "training": best["scores"]},
-              "mpc_price": {"choice": price["choice"], "config": CANDIDATES[price["choice"]].as_dict(),
-                            "training": price["scores"]},
+              "mpc_price": {"choice": price["choice"], "price": price["price"],
+                            "config": CANDIDATES[price["choice"]].as_dict(), "training": price["scores"]},
               "training_regret_ranking": [{k: v for k, v in s.items() if k != "per_family"} for s in best["ranking"]],
-              "test_regrets": regrets, "mpc_ahead": mpc_ahead, "charts": [str(c) for c in charts],
+              "test_regrets": regrets, "test_priced_regrets": priced, "mpc_ahead": mpc_ahead,
+              "charts": [str(c) for c in charts],
               "bounds": {"train": train_bounds, "test": test_bounds}, "bounds_wall_s": round(t_bounds, 1),
               "wall_s": round(wall, 1), "train_wall_s": round(t_train, 1),
               "test_wall_s": round(t_test, 1), "jobs": args.jobs,
@@ -548,15 +605,17 @@ def main(argv: list[str] | None = None) -> int:
                             f"{test_scores[p]['mean_loss']:.3f}")
     console.print(summary)
     rt = Table(title=f"test: regret against the clairvoyant frontier (seeds {list(test_seeds)})")
-    for col in ("config", "mean core regret", "mean violation regret", "score"):
+    for col in ("config", f"priced regret at {price['price']:g}", "core regret", "violation regret"):
         rt.add_column(col, justify="left" if col == "config" else "right")
     for p in policies:
-        if p in regrets:
+        if p in regrets and p in priced:
             r = regrets[p]
-            rt.add_row(p, f"{r['core_regret']:+.1%}", f"{r['violation_regret']:+.1%}", f"{r['score']:.3f}",
+            rt.add_row(p, f"{priced[p]['priced_regret']:.1%}", f"{r['core_regret']:.1%}",
+                       f"{r['violation_regret']:.1%}",
                        style="bold green" if p in ("mpc", "regret_choice") else None)
     console.print(rt)
-    console.print(f"mpc ahead of every other named configuration on {len(mpc_ahead)}/{len(report_fams)} families: "
+    console.print(f"mpc ahead of every other named configuration on {len(mpc_ahead)}/{len(report_fams)} "
+                  "families: "
                   f"{', '.join(mpc_ahead) or 'none'}; charts: {', '.join(str(c) for c in charts)}")
     console.print(f"tuned = {tuned['choice']}, named choice = {named['choice']} (both from training only). "
                   f"{len(train)} training runs in {t_train:.0f} s, {len(test_jobs)} test runs in {t_test:.0f} s: "

@@ -112,7 +112,7 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
                                  r["mechanism"], float(r["catch_up_ms"])) for r in reversed(history))  # oldest first
     rooms = _pool_rooms(conn)
     states = {r.stage_id: OperatorState(r.prestaged) for r in conn.execute(db.query("operator_state_get"))}
-    r_max = dict(conn.execute(db.query("apps_r_max")).all())
+    apps = {name: (float(r_max), max(1, int(n))) for name, r_max, n in conn.execute(db.query("apps_r_max")).all()}
     requests: list[tuple[Request, str]] = []
     changed_states: list[dict] = []
     rng = random.Random(now.isoformat())  # migration targets: random but reproducible per cycle
@@ -120,7 +120,8 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
         kind = policy.get("kind", "threshold3")
         opts = OperatorOptions.from_params(policy.get("params"))
         stats = replace(stats, host_cpu=cpu, host_mem=mem)
-        ctx = OperatorContext(r_max_ms=float(r_max[stats.app]), cost=cost, pools=rooms.get(stats.pool, {}), rng=rng)
+        r_max, n_stages = apps[stats.app]
+        ctx = OperatorContext(r_max_ms=r_max, cost=cost, pools=rooms.get(stats.pool, {}), rng=rng, app_stages=n_stages)
         before = states.get(stats.stage_id, OperatorState())
         reqs, after = operator_cycle(kind, stats, opts, before, ctx)
         if after != before:

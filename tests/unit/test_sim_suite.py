@@ -264,6 +264,8 @@ def _bounds_rows(families=("f1", "f2"), seeds=(*TRAIN_SEEDS, *TEST_SEEDS)):
 
 def test_regret_choice_reads_training_runs_only_and_prices_both_axes():
     bench = _bench()
+    from streamops.sim import PolicyConfig
+
     runs = []
     for seed in (*TRAIN_SEEDS, *TEST_SEEDS):
         test = seed in TEST_SEEDS
@@ -271,17 +273,32 @@ def test_regret_choice_reads_training_runs_only_and_prices_both_axes():
             runs.append(_run("on_frontier", fam, seed, 55, ch=15.0))  # on the line: no regret
             runs.append(_run("wasteful", fam, seed, 10, ch=40.0))  # half its cores wasted
             runs.append(_run("late", fam, seed, 5 if test else 100, ch=15.0))  # great on test only
-    scored = bench.with_regret(runs, _bounds_rows())
+            runs.append(_run("a_down", fam, seed, 10, ch=20.0, avail=0.95))  # on the frontier, but down 5 %
+            for price in (1, 1000):  # mpc at two prices: each judged at its own
+                runs.append(_run(f"mpc_p{price}", fam, seed, 10 if price > 1 else 55, ch=20.0 if price > 1 else 16.0,
+                                 avail=0.999 if price > 1 else 0.99))
+    scored = bench.with_regret(runs, _bounds_rows(), prices=(1.0, 1000.0))
     frontier_run = next(r for r in scored if r["policy"] == "on_frontier")
     assert frontier_run["core_regret"] == pytest.approx(0) and frontier_run["violation_regret"] == pytest.approx(0)
     wasteful = next(r for r in scored if r["policy"] == "wasteful")
     assert wasteful["core_regret"] == pytest.approx(0.5)  # 20 core-hours reach 10 s: half of 40 was spare
     late = next(r for r in scored if r["policy"] == "late" and r["seed"] == TRAIN_SEEDS[0])
     assert late["violation_regret"] == pytest.approx(0.45)  # 15 core-hours reach 55 s, it had 100
-    best = bench.select_by_regret(scored)
-    assert best["choice"] == "on_frontier" and best["scores"]["score"] == pytest.approx(0)
-    # a test seed cannot move the pick: "late" beats the bound on test (5 s at 15 core-hours) and still loses
-    assert [r["name"] for r in best["ranking"]] == ["on_frontier", "wasteful", "late"]
+    # at 1000 core-s per s the frontier's least cost is 20 core-hours and 10 s: 82 000
+    assert bench.priced_regret(wasteful, 1000.0) == pytest.approx(1 - 82_000 / (40 * 3600 + 10_000))
+
+    candidates = {n: PolicyConfig(n, "mpc", {"slo_price": 1000.0 if n == "mpc_p1000" else 1.0})
+                  if n.startswith("mpc") else PolicyConfig(n) for n in {r["policy"] for r in runs}}
+    price, best = bench.choose(scored, candidates)
+    # the lowest price that keeps availability: mpc_p1's runs are down 1 % (goal A is 99.5 %)
+    assert price["choice"] == "mpc_p1000" and price["price"] == 1000.0
+    # a_down ties it at 0 and comes first by name, but is below the availability floor
+    assert best["choice"] == "mpc_p1000" and best["scores"]["priced_regret"] == pytest.approx(0)
+    assert best["ranking"][0]["name"] == "a_down"
+    # a test seed cannot move the pick: the same choice from the training runs alone
+    again = bench.choose([r for r in scored if r["seed"] in TRAIN_SEEDS], candidates)
+    assert again[1]["choice"] == best["choice"] and again[0]["choice"] == price["choice"]
     test_scores = {s["name"]: s for s in bench.regret_scores([r for r in scored if r["seed"] in TEST_SEEDS])}
     assert test_scores["late"]["per_family"]["f1"]["beyond_bound"] == len(TEST_SEEDS)
-    assert bench.ahead_of_all(test_scores, "on_frontier", ["wasteful"]) == ["f1", "f2"]
+    priced = {s["name"]: s for s in bench.priced_scores(scored, lambda n: 1000.0)}
+    assert bench.ahead_of_all(priced, "on_frontier", ["late"]) == []  # late beats it on test

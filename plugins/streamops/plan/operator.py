@@ -36,6 +36,7 @@ class OperatorContext:
     cost: CostFn
     pools: dict[str, PoolRoom] = field(default_factory=dict)  # other pools, for migration targets
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+    app_stages: int = 1  # stages of the app: they share its R_max (mpc splits the price of a second above it)
 
 
 def _risk(u: float, latency_ms: float | None, r_max_ms: float, target: float) -> float:
@@ -201,13 +202,17 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
     def change_s(n: int) -> float:
         return ctx.cost(s.stage_id, SCALE_OUT if n > s.cores else SCALE_IN, s.state_bytes, None) / 1000.0
 
+    # A second above R_max is the app's, and the chain's stages overload together when the load rises:
+    # priced in full by each of them, it would be paid once per stage.
+    price = opt.slo_price / max(1, ctx.app_stages)
     p = plan_cores(s.cores, s.min_cores, s.max_cores, mu, demand, sd, opt.mpc_step_s, opt.mpc_max_utilization,
-                   opt.slo_price, change_s, s.backlog_rows)
+                   price, change_s, s.backlog_rows)
     snap: dict[str, Any] = {"mpc_target": p.target, "mpc_switch_step": p.switch_step,
                             "expected_above_s": round(p.expected_above_s, 1), "saving_core_s": round(p.saving, 1),
                             "demand_now": round(demand[0], 2), "demand_peak": round(max(demand), 2)}
     plan_text = (f"{p.target} cores {'now' if p.switch_step == 1 else f'in {p.switch_step - 1} steps'} save "
-                 f"{p.saving:.0f} core-s over {opt.mpc_horizon_s:.0f} s at {opt.slo_price:g} core-s per s above R_max "
+                 f"{p.saving:.0f} core-s over {opt.mpc_horizon_s:.0f} s at {price:.3g} core-s per s above R_max, its "
+                 f"share of {opt.slo_price:g} "
                  f"(peak demand {max(demand):.0f} rows/s)")
     out: list[Request] = []
     # A scale-out planned for later is staged now (no restart, no token), so that it restarts

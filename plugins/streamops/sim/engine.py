@@ -266,7 +266,7 @@ class Simulation:
     def _ctx(self, st: StageRun) -> OperatorContext:
         """The other pools seen from the stage's pool, with the cores they have left."""
         if not self.cfg.pools:
-            return OperatorContext(self.cfg.r_max_ms, self.cost, {}, self.op_rng)
+            return OperatorContext(self.cfg.r_max_ms, self.cost, {}, self.op_rng, len(self.stages))
         used: dict[str, int] = {}
         for o in self.stages:
             used[o.pool] = used.get(o.pool, 0) + o.n
@@ -274,7 +274,7 @@ class Simulation:
         rooms = {p: PoolRoom(self.pool_cores[p] - used.get(p, 0),
                              abs(self.pool_delay[p] - here) if "local" in (p, st.pool) else self.pool_delay[p] + here)
                  for p in self.pool_cores if p != st.pool}
-        return OperatorContext(self.cfg.r_max_ms, self.cost, rooms, self.op_rng)
+        return OperatorContext(self.cfg.r_max_ms, self.cost, rooms, self.op_rng, len(self.stages))
 
     def _new_id(self) -> int:
         self.next_id += 1
