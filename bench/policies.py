@@ -26,7 +26,7 @@ from streamops.sim import POLICY_CONFIGS, run_simulation
 ROOT = Path(__file__).resolve().parent
 TRACES = ["diurnal", "ramp", "steps", "spikes"]
 SEEDS = [1, 2, 3]
-BASELINE, OURS = "edf_b075", "recommended"
+BASELINE, OURS = "edf_b075", "threshold3_tuned"
 
 
 def _one(job: tuple[str, str, int, str, bool]) -> dict:

@@ -52,7 +52,7 @@ CANDIDATES: dict[str, PolicyConfig] = {
                                          {"scale_out_threshold": 70.0, "alarming_threshold": 55.0,
                                           "target_utilization": 0.6}, {**B, "capacity": 2.0}),
     "t3_si20": PolicyConfig("t3_si20", "threshold3", {"scale_in_threshold": 20.0}, B),
-    "recommended": POLICY_CONFIGS["recommended"],
+    "recommended": POLICY_CONFIGS["threshold3_tuned"],  # so named until issue 29
 }
 
 

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from streamops import registry
+from streamops.plan.options import OperatorOptions
 from streamops.paths import state_dir
 
 app = typer.Typer(help="Operations platform for streaming Spark applications.", no_args_is_help=True,
@@ -567,7 +568,8 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
         restart_s: Optional[float] = typer.Option(None, help="seconds a killed driver takes to come back "
                                                               "(default 10)"),
         slo_price: Optional[float] = typer.Option(None, min=0, help="the price of one second above R_max in "
-                                                                     "core-seconds, for --policy mpc (default 20)"),
+                                                                     "core-seconds, for --policy mpc (default "
+                                                                     f"{OperatorOptions().slo_price:g})"),
         bound: bool = typer.Option(False, "--bound", help="also the clairvoyant bound of the trace: DIR/frontier.csv "
                                                           "and DIR/frontier.png, with the policy's run as a point and "
                                                           "its regret (docs/policies.md §14)"),

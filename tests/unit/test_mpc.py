@@ -103,10 +103,13 @@ def test_the_operator_asks_and_the_application_manager_grants_through_the_bucket
     empty, _ = application_cycle(app, AppOptions(), AppState(tokens=0.0), reqs, 120.0, False, now)
     assert [d.outcome for d in empty] == ["declined"]  # no token, no proactive scale-out
     # the forecast off: the same stage sized for what it measures
-    quiet, _ = operator_cycle("mpc", _stats(100.0, 2), OperatorOptions(), OperatorState(), c)
+    measured = OperatorOptions(slo_price=20.0)
+    quiet, _ = operator_cycle("mpc", _stats(100.0, 2), measured, OperatorState(), c)
     assert quiet == []
-    low, _ = operator_cycle("mpc", _stats(30.0, 6), OperatorOptions(), OperatorState(), c)
+    low, _ = operator_cycle("mpc", _stats(30.0, 6), measured, OperatorState(), c)
     assert [r.action for r in low] == [SCALE_IN]
+    # at the default price (320 core-s per s) a restart is dear: the idle cores are kept for now
+    assert operator_cycle("mpc", _stats(30.0, 6), OperatorOptions(), OperatorState(), c)[0] == []
 
 
 @pytest.mark.parametrize("bad", [{"slo_price": -1}, {"mpc_max_utilization": 0}, {"mpc_step_s": 0},

@@ -55,7 +55,7 @@ def test_token_bucket_scales_in_only_inside_the_maintenance_window():
         assert maintenance_window(app, cfg.start + timedelta(seconds=r["t_s"])).open, r
 
 
-@pytest.mark.parametrize("policy,bound", [("recommended", RECOMMENDED_STEP_DECISIONS),
+@pytest.mark.parametrize("policy,bound", [("threshold3_tuned", RECOMMENDED_STEP_DECISIONS),
                                           ("edf_b075", EDF_STEP_DECISIONS)])
 def test_step_change_converges_within_documented_decisions(policy, bound):
     s = run_simulation(policy, STEP_TRACE, seed=1, plot=False)
@@ -162,7 +162,7 @@ BURST = "step:rates=80/80/80/240/80/80/80/80/80/80/80/80/80,step_s=600"
 def test_a_burst_s_cores_go_back_in_the_next_window_within_its_budget(scale_in_to):
     cfg = SimConfig()
     app = AppView(cfg.app, cfg.r_max_ms, cfg.window_cron, cfg.window_minutes, cfg.window_max_actions)
-    pc = POLICY_CONFIGS["recommended"].with_overrides(scale_in_to=scale_in_to)
+    pc = POLICY_CONFIGS["threshold3_tuned"].with_overrides(scale_in_to=scale_in_to)
     s = run_simulation(pc, BURST, seed=1, plot=False)
     log = s["reconfiguration_log"]
     outs = [r for r in log if r["action"] == "scale_out"]

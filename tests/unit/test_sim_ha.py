@@ -26,7 +26,7 @@ KILLS = (Fault(kind="driver_kill", mtbf_s=120),)
 def _sim(faults=(), replicas: int = 1, redundancy=None, duration_s: int = 1800, seed: int = 1, **cfg_kw) -> Simulation:
     """One wordcount-like stage at fixed cores on a constant load, run to the end."""
     spec = replace(WORDCOUNT_STAGE, replicas=replicas, redundancy=redundancy, faults=tuple(faults))
-    pc = resolve_policy("recommended")
+    pc = resolve_policy("threshold3_tuned")
     sim = Simulation(SimConfig().with_overrides(stages=(spec,), **cfg_kw), pc.operator, pc.op_opts(), pc.app_opts(),
                      load_trace(HA_TRACE), duration_s, seed)
     sim.run()
@@ -36,8 +36,8 @@ def _sim(faults=(), replicas: int = 1, redundancy=None, duration_s: int = 1800, 
 def _ha(faults=(), **kw) -> dict:
     spec = replace(WORDCOUNT_STAGE, faults=tuple(faults),
                    **{k: kw.pop(k) for k in ("replicas", "redundancy") if k in kw})
-    return run_simulation("recommended", HA_TRACE, duration_s=kw.pop("duration_s", 1800), stages=(spec,), plot=False,
-                          **kw)["ha"]
+    return run_simulation("threshold3_tuned", HA_TRACE, duration_s=kw.pop("duration_s", 1800), stages=(spec,),
+                          plot=False, **kw)["ha"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_blocks_merge_and_measure():
 def _one(kind: str, magnitude: float = 5.0, replicas: int = 1, cores: int = 2, **cfg_kw):
     """A stage hit by exactly one fault of `kind` at t ≈ 300.1 (mtbf ≫ run, pinned by a seed)."""
     spec = replace(WORDCOUNT_STAGE, cores=cores, min_cores=cores, max_cores=cores, replicas=replicas)
-    pc = resolve_policy("recommended")
+    pc = resolve_policy("threshold3_tuned")
     sim = Simulation(SimConfig().with_overrides(stages=(spec,), **cfg_kw), pc.operator, pc.op_opts(), pc.app_opts(),
                      load_trace(f"constant:rate={65 * cores}"), 600, 1)
     from streamops.sim.faults import FaultEvent
@@ -216,7 +216,7 @@ def test_the_redundancy_manager_climbs_during_faults_and_comes_back_down():
 
 
 def test_replica_changes_are_recorded_as_granted_decisions():
-    s = run_simulation("recommended", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS), redundancy=True,
+    s = run_simulation("threshold3_tuned", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS), redundancy=True,
                        stages=(WORDCOUNT_STAGE,))
     st = s["ha"]["stages"]["wordcount"]
     adds = sum(e["action"] == "add_replica" for e in st["replica_log"])
@@ -228,12 +228,12 @@ def test_replica_changes_are_recorded_as_granted_decisions():
 
 def test_replica_changes_go_through_the_application_manager():
     """Adding a replica spends a token: with an empty bucket every add is declined; removing is free."""
-    s = run_simulation("recommended", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS), redundancy=True,
+    s = run_simulation("threshold3_tuned", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS), redundancy=True,
                        stages=(WORDCOUNT_STAGE,), capacity=0.0)
     st = s["ha"]["stages"]["wordcount"]
     assert s["decisions"]["add_replica"]["declined"] >= 3 and s["decisions"]["add_replica"]["granted"] == 0
     assert st["replicas_max"] == 1 and st["replica_log"] == []
-    granted = run_simulation("recommended", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS),
+    granted = run_simulation("threshold3_tuned", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS),
                              redundancy=True, stages=(WORDCOUNT_STAGE,))
     log = granted["ha"]["stages"]["wordcount"]["replica_log"]
     assert any(e["action"] == "remove_replica" for e in log)

@@ -193,6 +193,8 @@ class Problem:
 
 
 def prepare(rates: Sequence[float], model: BoundModel, window_open: Sequence[bool] | None) -> Problem:
+    """The programme's tables for a trace (rows/s per second) and the maintenance windows (per
+    interval: open at its start; None: always open)."""
     r = np.asarray(rates, dtype=float)
     if r.ndim != 1 or not len(r):
         raise ValueError("the bound needs a non-empty series of per-second rates")

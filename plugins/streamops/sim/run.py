@@ -87,7 +87,7 @@ def ha_comparison(trace: str = HA_TRACE, seed: int = 1, mtbf_s: float | None = 1
                   slow_mtbf_s: float | None = None, faults: str | Sequence[Any] | None = None,
                   stage: StageSpec = WORDCOUNT_STAGE, duration_s: float | None = 1800.0, static_replicas: int = 2,
                   max_replicas: int = 2, period_s: float = 60.0, redundancy_params: dict[str, Any] | None = None,
-                  policy: str | PolicyConfig = "recommended", **overrides: Any) -> list[dict[str, Any]]:
+                  policy: str | PolicyConfig = "threshold3_tuned", **overrides: Any) -> list[dict[str, Any]]:
     """One stage under the same faults as (a) 1 replica, (b) `static_replicas` static replicas,
     (c) the redundancy manager (1 … `max_replicas`). Faults: driver kills every `mtbf_s` (None:
     none) and slow batches every `slow_mtbf_s` (Fault's default magnitude), or `faults` instead.
