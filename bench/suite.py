@@ -228,6 +228,18 @@ def with_regret(runs: Iterable[dict], bounds: Iterable[dict], prices: Iterable[f
     return out
 
 
+def _by_policy_family(runs: Iterable[dict], field: str, names: Iterable[str] | None
+                      ) -> tuple[dict[tuple[str, str], list[dict]], list[str], list[str]]:
+    """The runs that have `field`, by (policy, family); the families; the policies (within `names`)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        if field in r:
+            groups.setdefault((r["policy"], r["family"]), []).append(r)
+    families = sorted({f for _, f in groups})
+    policies = sorted({p for p, _ in groups} if names is None else set(names) & {p for p, _ in groups})
+    return groups, families, policies
+
+
 def priced_regret(r: dict, price: float) -> float:
     """The share of the run's cost at `price` that the frontier saves (below 0: beyond the bound)."""
     cost = r["core_hours"] * 3600 + price * r["seconds_above_rmax"]
@@ -237,12 +249,7 @@ def priced_regret(r: dict, price: float) -> float:
 def priced_scores(runs: Iterable[dict], price_of: Any, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Per configuration: the mean over families (of the means over seeds) of its priced regret at
     price_of(name), and its mean availability, best first."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in runs:
-        if "bound_cost" in r:
-            groups.setdefault((r["policy"], r["family"]), []).append(r)
-    families = sorted({f for _, f in groups})
-    policies = sorted({p for p, _ in groups} if names is None else set(names) & {p for p, _ in groups})
+    groups, families, policies = _by_policy_family(runs, "bound_cost", names)
     out = []
     for p in policies:
         price = float(price_of(p))
@@ -289,12 +296,7 @@ def _beyond(r: dict) -> bool:
 def regret_scores(runs: Iterable[dict], names: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Per configuration: mean core and violation regret per family (means over seeds) and over
     the families, and the score (their mean), best first."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in runs:
-        if "core_regret" in r:
-            groups.setdefault((r["policy"], r["family"]), []).append(r)
-    families = sorted({f for _, f in groups})
-    policies = sorted({p for p, _ in groups} if names is None else set(names) & {p for p, _ in groups})
+    groups, families, policies = _by_policy_family(runs, "core_regret", names)
     out = []
     for p in policies:
         per = {}

@@ -713,13 +713,15 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
 
 @app.command()
 def bench(what: str = typer.Argument("all", help="policies | suite | scale | reconfig | reporting | sink | ha | "
-                                                  "jvm-archive | soak | all (soak is not in all: it takes an hour)"),
+                                                  "ha-sim | jvm-archive | soak | all (soak is not in all: it takes "
+                                                  "an hour)"),
           quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only"),
           cluster: bool = typer.Option(False, help="reconfig and ha on the embedded Spark cluster: live and "
                                                    "in-driver changes, first batches, executor kills, MTTR on "
                                                    "a cluster pool")) -> None:
     """Benchmarks: the policy comparison in the simulator, the trace suite (tuned on training
-    seeds, reported on test seeds), one control cycle over 10 000 stages
+    seeds, reported on test seeds, each configuration's regret against the clairvoyant bound),
+    replicas and the redundancy manager in the simulator (ha-sim), one control cycle over 10 000 stages
     in PostgreSQL, reconfiguration downtime per mechanism and state size, the sink's staged
     write against a direct upsert, failover and replicas under injected faults (the last
     two long: real drivers), and cold Spark JVMs with and without the class archive. `soak`
@@ -733,6 +735,7 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
                "reporting": ["bench/reporting.py"] + (["--stages", "10,50", "--runs", "1"] if quick else []),
                "sink": ["bench/sink.py"] + (["--sizes", "2000,20000"] if quick else []),
                "ha": ["bench/ha.py"] + (["--quick"] if quick else []),
+               "ha-sim": ["bench/ha_sim.py"],
                "suite": ["bench/suite.py"] + (["--quick"] if quick else []),
                "jvm-archive": ["bench/jvm_archive.py"] + (["--runs", "2"] if quick else []),
                "soak": ["bench/soak.py"] + (["--minutes", "5", "--fault-every", "40"] if quick else [])}
