@@ -1,8 +1,10 @@
 """The redundancy manager in the control loop: each HA stage's Algorithm 2 step [002] once per
 its period, as requests that the Application Manager grants like any other (control.replan).
 
-Pure policy in plan.redundancy; this is only its monitor (the stage's output tail latency,
-`redundancy_inputs.sql`) and its memory (`redundancy_states`). A change of redundancy r that
+Pure policy in plan.redundancy; this is only its monitor (the stage's output tail latency and
+the Outlook of its proactive rule: its primary's recent failures, their mean output gap, its
+mean time to recovery as a new replica's start-up; `redundancy_inputs.sql`) and its memory
+(`redundancy_states`, with the start-up hold). A change of redundancy r that
 changes the replica count becomes an `add_replica` (a token, like a scale-out) or a
 `remove_replica` (free) request; r's speculation settings reach a cluster pool's driver at its
 next start (stages.start_stage).
@@ -11,15 +13,26 @@ next start (stages.start_stage).
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy import Connection
 
 from streamops.plan.model import ADD_REPLICA, REMOVE_REPLICA, Request
-from streamops.plan.redundancy import RedundancyOptions, RedundancyState, initial_state, replicas_for, step
+from streamops.plan.redundancy import (Outlook, RedundancyOptions, RedundancyState, initial_state, replicas_for,
+                                      step)
 from streamops.store import db
 
 log = logging.getLogger("streamops.redundancy")
+STARTUP_S = 10.0  # a new replica's start-up before the stage has a recovered failure to measure it by
+
+
+def _outlook(row: dict[str, Any], now: datetime, period_s: float) -> Outlook:
+    """The proactive rule's view of one stage, from its row of `redundancy_inputs` (no forecast
+    here: utilization None, the stop alone)."""
+    startup = row["mttr_ms"] / 1000.0 if row["mttr_ms"] is not None else STARTUP_S
+    stop = row["stop_ms"] / 1000.0 if row["stop_ms"] is not None else startup
+    return Outlook(now.timestamp(), period_s, startup, tuple(row["fault_times_s"] or ()), stop, None)
 
 
 def redundancy_requests(conn: Connection, now: datetime) -> tuple[list[Request], list[dict]]:
@@ -30,12 +43,15 @@ def redundancy_requests(conn: Connection, now: datetime) -> tuple[list[Request],
         if row["updated_at"] is not None and (now - row["updated_at"]).total_seconds() < row["period_s"]:
             continue
         opts = RedundancyOptions.from_params(spec.get("params"))
+        hold = row["hold_until"].timestamp() if row["hold_until"] is not None else None
         before = initial_state(opts) if row["r"] is None else RedundancyState(
-            row["r"], row["direction"], row["last_delta_ms"])
+            row["r"], row["direction"], row["last_delta_ms"], hold, bool(row["proactive"]))
         bound = float(spec.get("bound_ms") or row["r_max_ms"])
-        after, decision = step(before, row["tail_ms"], bound, opts)
+        after, decision = step(before, row["tail_ms"], bound, opts, _outlook(row, now, float(row["period_s"])))
         saved.append({"stage_id": row["stage_id"], "r": after.r, "direction": after.direction,
-                      "last_delta_ms": after.last_delta_ms, "updated_at": now})
+                      "last_delta_ms": after.last_delta_ms, "updated_at": now, "proactive": after.proactive,
+                      "hold_until": None if after.hold_until_s is None
+                      else datetime.fromtimestamp(after.hold_until_s, timezone.utc)})
         want = replicas_for(after.r, int(spec.get("max_replicas", 2)))
         log.info("stage %s: action=redundancy %s r=%.2f replicas %d→%d: %s", row["stage_id"], decision.action,
                  after.r, row["replicas"], want, decision.reason)

@@ -211,14 +211,65 @@ def test_the_redundancy_manager_asks_the_application_manager_for_replicas_and_gi
         conn.execute(text("DELETE FROM stage_metrics"))
     time.sleep(1.1)  # the manager's period
     _metrics(clean_db, dep, 500)  # far below: over-performing, give it back step by step
-    for _ in range(12):
+    # (after the start-up hold: no decrease for the new replica's start, 10 s without a measured
+    # recovery, plus one period; the stage keeps reporting its batches meanwhile)
+    for _ in range(25):
         if replicas_wanted() == 1:
             break
         time.sleep(1.1)
+        _metrics(clean_db, dep, 500, seconds=1)
         control.replan("ha", operators=True)
     assert replicas_wanted() == 1
     (back,) = decisions("remove_replica")
     assert back.outcome == "granted" and "no token" in back.reason, back
+
+
+def test_recent_failures_bring_a_replica_before_the_tail_grows_and_it_goes_back_after_the_hold(clean_db):
+    """The proactive rule in production (plan.redundancy.Outlook from `redundancy_inputs.sql`): two
+    failures of the primary in the last minute, each a 12 s output gap, ask for a replica while the
+    tail is still far below the bound; once they are old it goes back, not before the hold ends."""
+    from streamops import control
+
+    stages.sync_registry(_registry(redundancy={"max_replicas": 2, "period_s": 1}))
+    with clean_db.begin() as conn:
+        dep = conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+            "pid, running_at) VALUES ('ha.s', 'p', 1, 2, '{}', 'local', '/nowhere', 'running', :pid, now()) "
+            "RETURNING id"), {"pid": os.getpid()}).scalar_one()
+        conn.execute(text(
+            "INSERT INTO failures (stage_id, app, deployment_id, kind, detail, failed_at, status, recovered_at, "
+            "mttr_ms, downtime_ms) SELECT 'ha.s', 'ha', :d, 'dead_pid', 'test', now() - make_interval(secs => s), "
+            "'recovered', now() - make_interval(secs => s - 2), 2000, 12000 FROM unnest(ARRAY[30, 60]) s"),
+            {"d": dep})
+    _metrics(clean_db, dep, 500)  # a tenth of the 5 s bound: Algorithm 2 alone would hold at r = 0
+
+    def state():
+        with clean_db.connect() as conn:
+            return conn.execute(text(
+                "SELECT s.replicas, r.r, r.proactive, r.hold_until, r.updated_at AS now FROM stages s "
+                "JOIN redundancy_states r USING (stage_id) WHERE s.stage_id = 'ha.s'")).one()
+
+    control.replan("ha", operators=True)
+    added = state()
+    assert added.replicas == 2 and added.proactive and added.r >= 1.0, added
+    # the hold: the measured start-up (2 s, the failures' time to recovery) plus one period
+    assert (added.hold_until - added.now).total_seconds() == pytest.approx(3.0), added
+    with clean_db.connect() as conn:
+        (grant,) = conn.execute(text("SELECT outcome FROM decisions WHERE action = 'add_replica'")).all()
+        (asked,) = conn.execute(text("SELECT reason FROM requests WHERE action = 'add_replica'")).all()
+    assert grant.outcome == "granted" and "proactive: λ̂·v" in asked.reason, asked
+
+    with clean_db.begin() as conn:  # the faults are an hour old now: the rate falls to 0
+        conn.execute(text("UPDATE failures SET failed_at = failed_at - interval '1 hour'"))
+    for _ in range(10):
+        time.sleep(1.1)
+        _metrics(clean_db, dep, 500, seconds=1)
+        control.replan("ha", operators=True)
+        now = state()
+        if now.replicas == 1:
+            break
+    assert now.replicas == 1 and not now.proactive, now
+    assert now.now >= added.hold_until, "given back before the new replica's start-up hold ended"
 
 
 @pytest.mark.reconfig_matrix
