@@ -192,6 +192,12 @@ def backlog_samples(run: RunData) -> list[tuple[float, float]]:
             for m in run.metrics if m.get("backlog_rows") is not None]
 
 
+def _next_started_at_once(m: dict[str, Any], trigger_s: float) -> bool:
+    """The batch lasted a trigger interval or more: the next one was planned, its files taken,
+    before the agent counted the files waiting."""
+    return (m["batch_duration_ms"] or 0) / 1000.0 >= trigger_s
+
+
 def waiting_rows(run: RunData) -> list[float | None]:
     """Per batch, the rows of the files waiting when it ended (None: no count), from the batches
     that took them. The agent counts files × rows per file of the files just taken, wrong when the
@@ -210,7 +216,7 @@ def waiting_rows(run: RunData) -> list[float | None]:
         if rows is None or files < full:
             out.append(None if rows is None else float(rows))
             continue
-        j = k + (2 if (m["batch_duration_ms"] or 0) / 1000.0 >= trigger else 1)
+        j = k + (2 if _next_started_at_once(m, trigger) else 1)
         need, got, per_file = float(files), 0.0, float(rows) / files
         while need > 0 and j < len(ms) and ms[j].get("deployment_id") == m.get("deployment_id") \
                 and (ms[j - 1].get("backlog_files") or 0) >= full and ms[j]["input_rows"]:
@@ -234,11 +240,9 @@ def arrivals_cumulative(run: RunData) -> tuple[np.ndarray, np.ndarray]:
             taken += (m["batch_id"] - prev["batch_id"] - 1) * 0.5 * (rows + (prev["input_rows"] or 0))
         taken += rows
         prev = m
-        # a batch that lasted a trigger interval or more: the next one started at once and had
-        # its files before they were counted
         nxt = ms[i + 1] if i + 1 < len(ms) else None
         planned = (nxt["input_rows"] or 0) if nxt is not None and nxt["batch_id"] == m["batch_id"] + 1 \
-            and (m["batch_duration_ms"] or 0) / 1000.0 >= trigger else 0
+            and _next_started_at_once(m, trigger) else 0
         top = max(top, taken + planned + (waiting[i] or 0.0))
         ts.append(max(ts[-1], run.sec(m["ts"]) + (m["batch_duration_ms"] or 0) / 1000.0))
         cum.append(top)
