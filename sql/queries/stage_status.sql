@@ -53,6 +53,7 @@ SELECT s.stage_id, s.app, s.workload, COALESCE(r.pool, s.pool) AS pool,  -- wher
        b.batch_id, li.latency_p95_ms, b.backlog_files, b.backlog_rows, b.batch_duration_ms,
        EXTRACT(EPOCH FROM now() - h.beat_at) AS heartbeat_age_s,
        CAST(h.info ->> 'quarantine_backlog_files' AS integer) AS quarantine_backlog_files,
+       CAST(h.info ->> 'executors' AS integer) AS executors,  -- NULL in local mode
        COALESCE(q.quarantined, 0) AS quarantined,
        pl.label AS plan,
        r.stop_reason,

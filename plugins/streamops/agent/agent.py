@@ -361,12 +361,24 @@ class StageAgent:
             "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped,
                                 "backlog_files": self.backlog.measure().files,
                                 "since_progress_s": round(time.monotonic() - self._progress_mono, 1),
-                                "quarantine_backlog_files": self.quarantine_backlog.measure().files}),
+                                "quarantine_backlog_files": self.quarantine_backlog.measure().files,
+                                "executors": self._executors()}),
         }
         with db.transaction(self.engine) as conn:
             current = conn.execute(db.query("heartbeat_upsert"), params).first() is not None
         if not current:
             exit_fenced(self.ctx.stage_id, self.ctx.deployment_id, "heartbeat")
+
+    def _executors(self) -> int | None:
+        """Live executors on a cluster pool (the status page and /metrics show them); None in
+        local mode, where the driver runs the tasks itself."""
+        sc = self.spark.sparkContext
+        if sc.master.startswith("local"):
+            return None
+        try:
+            return int(sc._jsc.sc().getExecutorIds().size())
+        except Exception:  # a beat must never fail on a figure: the JVM may be shutting down
+            return None
 
     def _heartbeat_loop(self) -> None:
         failing = False
