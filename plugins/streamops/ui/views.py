@@ -1,0 +1,97 @@
+"""What the Airflow page shows, read from PostgreSQL: every stage's row of `streamops status`
+(sql/queries/stage_status.sql) with its last failure, and per app the last hour's response
+time against R_max and the last day's failures. The same model feeds the page and its JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from streamops.store import db
+
+
+@dataclass(frozen=True)
+class Slo:
+    """The last hour, per minute with input: how many minutes the app's response (the sum of its
+    stages' p95) stayed within R_max, and the worst minute."""
+    minutes: int
+    within: int
+    worst_ms: float | None
+
+    @property
+    def share_within(self) -> float | None:
+        return self.within / self.minutes if self.minutes else None
+
+
+def slo(series: list[tuple[datetime, float]], r_max_ms: float) -> Slo:
+    return Slo(minutes=len(series), within=sum(1 for _, v in series if v <= r_max_ms),
+               worst_ms=max((v for _, v in series), default=None))
+
+
+@dataclass
+class StageView:
+    status: dict[str, Any]                # the stage_status row
+    last_failure: dict[str, Any] | None
+    runs: list[dict[str, Any]] = field(default_factory=list)  # DAG runs that changed it (newest first)
+
+
+@dataclass
+class AppView:
+    app: str
+    r_max_ms: int
+    failures_24h: int
+    failures_open: int
+    downtime_24h_s: float
+    slo: Slo
+    series: list[tuple[datetime, float]]
+    stages: list[StageView]
+
+
+def streams() -> list[AppView]:
+    """Every registered app and stage, as the page shows them (four small queries)."""
+    rows = [dict(r._mapping) for r in db.rows("stage_status")]
+    failures = {r.stage_id: dict(r._mapping) for r in db.rows("ui_last_failures")}
+    series: dict[str, list[tuple[datetime, float]]] = {}
+    for r in db.rows("ui_app_response"):
+        series.setdefault(r.app, []).append((r.minute, float(r.response_ms)))
+    out = []
+    for a in db.rows("ui_apps"):
+        s = series.get(a.app, [])
+        out.append(AppView(app=a.app, r_max_ms=a.r_max_ms, failures_24h=a.failures_24h,
+                           failures_open=a.failures_open, downtime_24h_s=float(a.downtime_24h_s),
+                           slo=slo(s, a.r_max_ms), series=s,
+                           stages=[StageView(r, failures.get(r["stage_id"])) for r in rows if r["app"] == a.app]))
+    return out
+
+
+def attach_runs(apps: list[AppView], runs: dict[str, list[dict[str, Any]]], per_stage: int = 3) -> None:
+    """Give each stage the newest DAG runs that changed it: streamops_reconfigure runs whose conf
+    names the stage, streamops_deploy runs whose conf names its app (`runs`: dag_id → runs)."""
+    changed = [(dag_id, r) for dag_id, rs in runs.items() for r in rs]
+    changed.sort(key=lambda dr: dr[1].get("run_after") or "", reverse=True)
+    for a in apps:
+        for s in a.stages:
+            sid = s.status["stage_id"]
+            s.runs = [{"dag_id": d, **r} for d, r in changed
+                      if (r.get("conf") or {}).get("stage") == sid or
+                      (d == "streamops_deploy" and (r.get("conf") or {}).get("app") == a.app)][:per_stage]
+
+
+def as_json(apps: list[AppView]) -> dict[str, Any]:
+    """The page's model as JSON (GET /streamops/api/streams): what a script or a test reads."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, datetime):
+            return v.astimezone(timezone.utc).isoformat()
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, Decimal):
+            return float(v)
+        return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
+
+    return {"generated_at": datetime.now(timezone.utc).isoformat(),
+            "apps": [plain({**asdict(a), "slo": {**asdict(a.slo), "share_within": a.slo.share_within}})
+                     for a in apps]}

@@ -1,0 +1,65 @@
+"""The Streams page's pure parts: the sparkline SVG, the SLO figures and which DAG runs a stage's
+row links to. The page itself runs in a real Airflow in tests/system/test_airflow.py."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+from streamops.ui import charts, views
+
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=timezone.utc)
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _series(values):
+    return [(NOW - timedelta(minutes=len(values) - i), float(v)) for i, v in enumerate(values)]
+
+
+def test_sparkline_marks_minutes_above_r_max_and_has_a_size():
+    svg = ET.fromstring(charts.sparkline_svg(_series([800, 900, 2500, 700]), r_max_ms=1000, now=NOW))
+    assert (svg.get("width"), svg.get("height")) == ("260", "56")  # an <img> of it has a natural size
+    assert len(svg.findall(f"{SVG}circle")) == 1, "one minute above R_max, one red dot"
+    line = svg.find(f"{SVG}polyline").get("points").split()
+    xs = [float(p.split(",")[0]) for p in line]
+    assert xs == sorted(xs) and 0 <= xs[0] and xs[-1] <= 260, "time runs left to right inside the box"
+    assert svg.find(f"{SVG}line").find(f"{SVG}title").text == "R_max 1,000 ms"
+
+
+def test_sparkline_of_an_idle_hour_says_so():
+    svg = ET.fromstring(charts.sparkline_svg([], r_max_ms=5000, now=NOW))
+    assert svg.find(f"{SVG}text").text == "no input in the last hour"
+    assert svg.find(f"{SVG}polyline") is None
+
+
+def test_slo_counts_minutes_within_r_max():
+    s = views.slo(_series([100, 200, 1200, 300]), r_max_ms=1000)
+    assert (s.minutes, s.within, s.worst_ms, s.share_within) == (4, 3, 1200.0, 0.75)
+    assert views.slo([], 1000).share_within is None
+
+
+def _app(app: str, sids: list[str]) -> views.AppView:
+    return views.AppView(app=app, r_max_ms=1000, failures_24h=0, failures_open=0, downtime_24h_s=0.0,
+                         slo=views.slo([], 1000), series=[],
+                         stages=[views.StageView({"stage_id": s, "heartbeat_age_s": Decimal("1.5")}, None)
+                                 for s in sids])
+
+
+def test_a_stage_links_the_runs_that_changed_it_newest_first():
+    apps = [_app("a", ["a.x", "a.y"]), _app("b", ["b.x"])]
+    runs = {"streamops_reconfigure": [
+                {"dag_run_id": "r1", "run_after": "2026-11-27T10:00:00Z", "conf": {"stage": "a.x"}},
+                {"dag_run_id": "r2", "run_after": "2026-11-27T11:00:00Z", "conf": {"stage": "b.x"}},
+                {"dag_run_id": "r3", "run_after": "2026-11-27T09:00:00Z", "conf": None}],
+            "streamops_deploy": [{"dag_run_id": "d1", "run_after": "2026-11-27T10:30:00Z", "conf": {"app": "a"}}]}
+    views.attach_runs(apps, runs)
+    got = {s.status["stage_id"]: [r["dag_run_id"] for r in s.runs] for a in apps for s in a.stages}
+    assert got == {"a.x": ["d1", "r1"], "a.y": ["d1"], "b.x": ["r2"]}
+    assert apps[0].stages[0].runs[0]["dag_id"] == "streamops_deploy"
+
+
+def test_the_json_model_is_plain():
+    doc = views.as_json([_app("a", ["a.x"])])
+    assert doc["apps"][0]["stages"][0]["status"]["heartbeat_age_s"] == 1.5  # Decimal → number
+    assert doc["apps"][0]["slo"]["share_within"] is None
