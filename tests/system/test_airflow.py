@@ -25,7 +25,7 @@ from streamops import generator, registry
 from streamops.execute import stages
 from streamops.paths import REPO_ROOT
 from tests import oracles
-from tests.conftest import _server_url, drop_database, recreate_database
+from tests.conftest import ARTIFACTS, _server_url, drop_database, recreate_database
 from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
@@ -33,15 +33,18 @@ pytestmark = [pytest.mark.e2e, pytest.mark.db]
 CONTRACT_DAGS = {"streamops_deploy", "streamops_replan", "streamops_reconfigure", "streamops_maintenance_window",
                  "streamops_watchdog", "streamops_nightly_report"}
 APP, SID = "af", "af.wc"
+_WC = {"workload": "wordcount", "cores": {"initial": 1, "min": 1, "max": 2}, "state_partitions": 2,
+       "trigger_interval_ms": 1000, "pool": "p1", "policy": {"kind": "edf"}}
+_WINDOW = {"cron": "0 3 * * *", "duration_min": 30}
 REGISTRY = {
     "pools": {"p1": {"cores": 4, "network_delay_ms": {"p2": 5}}, "p2": {"cores": 2, "network_delay_ms": {"p1": 5}}},
-    "apps": {APP: {
-        "r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-        "stages": {"wc": {"workload": "wordcount",
-                          "source": {"kind": "files", "path": "af/in", "max_files_per_trigger": 2},
-                          "cores": {"initial": 1, "min": 1, "max": 2}, "state_partitions": 2,
-                          "trigger_interval_ms": 1000, "pool": "p1", "policy": {"kind": "edf"}}},
-    }},
+    "apps": {
+        APP: {"r_max_ms": 5000, "maintenance_window": _WINDOW, "stages": {"wc": {
+            **_WC, "source": {"kind": "files", "path": "af/in", "max_files_per_trigger": 2}}}},
+        # A second app, started only by the Streams page's test: two running stages on the page.
+        "ag": {"r_max_ms": 5000, "maintenance_window": _WINDOW, "stages": {"wc": {
+            **_WC, "source": {"kind": "files", "path": "ag/in", "max_files_per_trigger": 2}}}},
+    },
 }
 
 
@@ -440,3 +443,141 @@ def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
     finally:
         airflow_home.down(airflow_site)
         _stop_quietly(reg)
+
+
+# -- the Streams page (streamops.ui) ------------------------------------------------------------
+PAGE_SIDS = (SID, "ag.wc")
+
+
+def _login(driver, site, user: str, password: str) -> None:
+    """Through Airflow's own login form, as a person would; lands on the Streams page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.delete_all_cookies()
+    driver.get(f"{site.base_url}/plugin/streams")
+    wait = WebDriverWait(driver, 60)
+    wait.until(ec.presence_of_element_located((By.NAME, "username"))).send_keys(user)
+    driver.find_element(By.NAME, "password").send_keys(password)
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    frame = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe")))
+    assert frame.get_attribute("src").endswith("/streamops/"), frame.get_attribute("src")
+    driver.switch_to.frame(frame)
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "tr[data-stage]")))
+
+
+def _page_rows(driver) -> dict[str, dict[str, str]]:
+    from selenium.webdriver.common.by import By
+
+    return {tr.get_attribute("data-stage"): {
+        "state": tr.find_element(By.CSS_SELECTOR, "td.state").text,
+        "p95": tr.find_element(By.CSS_SELECTOR, "td.p95").text,
+        "in": tr.find_element(By.CSS_SELECTOR, "td.in").text,
+        "beat": tr.find_element(By.CSS_SELECTOR, "td.beat").text,
+        "spark_ui": [a.get_attribute("href") for a in tr.find_elements(By.CSS_SELECTOR, "a.spark-ui")],
+    } for tr in driver.find_elements(By.CSS_SELECTOR, "tr[data-stage]")}
+
+
+def test_streams_page_in_the_airflow_ui(airflow_site, reg, clean_db):
+    """The plugin's page inside a real Airflow, with two running stages: the admin and the viewer
+    log in through Airflow's form and see both stages with live figures and drawn charts; only
+    the admin sees the trigger buttons, and the admin's Deploy button starts a real DAG run.
+    Unauthenticated, forged and viewer calls of the actions get 401/403; a bad conf gets the
+    Params validation's 400 and creates no run."""
+    import threading
+
+    import httpx
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from streamops.orchestrate import airflow_home
+    from streamops.orchestrate.rest import AirflowClient
+    from tests.browser import chrome, full_page, images_drawn
+
+    stop = threading.Event()
+    feeders = [threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
+        out_dir=registry.resolve_path(f"{sid.split('.')[0]}/in"), kind="web", trace="constant:rate=60",
+        seed=i, duration_s=900, garbage_fraction=0.01, stop_event=stop)) for i, sid in enumerate(PAGE_SIDS)]
+    pw = airflow_home.passwords(airflow_site)
+    base = airflow_site.base_url
+    try:
+        for f in feeders:
+            f.start()
+        airflow_home.up(airflow_site, wait_s=300)
+        for sid in PAGE_SIDS:
+            stages.start_stage(sid, reg, wait_s=240)
+        with AirflowClient(base, "admin", pw["admin"]) as api:
+            api.wait_for_dags(["streamops_deploy", "streamops_reconfigure"], timeout_s=180)
+            api.unpause("streamops_deploy")
+
+        def live() -> bool:  # every stage reads input: the page has live figures to show
+            with AirflowClient(base, "viewer", pw["viewer"]) as v:
+                doc = v._http.get("/streamops/api/streams").json()
+            st = {s["status"]["stage_id"]: s["status"] for a in doc["apps"] for s in a["stages"]}
+            return all(st[s]["status"] == "running" and st[s]["in_rps"] and st[s]["latency_p95_ms"] for s in PAGE_SIDS)
+
+        eventually(live, 240, "both stages running with input on the page's JSON")
+
+        # The actions, over HTTP: who may trigger, and Airflow's Params validation in between.
+        url = f"{base}/streamops/api/trigger/streamops_reconfigure"
+        conf = {"stage": SID, "action": "scale_out", "cores": 2}
+        tokens = {u: httpx.post(f"{base}/auth/token", json={"username": u, "password": pw[u]}).json()["access_token"]
+                  for u in ("admin", "viewer")}
+        assert httpx.post(url, json=conf).status_code == 401
+        assert httpx.get(f"{base}/streamops/api/streams").status_code == 401
+        assert httpx.post(url, json=conf, headers={"Authorization": "Bearer not.a.token"}).status_code in (401, 403)
+        denied = httpx.post(url, json=conf, headers={"Authorization": f"Bearer {tokens['viewer']}"})
+        assert denied.status_code == 403, denied.text
+        admin = {"Authorization": f"Bearer {tokens['admin']}"}
+        form = {**admin, "Content-Type": "application/x-www-form-urlencoded"}
+        assert httpx.post(url, content="stage=af.wc", headers=form).status_code == 415, \
+            "a form post (what another site could send) is refused"
+        bad = httpx.post(url, json={**conf, "cores": 99}, headers=admin)
+        assert bad.status_code == 400 and "cores" in bad.text, bad.text
+        runs = httpx.get(f"{base}/api/v2/dags/streamops_reconfigure/dagRuns", headers=admin).json()
+        assert all((r.get("conf") or {}).get("cores") != 99 for r in runs["dag_runs"]), "a refused conf made a run"
+
+        with chrome(width=1400, height=1000) as driver:
+            for user in ("viewer", "admin"):
+                _login(driver, airflow_site, user, pw[user])
+                rows = _page_rows(driver)
+                assert set(rows) == set(PAGE_SIDS), rows
+                for sid, r in rows.items():
+                    assert r["state"] == "running", (sid, r)
+                    assert r["p95"].replace(",", "").isdigit() and r["in"].replace(",", "").isdigit(), (sid, r)
+                    assert r["beat"].endswith("s"), (sid, r)
+                    assert r["spark_ui"], f"{sid}: no Spark UI link"
+                    assert httpx.get(r["spark_ui"][0], follow_redirects=True, timeout=20).status_code == 200
+                WebDriverWait(driver, 30).until(images_drawn)
+                sizes = driver.execute_script(
+                    "return Array.from(document.images).map(i => [i.naturalWidth, i.naturalHeight])")
+                assert len(sizes) == 2 and all(w > 0 and h > 0 for w, h in sizes), sizes  # one sparkline per app
+                forms = driver.find_elements(By.CSS_SELECTOR, "form.act")
+                if user == "viewer":
+                    assert not forms, "the viewer sees trigger buttons"
+                    continue
+                assert len(driver.find_elements(By.CSS_SELECTOR, "form.reconfigure")) == 2
+                driver.switch_to.default_content()
+                full_page(driver, 1400)
+                ARTIFACTS.mkdir(exist_ok=True)
+                driver.save_screenshot(str(ARTIFACTS / "airflow_streams_page.png"))
+                driver.switch_to.frame(driver.find_element(By.CSS_SELECTOR, "iframe"))
+                # The Deploy button: a real run of streamops_deploy, as this admin.
+                driver.find_element(By.CSS_SELECTOR, "section[data-app=ag] form.deploy button").click()
+                msg = WebDriverWait(driver, 30).until(
+                    lambda d: d.find_element(By.ID, "message").text if "Triggered" in d.find_element(
+                        By.ID, "message").text else None)
+                run_id = msg.split("streamops_deploy ", 1)[1].strip()
+        with AirflowClient(base, "admin", pw["admin"]) as api:
+            done = api.wait("streamops_deploy", run_id, timeout_s=300)
+            assert done["state"] == "success", api.task_instances("streamops_deploy", run_id)
+            assert done["conf"] == {"app": "ag", "restart": False}, done["conf"]
+    finally:
+        stop.set()
+        airflow_home.down(airflow_site)
+        for sid in PAGE_SIDS:
+            try:
+                stages.stop_stage(sid, reg, deadline_s=30, kill_after_s=10, requested_by="test teardown")
+            except stages.StageNotRunning:
+                pass
