@@ -59,7 +59,7 @@ def _may(user, method: str, dag_id: str) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
-    return get_auth_manager().is_authorized_dag(method=method, access_entity=DagAccessEntity.RUN,  # type: ignore[arg-type]
+    return get_auth_manager().is_authorized_dag(method=method, access_entity=DagAccessEntity.RUN,
                                                 details=DagDetails(id=dag_id), user=user)
 
 
@@ -130,13 +130,17 @@ async def page(request: Request) -> Response:
         return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)))
     apps = await _streams(request)
     report = await run_in_threadpool(_last_report)
-    reg = await run_in_threadpool(registry.load)
+    try:
+        pools = sorted((await run_in_threadpool(registry.load)).pools)
+    except registry.RegistryError as e:  # the page still shows the stages; the DAG's form says what is wrong
+        log.warning("action=read-registry apps.yaml does not load: %s", e)
+        pools = sorted({s.status["pool"] for a in apps for s in a.stages if s.status.get("pool")})
     from streamops.orchestrate.tasks import ACTIONS
 
     html = _templates.get_template("streams.html.j2").render(
         apps=apps, report=report, prefix=PREFIX, user=user.get_name(),
         may_reconfigure=_may(user, "POST", RECONFIGURE), may_deploy=_may(user, "POST", DEPLOY),
-        actions=ACTIONS, pools=sorted(reg.pools), now=datetime.now(timezone.utc))
+        actions=ACTIONS, pools=pools, now=datetime.now(timezone.utc))
     return HTMLResponse(html)
 
 
@@ -150,13 +154,12 @@ async def streams_json(request: Request) -> JSONResponse:
 async def sparkline(app_name: str, request: Request) -> Response:
     await _reader(request)
     try:
-        apps = {a.app: a for a in await run_in_threadpool(views.streams)}
+        bounds, series = await run_in_threadpool(lambda: (views.r_max_ms(), views.response_series()))
     except (db.DatabaseUnavailable, OperationalError) as e:
         raise _database_down(e) from e
-    if app_name not in apps:
+    if app_name not in bounds:
         raise HTTPException(404, f"no app {app_name!r}")
-    a = apps[app_name]
-    svg = charts.sparkline_svg(a.series, a.r_max_ms, now=datetime.now(timezone.utc))
+    svg = charts.sparkline_svg(series.get(app_name, []), bounds[app_name], now=datetime.now(timezone.utc))
     return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "no-store"})
 
 

@@ -49,13 +49,23 @@ class AppView:
     stages: list[StageView]
 
 
+def response_series() -> dict[str, list[tuple[datetime, float]]]:
+    """app → its response time per minute over the last hour (sql/queries/ui_app_response.sql)."""
+    series: dict[str, list[tuple[datetime, float]]] = {}
+    for r in db.rows("ui_app_response"):
+        series.setdefault(r.app, []).append((r.minute, float(r.response_ms)))
+    return series
+
+
+def r_max_ms() -> dict[str, int]:
+    return {r.name: r.r_max_ms for r in db.rows("apps_r_max")}
+
+
 def streams() -> list[AppView]:
     """Every registered app and stage, as the page shows them (four small queries)."""
     rows = [dict(r._mapping) for r in db.rows("stage_status")]
     failures = {r.stage_id: dict(r._mapping) for r in db.rows("ui_last_failures")}
-    series: dict[str, list[tuple[datetime, float]]] = {}
-    for r in db.rows("ui_app_response"):
-        series.setdefault(r.app, []).append((r.minute, float(r.response_ms)))
+    series = response_series()
     out = []
     for a in db.rows("ui_apps"):
         s = series.get(a.app, [])
