@@ -2,16 +2,15 @@
 -- the latest run of that role while it is live, and for each stage's latest primary run whatever
 -- its state (a stopped or failed stage keeps its series, `running` 0, its heartbeat ageing).
 -- Backlog: the run's latest batch of the last day; input rate: rows read in the last minute / 60
--- (`streamops status`'s in/s); p95: the latest batch with input in the last minute (none when idle).
+-- (`streamops status`'s in/s); p95: the latest batch with input in the last minute (none when idle);
+-- executors: those the driver's latest heartbeat counted (a cluster pool; none in local mode).
 WITH runs AS (
     SELECT DISTINCT ON (d.stage_id, d.role) d.*
     FROM deployments d WHERE d.status <> 'refused'
     ORDER BY d.stage_id, d.role, d.started_at DESC, d.id DESC
 )
 SELECT s.app, s.name AS stage, r.role, r.status = 'running' AS running, r.cores,
-       CASE WHEN COALESCE(r.config #>> '{pool,master}', 'local') LIKE 'local%' THEN 1  -- local[N]: the driver's own
-            ELSE ceil(r.cores / GREATEST(COALESCE(CAST(r.config #>> '{pool,executor_cores}' AS integer), 1), 1)::numeric)
-       END AS executors,
+       CAST(h.info ->> 'executors' AS integer) AS executors,  -- live, from the beat; NULL in local mode
        b.backlog_rows, b.backlog_files,
        (SELECT sum(m.input_rows) / 60.0 FROM stage_metrics m
         WHERE m.stage_id = r.stage_id AND m.deployment_id = r.id AND m.ts > now() - interval '60 seconds') AS input_rps,

@@ -49,7 +49,8 @@ RUN = ["app", "stage", "role"]
 RUN_GAUGES = {
     "running": "1 while the run's status is running, else 0 (starting, stopping, stopped, failed)",
     "cores": "cores of the run (a live scaling changes them within the run)",
-    "executors": "executors of the run: cores / executor_cores on a cluster pool, 1 on a local pool",
+    "executors": "live executors of the run, as its driver's latest heartbeat counted them (a cluster pool); absent "
+                 "on a local pool, whose driver runs the tasks itself",
     "backlog_rows": "input rows not yet read, at the run's latest batch of the last day",
     "backlog_files": "input files not yet read, at the run's latest batch of the last day",
     "input_rows_per_second": "input rows read in the last minute, per second",
