@@ -388,12 +388,13 @@ def supervise(poll: float = typer.Option(0.5, help="seconds between looks at the
         return
 
     from streamops.orchestrate import airflow_home
+    from streamops.report import prometheus
 
     stop_event = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
     sup = supervisor.Supervisor(_load_registry(), supervisor.SupervisorOptions(
         poll_s=poll, stale_s=stale, warm_spares=not no_spares), progress=_say,
-        keepers=[airflow_home.ComponentKeeper(airflow_home.site())])
+        keepers=[airflow_home.ComponentKeeper(airflow_home.site())], exporter=prometheus.start_exporter)
     _say(f"supervising every {poll:g}s (hung after {stale:g}s without a heartbeat); Ctrl-C to stop")
     try:
         sup.run(stop_event, duration)
@@ -401,6 +402,41 @@ def supervise(poll: float = typer.Option(0.5, help="seconds between looks at the
         stop_event.set()
     supervisor.stopped_cleanly()
     _say(f"supervisor stopped after {len(sup.recoveries)} recoveries")
+
+
+@app.command()
+def metrics(serve: bool = typer.Option(False, "--serve", help="serve /metrics on $STREAMOPS_METRICS_HOST:"
+                                                              "$STREAMOPS_METRICS_PORT (127.0.0.1:9464) until Ctrl-C "
+                                                              "or SIGTERM, without a supervisor")) -> None:
+    """Print the Prometheus metrics once, as /metrics answers them (read from PostgreSQL now).
+    The supervisor serves them; docs/reporting.md lists each one."""
+    import threading
+
+    from streamops.report import prometheus
+    from streamops.store import db
+
+    if not serve:
+        try:
+            db.database_url()
+        except db.DatabaseUnavailable as e:
+            _fail(str(e))
+        sys.stdout.write(prometheus.exposition())
+        return
+    settings = prometheus.Settings.from_env()
+    if settings.port == 0:
+        _fail(f"{prometheus.PORT_ENV}=0: the exporter is off")
+    try:
+        exporter = prometheus.serve(settings.host, settings.port)
+    except OSError as e:
+        _fail(f"cannot listen on {settings.host}:{settings.port}: {e.strerror or e}")
+    stop_event = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
+    _say(f"serving {exporter.url}; Ctrl-C to stop")
+    try:
+        stop_event.wait()
+    except KeyboardInterrupt:
+        pass
+    exporter.close()
 
 
 @app.command()

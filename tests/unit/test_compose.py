@@ -28,7 +28,8 @@ SOURCE = "\n".join(p.read_text() for root in ("plugins", "spark_apps") for p in 
 
 def test_the_production_shape_is_all_there():
     assert {"postgres", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
-            "spark-master", "spark-worker-1", "spark-worker-2"} <= set(SERVICES)
+            "spark-master", "spark-worker-1", "spark-worker-2", "streamops-metrics", "prometheus",
+            "grafana"} <= set(SERVICES)
 
 
 @pytest.mark.parametrize("name", sorted(SERVICES))
@@ -199,7 +200,8 @@ def test_env_example_lists_every_variable_compose_reads_each_with_a_comment():
 
 
 def test_every_secret_is_a_required_reference_never_a_literal():
-    assert {"POSTGRES_PASSWORD", "AIRFLOW_API_SECRET_KEY", "AIRFLOW_JWT_SECRET", "SPARK_AUTH_SECRET"} <= SECRETS
+    assert {"POSTGRES_PASSWORD", "AIRFLOW_API_SECRET_KEY", "AIRFLOW_JWT_SECRET", "SPARK_AUTH_SECRET",
+            "GRAFANA_ADMIN_PASSWORD"} <= SECRETS
     for name, forms in _references().items():
         if name != BIND:
             # ${VAR:?...} only: no default, and unset or empty is an error, not an empty password.
@@ -242,7 +244,8 @@ def test_every_published_port_binds_loopback_unless_told_otherwise():
             assert _interpolate_str(port, {}) == f"127.0.0.1:{host_port}:{port.rsplit(':', 1)[1]}"
             assert _interpolate_str(port, {BIND: ""}).startswith("127.0.0.1:")
             assert _interpolate_str(port, {BIND: "0.0.0.0"}).startswith("0.0.0.0:")
-    assert published == {"8080": "airflow-api-server", "8081": "spark-master"}
+    assert published == {"8080": "airflow-api-server", "8081": "spark-master", "9090": "prometheus",
+                         "3000": "grafana"}
 
 
 def _dockerfile_user() -> str:
@@ -267,6 +270,8 @@ def test_every_service_runs_as_a_non_root_user():
                 f"{name} runs as its image's default user, which may be root: set user:"
     # The postgres image's own unprivileged user: its entrypoint then never starts as root.
     assert SERVICES["postgres"]["user"] == "postgres"
+    # Prometheus's (nobody) and Grafana's (grafana) own, which own their data directories.
+    assert SERVICES["prometheus"]["user"] == "65534:65534" and SERVICES["grafana"]["user"] == "472"
 
 
 def test_what_the_non_root_user_writes_is_its_own():
@@ -342,3 +347,87 @@ def test_spark_auth_refuses_a_missing_or_unsafe_secret(tmp_path, secret):
     assert res.returncode != 0 and "ran" not in res.stdout
     assert "SPARK_AUTH_SECRET" in res.stderr
     assert not conf.exists()
+
+
+# --- Prometheus metrics and Grafana (issue 30) ------------------------------------------------------
+
+def _mount(name: str, host: str) -> str:
+    """Where service `name` mounts `host` (a path under docker/)."""
+    (target,) = [v.split(":")[1] for v in SERVICES[name]["volumes"] if v.split(":")[0] == host]
+    return target
+
+
+def test_images_from_registries_are_pinned():
+    for name, svc in SERVICES.items():
+        if "image" in svc:
+            assert re.fullmatch(r"[\w./-]+:v?\d+(\.\d+)*", svc["image"]), f"{name}: pin {svc['image']!r} to a version"
+
+
+def test_the_exporter_is_a_real_cli_command_on_every_interface_of_its_own_container_only():
+    import typer
+
+    from streamops.cli import app
+    from streamops.report import prometheus
+
+    svc = SERVICES["streamops-metrics"]
+    assert svc["build"]["dockerfile"] == "docker/Dockerfile" and svc["entrypoint"] == ["streamops"]
+    name, *options = svc["command"]
+    command = typer.main.get_command(app).commands[name]
+    assert set(options) <= {o for p in command.params for o in p.opts}
+    assert svc["environment"]["STREAMOPS_METRICS_HOST"] == "0.0.0.0" and "ports" not in svc
+    assert svc["environment"]["STREAMOPS_DATABASE_URL"] == COMPOSE["x-streamops-env"]["STREAMOPS_DATABASE_URL"]
+    assert int(svc["environment"]["STREAMOPS_METRICS_PORT"]) == prometheus.DEFAULT_PORT
+    # Loopback everywhere else: the variable is set on this service alone.
+    assert [n for n, s in SERVICES.items() if "STREAMOPS_METRICS_HOST" in _env_names(s)] == ["streamops-metrics"]
+    assert "STREAMOPS_METRICS_HOST" not in COMPOSE["x-streamops-env"]
+
+
+def test_prometheus_scrapes_the_exporter_with_the_config_compose_mounts():
+    config = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
+    flags = dict(f.removeprefix("--").split("=", 1) for f in SERVICES["prometheus"]["command"])
+    assert flags["config.file"] == _mount("prometheus", "./prometheus.yml")
+    assert flags["storage.tsdb.path"] == _mount("prometheus", "prometheus-data")
+    (job,) = config["scrape_configs"]
+    (target,) = [t for sc in job["static_configs"] for t in sc["targets"]]
+    host, port = target.split(":")
+    assert host == "streamops-metrics"
+    assert port == SERVICES["streamops-metrics"]["environment"]["STREAMOPS_METRICS_PORT"]
+    assert job.get("metrics_path", "/metrics") == "/metrics"
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard():
+    provisioning = DOCKER / "grafana" / "provisioning"
+    assert _mount("grafana", "./grafana/provisioning") == "/etc/grafana/provisioning"
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())["datasources"]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    assert SERVICES["prometheus"]["ports"][0].endswith(":9090")
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "streamops.yaml").read_text())["providers"]
+    assert provider["options"]["path"] == _mount("grafana", "./grafana/dashboards")
+    assert (DOCKER / "grafana" / "dashboards" / "streamops.json").is_file()
+    env = SERVICES["grafana"]["environment"]
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false" and env["GF_USERS_ALLOW_SIGN_UP"] == "false"
+
+
+def test_the_dashboard_queries_only_metrics_the_exporter_emits_templated_by_app_and_stage():
+    import json
+
+    from streamops.report import prometheus
+
+    dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "streamops.json").read_text())
+    (source,) = yaml.safe_load((DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yaml")
+                               .read_text())["datasources"]
+    names = set(prometheus.metric_names())
+    emitted = names | {f"{n}_{s}" for n in names for s in ("bucket", "count", "sum", "created")}
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    used = set()
+    for panel in panels:
+        assert panel["datasource"]["uid"] == source["uid"], panel["title"]
+        for target in panel["targets"]:
+            found = set(re.findall(r"\bstreamops_\w+", target["expr"]))
+            assert found and found <= emitted, (panel["title"], found - emitted)
+            used |= found
+            if "stage" in target["expr"] and "streamops_database_up" not in found:
+                assert 'app=~"$app"' in target["expr"] and 'stage=~"$stage"' in target["expr"], panel["title"]
+    assert {v["name"] for v in dashboard["templating"]["list"]} == {"app", "stage"}
+    # Every gauge, counter and the histogram has a panel.
+    assert {n.removesuffix("_bucket") for n in used} >= names - {"streamops_stage_backlog_files"}

@@ -18,6 +18,9 @@ which replays what the dead run had not committed. On a cluster pool the spare i
 with the master and holds no executor until it is adopted; it then asks for the run's (new
 executor JVMs). A new spare is built once the stage has recovered. See docs/ha.md for the
 measured figures.
+
+The `/metrics` exporter for Prometheus (report/prometheus.py, passed in by the CLI) runs while the
+supervisor does; one that cannot start (its port taken) is a warning, never the supervisor's end.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from streamops import processes, registry
 from streamops.execute import housekeeping, replicas, watchdog
@@ -40,6 +43,10 @@ from streamops.store import db, failures
 from streamops.store import reconfigurations as rstore
 
 log = logging.getLogger("streamops.supervisor")
+
+
+class Closeable(Protocol):
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -58,13 +65,17 @@ class SupervisorOptions:
 class Supervisor:
     def __init__(self, reg: registry.Registry | None = None, opts: SupervisorOptions = SupervisorOptions(),
                  progress: Callable[[str], None] = lambda _: None,
-                 keepers: Sequence[Callable[[Callable[[str], None]], object]] = ()) -> None:
+                 keepers: Sequence[Callable[[Callable[[str], None]], object]] = (),
+                 exporter: Callable[[], Closeable | None] | None = None) -> None:
         self.reg = reg or registry.load()
         self.opts = opts
         self.progress = progress
         # Other processes to keep alive each housekeeping pass (the CLI passes Airflow's
         # ComponentKeeper): passed in, since execute/ sits below orchestrate/.
         self.keepers = list(keepers)
+        # Started with `run` and closed when it ends (the CLI passes report/prometheus's /metrics
+        # exporter, beside execute/); None from it, or its failure, leaves the supervisor without one.
+        self.exporter = exporter
         self.recoveries: list[watchdog.Recovery] = []
         self._seen_alive: dict[int, datetime] = {}
         self._busy: dict[tuple[str, str], Future] = {}
@@ -203,6 +214,7 @@ class Supervisor:
         stop = stop or threading.Event()
         ends = None if duration_s is None else time.monotonic() + duration_s
         log.info("action=supervise poll=%.1fs stale=%.0fs", self.opts.poll_s, self.opts.stale_s)
+        exporter = self._start_exporter()
         while not stop.is_set() and (ends is None or time.monotonic() < ends):
             started = time.monotonic()
             try:
@@ -217,6 +229,19 @@ class Supervisor:
             stop.wait(self.opts.poll_s)
         self._threads.shutdown(wait=True)
         self.release_spares()
+        if exporter is not None:
+            exporter.close()
+
+    def _start_exporter(self) -> Closeable | None:
+        """The exporter passed in, started; never the supervisor's end (a warning naming the action)."""
+        if self.exporter is None:
+            return None
+        try:
+            return self.exporter()
+        except Exception as e:
+            log.warning("action=metrics-exporter failed to start: %s: %s; supervising without /metrics",
+                        type(e).__name__, e)
+            return None
 
 
 # -- the supervisor as a background process ------------------------------------------------------
