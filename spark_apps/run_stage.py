@@ -109,13 +109,14 @@ class StageDriver:
 
     def _session(self, pool: dict):
         # Imported here: the JVM start is the slow part and is logged as such.
-        from spark_apps.stage import build_session
+        from spark_apps.stage import build_session, ui_port
 
         cluster = dict(master=self.master, executor_cores=self.executor_cores,
                        executor_memory=pool.get("executor_memory", "1g"),
                        max_cores=max(self.stage.cores.max, self.dep.cores)) if self.master else {}
         spark = build_session(f"streamops:{self.sid}", self.dep.cores, self.dep.state_partitions,
-                              extra_conf=self.dep.config.get("speculation") if self.master else None, **cluster)
+                              extra_conf=self.dep.config.get("speculation") if self.master else None,
+                              ui_port=ui_port(), **cluster)
         # The executors admitted at registration: wait for them (and trim any a master launched past them).
         if self.master:
             from spark_apps.executors import scale_to
@@ -213,9 +214,11 @@ class StageDriver:
         self.agent.queries_started()
         if rid:
             stamp(rid, "restarted")
-        ledger.mark_running(self.deployment_id, self.spark.sparkContext.applicationId, os.getpid(),
-                            socket.gethostname())
-        log.info("action=running driver=%s", self.spark.sparkContext.applicationId)
+        sc = self.spark.sparkContext
+        # The Spark UI's URL as Spark bound it: the launcher's port, or a later one if that was
+        # taken meanwhile; None with the UI off (an adopted spare's UI is the spare's).
+        ledger.mark_running(self.deployment_id, sc.applicationId, os.getpid(), socket.gethostname(), sc.uiWebUrl)
+        log.info("action=running driver=%s ui=%s", sc.applicationId, sc.uiWebUrl or "off")
         self.injector.start()
 
     def _supervise(self) -> tuple[str, str | None, int]:

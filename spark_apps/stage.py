@@ -25,6 +25,7 @@ from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.sinks import ParquetSink, PostgresUpsertSink, QuarantineSink
 from streamops.checkpoint_layout import QUERIES, ROCKSDB_PROVIDER, query_checkpoint
 from streamops.registry import Stage, resolve_path
+from streamops.spark_cluster import UI_PORT_ENV
 
 DRIVER_HOST_ENV = "STREAMOPS_DRIVER_HOST"
 # Extra JVM options for every driver, executor and offline job (`spark.*.extraJavaOptions`).
@@ -32,19 +33,57 @@ DRIVER_HOST_ENV = "STREAMOPS_DRIVER_HOST"
 JAVA_OPTIONS_ENV = "STREAMOPS_SPARK_JAVA_OPTIONS"
 
 
+def ui_port() -> int | None:
+    """The Spark UI port this driver's launcher chose (UI_PORT_ENV), or None: the UI off. The
+    launcher also sets SPARK_LOCAL_IP and SPARK_PUBLIC_DNS to 127.0.0.1: Spark binds its UI to
+    SPARK_LOCAL_IP (else to every address) and names it by SPARK_PUBLIC_DNS in sc.uiWebUrl."""
+    value = os.environ.get(UI_PORT_ENV, "").strip()
+    return int(value) if value else None
+
+
+def ui_conf(port: int | None) -> dict[str, str]:
+    """The driver's Spark UI: off, or on `port` (Spark tries the next ports if it was taken)."""
+    if port is None:
+        return {"spark.ui.enabled": "false"}
+    return {
+        "spark.ui.enabled": "true",
+        "spark.ui.port": str(port),
+        # A stage's queries and batches belong to the platform: no kill buttons.
+        "spark.ui.killEnabled": "false",
+        # The Structured Streaming tab's own store (only with the UI): the newest progress updates
+        # of the stage's few queries, not those of every query a long run restarted.
+        "spark.sql.streaming.ui.retainedProgressUpdates": "100",
+        "spark.sql.streaming.ui.retainedQueries": "10",
+    }
+
+
+# A driver runs for days and Spark's status store (what the UI shows; it runs with the UI off too)
+# lives in its heap: it keeps only the newest of each, not Spark's 1000 jobs, stages and SQL
+# executions and 100 000 tasks a stage.
+STATUS_RETENTION = {
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "1000",
+    "spark.ui.retainedDeadExecutors": "20",
+    "spark.sql.ui.retainedExecutions": "100",
+}
+
+
 def session_conf(cores: int, state_partitions: int, master: str | None = None, executor_cores: int = 1,
                  executor_memory: str = "1g", max_cores: int | None = None,
-                 initial_executors: int | None = None) -> dict[str, str]:
+                 initial_executors: int | None = None, ui_port: int | None = None) -> dict[str, str]:
     """The driver's Spark conf: `local[cores]`, or on a standalone cluster (`master`) up to
     `max_cores` in executors of `executor_cores`, the count set by `executors.scale_to`; it
-    registers with `initial_executors` (default: the `cores` admitted; a warm spare's 0)."""
+    registers with `initial_executors` (default: the `cores` admitted; a warm spare's 0). Its
+    Spark UI is on `ui_port` (ui_conf), or off."""
     conf = {
         "spark.master": f"local[{cores}]",
         # Offline state repartition (spark._streamingCheckpointManager) needs RocksDB state.
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.shuffle.partitions": str(state_partitions),
         "spark.sql.session.timeZone": "UTC",
-        "spark.ui.enabled": "false",
+        **ui_conf(ui_port),
+        **STATUS_RETENTION,
         # No console progress bars ([Stage N:==>  (n + m) / k]) in the driver logs.
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.adaptive.enabled": "false",  # not supported in streaming; silences a warning per query
@@ -91,7 +130,7 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
 
 def build_session(app_name: str, cores: int, state_partitions: int, extra_conf: dict[str, str] | None = None,
                   **cluster) -> SparkSession:
-    """A session for a stage (or a job): `cluster` is session_conf's master and executor settings;
+    """A session for a stage (or a job): `cluster` is session_conf's master, executor and UI settings;
     `extra_conf` is added on top (the redundancy manager's speculation settings)."""
     # Python workers must import streamops: this venv's interpreter, not `python3` on PATH.
     # In-process PySpark reads only the environment for this (the conf is for spark-submit).

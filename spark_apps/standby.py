@@ -29,7 +29,7 @@ def standby(stage_id: str, cores: int, ready_file: str, run: Callable[[int, Any]
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format=f"%(asctime)s %(levelname)s [stage={stage_id} standby] %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    from spark_apps.stage import build_session, warm_up
+    from spark_apps.stage import build_session, ui_port, warm_up
 
     started = time.monotonic()
     row = ledger.stage_row(stage_id)
@@ -37,9 +37,10 @@ def standby(stage_id: str, cores: int, ready_file: str, run: Callable[[int, Any]
     partitions = row.state_partitions if row is not None else 2
     if cluster:
         spark = build_session(f"streamops:{stage_id}:standby", cores, partitions, initial_executors=0,
-                              max_cores=max(cores, stage.cores.max if stage else cores), **cluster)
+                              max_cores=max(cores, stage.cores.max if stage else cores), ui_port=ui_port(),
+                              **cluster)
     else:
-        spark = build_session(f"streamops:{stage_id}", cores, partitions)
+        spark = build_session(f"streamops:{stage_id}", cores, partitions, ui_port=ui_port())
     sampled, where = 0, f"local[{cores}]"
     if stage is not None:
         try:

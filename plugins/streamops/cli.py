@@ -749,8 +749,8 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
 
 @app.command()
 def bench(what: str = typer.Argument("all", help="policies | suite | scale | reconfig | reporting | sink | ha | "
-                                                  "ha-sim | jvm-archive | soak | all (soak is not in all: it takes "
-                                                  "an hour)"),
+                                                  "ha-sim | jvm-archive | spark-ui | soak | all (soak is not in "
+                                                  "all: it takes an hour)"),
           quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only"),
           cluster: bool = typer.Option(False, help="reconfig and ha on the embedded Spark cluster: live and "
                                                    "in-driver changes, first batches, executor kills, MTTR on "
@@ -760,7 +760,8 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
     replicas and the redundancy manager in the simulator (ha-sim), one control cycle over 10 000 stages
     in PostgreSQL, reconfiguration downtime per mechanism and state size, the sink's staged
     write against a direct upsert, failover and replicas under injected faults (the last
-    two long: real drivers), and cold Spark JVMs with and without the class archive. `soak`
+    two long: real drivers), cold Spark JVMs with and without the class archive, and a stage's
+    batch time, memory and CPU with its Spark UI on and off (spark-ui). `soak`
     runs two stages on the embedded cluster for an hour of random real faults (--quick: 5
     minutes). Results go to bench/results/*.json; a table is printed."""
     from streamops.paths import REPO_ROOT
@@ -774,6 +775,7 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
                "ha-sim": ["bench/ha_sim.py"],
                "suite": ["bench/suite.py"] + (["--quick"] if quick else []),
                "jvm-archive": ["bench/jvm_archive.py"] + (["--runs", "2"] if quick else []),
+               "spark-ui": ["bench/spark_ui.py"] + (["--runs", "1", "--batches", "10"] if quick else []),
                "soak": ["bench/soak.py"] + (["--minutes", "5", "--fault-every", "40"] if quick else [])}
     if cluster:
         scripts["reconfig"].append("--cluster")

@@ -72,6 +72,9 @@ class Pool(_Frozen):
     executor_cores: int = Field(default=1, ge=1, description="cores per executor (standalone pools)")
     executor_memory: str = Field(default="1g", pattern=r"^\d+[kmgt]?$", description="memory per executor")
     network_delay_ms: dict[str, float] = Field(default_factory=dict)
+    spark_ui: bool = Field(default=True, description=(
+        "each driver serves its Spark UI on a loopback port its launcher chooses (deployments.ui_url); "
+        "false: no UI (docs/architecture.md, \"The driver's Spark UI\", gives its cost)"))
 
     @field_validator("master")
     @classmethod

@@ -41,6 +41,8 @@ log = logging.getLogger("streamops.spark_cluster")
 ENV_MASTER = "STREAMOPS_SPARK_MASTER"
 # The master a stage's driver connects to, set by its launcher; unset means local[cores].
 RUN_MASTER_ENV = "STREAMOPS_RUN_MASTER"
+# The loopback port of a stage driver's Spark UI, set by its launcher; unset means no UI.
+UI_PORT_ENV = "STREAMOPS_SPARK_UI_PORT"
 # The address the embedded master and workers bind and advertise (default: loopback).
 HOST_ENV = "STREAMOPS_SPARK_HOST"
 LOOPBACK = "127.0.0.1"
@@ -136,7 +138,8 @@ def load_record() -> Cluster | None:
                    d.get("host", LOOPBACK))
 
 
-def _free_port(host: str = LOOPBACK) -> int:
+def free_port(host: str = LOOPBACK) -> int:
+    """A port free on `host` now (the kernel's choice); whoever binds it next gets it."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -224,7 +227,7 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
     if c is not None:
         down()
     shutil.rmtree(recovery_dir(), ignore_errors=True)  # a new cluster recovers nobody's old applications
-    port, ui = _free_port(host), _free_port(host)
+    port, ui = free_port(host), free_port(host)
     c = _start_master(port, ui, timeout_s, host=host)
     progress(f"Spark master {c.url} is ALIVE (UI {c.ui})")
     master_pid = c.master_pid
@@ -257,7 +260,7 @@ def _start_master(port: int, ui: int, timeout_s: float, workers: list[Worker] | 
 def _start_worker(c: Cluster, i: int, cores: int, memory: str) -> Worker:
     work = home() / "work" / f"worker-{i}"
     work.mkdir(parents=True, exist_ok=True)
-    wui = _free_port(c.host)
+    wui = free_port(c.host)
     pid = _spawn("org.apache.spark.deploy.worker.Worker",
                  [c.url, "--host", c.host, "--cores", str(cores), "--memory", memory,
                   "--webui-port", str(wui), "--work-dir", str(work)], f"worker-{i}", c.host)

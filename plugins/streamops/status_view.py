@@ -41,6 +41,7 @@ COLUMNS = [
     Column("out/s", "right", 5),
     Column("replicas", "left", 6, "replicas: live/wanted, and the one that leads (least input left)"),
     Column("batch", "right", 7, "batch: latest batch id"),
+    Column("spark ui", "left", 8, "spark ui: the live run's Spark UI, on loopback of the driver's host"),
 ]
 # A column with nothing to tell (every stage has one replica) goes first.
 _ONLY_DEFAULT = {"replicas": "1"}
@@ -82,7 +83,13 @@ def cells(r) -> tuple[dict[str, str], list[str]]:
         "p95 ms": _fmt(r.latency_p95_ms, ",.0f", none="idle" if r.status == "running" else "–"),
         "backlog": _backlog(r), "batch": _fmt(r.batch_id), "beat": beat, "quar.": str(r.quarantined),
         "fail 24h": str(r.failures_24h), "plan": r.plan or "", "replicas": _replicas(r),
+        "spark ui": _link(getattr(r, "ui_url", None)),
     }, notes
+
+
+def _link(url: str | None) -> str:
+    """The URL, a hyperlink where the terminal supports them; "–" with no live UI."""
+    return f"[link={url}]{url}[/link]" if url else "–"
 
 
 def _replicas(r) -> str:

@@ -47,6 +47,9 @@ plan AS (  -- what the control loop has in store for the stage: a planned change
 SELECT s.stage_id, s.app, s.workload, COALESCE(r.pool, s.pool) AS pool,  -- where the run is (a migration moves it)
        COALESCE(r.status, 'never started') AS status,
        r.id AS deployment_id, r.pid,
+       -- the live run's Spark UI; NULL when the run is over (its UI went with it), the pool has
+       -- spark_ui: false, or the run is older than schema 029
+       CASE WHEN r.status IN ('starting', 'running', 'stopping') THEN r.ui_url END AS ui_url,
        COALESCE(r.cores, s.cores) AS cores,
        COALESCE(r.state_partitions, s.state_partitions) AS partitions,
        rc.in_rps, rc.out_rps,

@@ -16,12 +16,12 @@ from streamops.execute import stages
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
-def _registry(**stage_overrides) -> registry.Registry:
+def _registry(spark_ui: bool = True, **stage_overrides) -> registry.Registry:
     stage = {"workload": "wordcount", "source": {"kind": "files", "path": "e2e/in", "max_files_per_trigger": 2},
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p"}
     stage.update(stage_overrides)
     return registry.parse({
-        "pools": {"p": {"cores": 2}},
+        "pools": {"p": {"cores": 2, "spark_ui": spark_ui}},
         "apps": {"e2e": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
                          "stages": {"wc": stage,
                                     "other": {**stage, "source": {"kind": "files", "path": "e2e/other"}}}}},
@@ -81,11 +81,27 @@ def _assert_clean_log(log: str) -> None:
         assert at < 0, f"{bad!r} in the driver log:\n{log[max(0, at - 2000):at + 6000]}"
 
 
+def _assert_spark_ui_answers(clean_db, dep_id: int) -> None:
+    """The run's Spark UI (issue 30): on loopback, recorded on the run and in stage_status, and its
+    Structured Streaming tab answers while the stage runs."""
+    import httpx
+
+    from streamops.store import db
+
+    url = _deployment(clean_db, dep_id).ui_url
+    assert url is not None and url.startswith("http://127.0.0.1:"), url
+    assert {r.stage_id: r.ui_url for r in db.rows("stage_status")}["e2e.wc"] == url
+    page = httpx.get(f"{url}/StreamingQuery/", timeout=10)
+    assert page.status_code == 200 and "Streaming Query" in page.text, (page.status_code, page.text[:300])
+
+
 def test_graceful_stop_at_a_batch_boundary_with_a_clean_log(clean_db):
-    """Every query of the run (main and quarantine) stops between two of its own batches."""
+    """Every query of the run (main and quarantine) stops between two of its own batches. While it
+    runs, its Spark UI answers."""
     reg = _registry()
     run, stop_feeding, feeder = _run_fed(clean_db, reg)
     try:
+        _assert_spark_ui_answers(clean_db, run.deployment_id)
         # the quarantine query (a trigger 5x the main one's) has committed a batch with lines in it
         eventually(lambda: _quarantined(clean_db, "e2e.wc") > 0, 60, "a quarantined line")
         result = stages.stop_stage("e2e.wc", reg, deadline_s=30)
@@ -116,8 +132,9 @@ def test_graceful_stop_at_a_batch_boundary_with_a_clean_log(clean_db):
 def test_a_stop_past_its_deadline_names_the_interrupted_query_in_one_warning(clean_db):
     """Batches of 8 s (an injected slow sink) and a stop deadline of 2 s (the driver waits half of
     it): the main query is interrupted mid-batch. The driver says so in one WARN line naming the
-    query and the batch, with no py4j traceback; the next run finishes that batch."""
-    reg = _registry()
+    query and the batch, with no py4j traceback; the next run finishes that batch. Its pool has
+    `spark_ui: false`: the run records no UI."""
+    reg = _registry(spark_ui=False)
     run, stop_feeding, feeder = _run_fed(clean_db, reg, until_commits=1, fault="slow_batches")
     try:
         result = stages.stop_stage("e2e.wc", reg, deadline_s=2, kill_after_s=60)
@@ -127,6 +144,7 @@ def test_a_stop_past_its_deadline_names_the_interrupted_query_in_one_warning(cle
 
     dep = _deployment(clean_db, run.deployment_id)
     assert dep.status == "stopped" and "interrupted a batch" in dep.stop_reason, (result, dep.stop_reason)
+    assert dep.ui_url is None, "spark_ui: false"
     planned, committed = _batches(Path(dep.checkpoint))
     assert planned == committed + 1, (planned, committed)
     log = Path(run.log_path).read_text()

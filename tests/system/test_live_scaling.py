@@ -9,6 +9,7 @@ import signal
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 from sqlalchemy import text
@@ -308,10 +309,14 @@ def test_a_killed_cluster_driver_is_handed_to_a_standby_that_held_no_executor(cl
             print(f"cluster-pool MTTR through the spare {f.mttr_ms / 1000:.1f}s, "
                   f"output gap {f.downtime_ms / 1000:.1f}s")
             with clean_db.connect() as conn:
-                run = conn.execute(text("SELECT pid, driver_id, status FROM deployments WHERE id = :i"),
+                run = conn.execute(text("SELECT pid, driver_id, status, ui_url FROM deployments WHERE id = :i"),
                                    {"i": f.recovery_deployment_id}).one()
             assert run.pid == spare_pid and run.status == "running", "the restart went to the spare"
             eventually(lambda: _app_cores(run.driver_id) == 1, 60, "the adopted spare's executor")
+            # The adopted spare's Spark UI is the run's, and the master's page links the application to it.
+            assert run.ui_url and run.ui_url.startswith("http://127.0.0.1:"), run.ui_url
+            assert httpx.get(f"{run.ui_url}/StreamingQuery/", timeout=10).status_code == 200
+            assert f'href="{run.ui_url}"' in httpx.get(c.ui, timeout=10).text, "the master UI links to the driver's"
             _settle_and_compare(clean_db, feeder, "rc.sb")
         finally:
             stop.set()

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from streamops import processes
 from streamops.paths import REPO_ROOT, state_dir
+from streamops.spark_cluster import LOOPBACK, UI_PORT_ENV, free_port
 
 RUN_STAGE = REPO_ROOT / "spark_apps" / "run_stage.py"
 
@@ -22,12 +23,13 @@ class Launched:
     pid: int | None
     driver_id: str | None
     log_path: str
+    ui_url: str | None = None  # the driver's Spark UI, on the port the launcher chose (None: off)
 
 
 class Launcher(Protocol):
     kind: str
 
-    def launch(self, deployment_id: int, stage_id: str, env: dict[str, str]) -> Launched: ...
+    def launch(self, deployment_id: int, stage_id: str, env: dict[str, str], spark_ui: bool = True) -> Launched: ...
 
     def is_alive(self, pid: int | None, driver_id: str | None) -> bool: ...
 
@@ -49,6 +51,7 @@ class Spare:
     ready_file: Path
     adopted: bool = False  # handed a deployment: it is a driver now, not a spare
     master: str = "local"  # its launcher's: a spare runs only a run that launcher would start
+    ui_url: str | None = None  # its Spark UI, which the run it adopts keeps (None: off)
 
     @property
     def ready(self) -> bool:
@@ -70,6 +73,19 @@ def driver_env(extra: dict[str, str]) -> dict[str, str]:
     return {**inherited, **extra, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
+def _spark_ui(on: bool) -> tuple[dict[str, str], str | None]:
+    """The driver's Spark UI: a port free on loopback now, the environment that gives it to the
+    driver, and its URL; ({}, None) when off. The driver's JVM binds it seconds later; if another
+    process took it meanwhile, Spark binds the next free one and the driver records that URL
+    (run_stage: `deployments.ui_url` from sc.uiWebUrl). SPARK_LOCAL_IP is where Spark binds its
+    UI (else every address), SPARK_PUBLIC_DNS the host its URL names (else the driver's host)."""
+    if not on:
+        return {}, None
+    port = free_port(LOOPBACK)
+    return {UI_PORT_ENV: str(port), "SPARK_LOCAL_IP": LOOPBACK, "SPARK_PUBLIC_DNS": LOOPBACK}, \
+        f"http://{LOOPBACK}:{port}"
+
+
 class LocalProcessLauncher:
     """A detached `local[cores]` driver process on this machine, with a pid file and a log file."""
 
@@ -85,32 +101,36 @@ class LocalProcessLauncher:
         d.mkdir(exist_ok=True)
         return d / f"{stage_id}.pid"
 
-    def launch(self, deployment_id: int, stage_id: str, env: dict[str, str]) -> Launched:
+    def launch(self, deployment_id: int, stage_id: str, env: dict[str, str], spark_ui: bool = True) -> Launched:
         log_path = state_dir() / "logs" / f"{stage_id}-{deployment_id}.log"
-        child_env = driver_env(env)
+        ui_env, ui_url = _spark_ui(spark_ui)
+        child_env = driver_env({**env, **ui_env})
         # Its own session: it survives the CLI that started it; Ctrl-C there does not reach it.
         proc = processes.spawn_detached([sys.executable, str(RUN_STAGE), "--deployment-id", str(deployment_id)],
                                         log_path=log_path, pid_file=self.pid_file(stage_id),
                                         env=child_env, cwd=str(REPO_ROOT))
         self._children[proc.pid] = proc
-        return Launched(pid=proc.pid, driver_id=None, log_path=str(log_path))
+        return Launched(pid=proc.pid, driver_id=None, log_path=str(log_path), ui_url=ui_url)
 
     def spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], pool: dict | None = None) -> Spare:
-        """A warm `local[cores]` driver for `stage_id`."""
-        return self._spawn_spare(stage_id, cores, env, [], "local")
+        """A warm `local[cores]` driver for `stage_id` (`pool`: the run's pool settings; its
+        `spark_ui`)."""
+        return self._spawn_spare(stage_id, cores, env, [], "local", (pool or {}).get("spark_ui", True))
 
-    def _spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], args: list[str], master: str) -> Spare:
+    def _spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], args: list[str], master: str,
+                     spark_ui: bool = True) -> Spare:
         n = len(self._children)
         log_path = state_dir() / "logs" / f"{stage_id}-spare-{os.getpid()}-{n}.log"
         ready = state_dir() / "run" / f"{stage_id}-spare-{os.getpid()}-{n}.ready"
         ready.unlink(missing_ok=True)
-        child_env = driver_env(env)
+        ui_env, ui_url = _spark_ui(spark_ui)
+        child_env = driver_env({**env, **ui_env})
         proc = processes.spawn_detached(
             [sys.executable, str(RUN_STAGE), "--standby", stage_id, "--cores", str(cores), "--ready-file", str(ready),
              *args],
             log_path=log_path, env=child_env, cwd=str(REPO_ROOT), stdin_pipe=True)
         self._children[proc.pid] = proc
-        return Spare(stage_id, cores, proc, str(log_path), ready, master=master)
+        return Spare(stage_id, cores, proc, str(log_path), ready, master=master, ui_url=ui_url)
 
     @staticmethod
     def adopt(spare: Spare, deployment_id: int) -> Launched:
@@ -120,7 +140,7 @@ class LocalProcessLauncher:
         spare.proc.stdin.flush()
         spare.proc.stdin.close()
         spare.adopted = True
-        return Launched(pid=spare.proc.pid, driver_id=None, log_path=spare.log_path)
+        return Launched(pid=spare.proc.pid, driver_id=None, log_path=spare.log_path, ui_url=spare.ui_url)
 
     def discard(self, spare: Spare) -> None:
         processes.send(spare.proc.pid, signal.SIGKILL, group=True)
@@ -175,8 +195,8 @@ class StandaloneLauncher(LocalProcessLauncher):
 
         return spark_cluster.master_url() if self.master == "embedded" else self.master
 
-    def launch(self, deployment_id: int, stage_id: str, env: dict[str, str]) -> Launched:
-        return super().launch(deployment_id, stage_id, {**env, **self._cluster_env()})
+    def launch(self, deployment_id: int, stage_id: str, env: dict[str, str], spark_ui: bool = True) -> Launched:
+        return super().launch(deployment_id, stage_id, {**env, **self._cluster_env()}, spark_ui)
 
     def _cluster_env(self) -> dict[str, str]:
         from streamops import spark_cluster
@@ -195,7 +215,8 @@ class StandaloneLauncher(LocalProcessLauncher):
         pool = pool or {}
         args = ["--executor-cores", str(pool.get("executor_cores", 1)),
                 "--executor-memory", str(pool.get("executor_memory", "1g"))]
-        return self._spawn_spare(stage_id, cores, {**env, **self._cluster_env()}, args, self.master)
+        return self._spawn_spare(stage_id, cores, {**env, **self._cluster_env()}, args, self.master,
+                                 pool.get("spark_ui", True))
 
 
 _LAUNCHERS: dict[str, Launcher] = {}

@@ -174,7 +174,7 @@ def start_stage(
             launched = launcher.adopt(spare, dep_id)
             log.info("stage %s: deployment %d handed to the warm spare pid %s", sid, dep_id, launched.pid)
         else:
-            launched = launcher.launch(dep_id, sid, env)
+            launched = launcher.launch(dep_id, sid, env, spark_ui=pool.spark_ui)
     except Exception as e:
         # The run would otherwise stay `starting` with no pid, its cores reserved, unseen: record it
         # failed, with why; the supervisor and the watchdog retry it as a `launch_failed` failure.
@@ -183,7 +183,7 @@ def start_stage(
         log.error("stage %s: action=launch failed deployment=%d: %s", sid, dep_id, why)
         raise LaunchFailed(f"stage {sid}: {why} (deployment {dep_id})") from e
     ledger.mark_launched(dep_id, launched.pid, launched.driver_id, launched.log_path, socket.gethostname(),
-                         processes.started_at(launched.pid))
+                         processes.started_at(launched.pid), launched.ui_url)
     log.info("stage %s: launched deployment %d (pid %s, %d cores, %d partitions, pool %s)",
              sid, dep_id, launched.pid, cores, partitions, pool_name)
     progress(f"{sid}: driver pid {launched.pid} starting (log {launched.log_path})")

@@ -74,15 +74,17 @@ def promote(dep_id: int) -> None:
 
 
 def mark_launched(dep_id: int, pid: int | None, driver_id: str | None, log_path: str | None,
-                  host: str | None = None, pid_started_at: float | None = None) -> None:
-    """The launcher's word: the driver's pid, on `host`, started at `pid_started_at` (epoch s)."""
+                  host: str | None = None, pid_started_at: float | None = None, ui_url: str | None = None) -> None:
+    """The launcher's word: the driver's pid, on `host`, started at `pid_started_at` (epoch s),
+    its Spark UI on the port the launcher chose (None: off)."""
     db.write("deployment_launched", id=dep_id, pid=pid, driver_id=driver_id, log_path=log_path, host=host,
-             pid_started_at=pid_started_at)
+             pid_started_at=pid_started_at, ui_url=ui_url)
 
 
-def mark_running(dep_id: int, driver_id: str, pid: int, host: str) -> None:
-    """The driver's own report that its queries run."""
-    db.write("deployment_running", id=dep_id, driver_id=driver_id, pid=pid, host=host)
+def mark_running(dep_id: int, driver_id: str, pid: int, host: str, ui_url: str | None = None) -> None:
+    """The driver's own report that its queries run, with the Spark UI's URL as Spark bound it
+    (None: off)."""
+    db.write("deployment_running", id=dep_id, driver_id=driver_id, pid=pid, host=host, ui_url=ui_url)
 
 
 def command_done(command_id: int, outcome: str | None) -> None:

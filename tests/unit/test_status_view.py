@@ -1,0 +1,22 @@
+"""The `streamops status` table (status_view): pure, rows as stage_status gives them."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from streamops.status_view import cells, status_table
+
+ROW = dict(stage_id="a.s", status="running", health="ok", health_reason=None, poison_24h=None, input_24h=None,
+           heartbeat_age_s=1.0, pool="p", cores=1, partitions=2, in_rps=10.0, out_rps=10.0, latency_p95_ms=900,
+           backlog_files=0, quarantine_backlog_files=None, batch_id=7, quarantined=0, failures_24h=0, plan=None,
+           replicas=1, live_replicas=1, leader=None, ui_url="http://127.0.0.1:4711")
+
+
+def test_wide_status_links_the_live_run_s_spark_ui_and_a_narrow_terminal_drops_it_first():
+    on, off = SimpleNamespace(**ROW), SimpleNamespace(**{**ROW, "stage_id": "a.t", "ui_url": None})
+    assert cells(on)[0]["spark ui"] == "[link=http://127.0.0.1:4711]http://127.0.0.1:4711[/link]"
+    assert cells(off)[0]["spark ui"] == "–"
+    wide = status_table([on, off], None)
+    assert wide.columns[-1].header == "spark ui"
+    narrow = status_table([on, off], 110)
+    assert "spark ui" not in [c.header for c in narrow.columns] and "spark ui" in str(narrow.caption)
