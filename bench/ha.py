@@ -20,18 +20,26 @@ failure-free run once the feed stops.
 (1-core executors), whose warm spare is a registered driver holding no executor (issue 28);
 results in ha_cluster.json.
 
+`--fault sigstop`: part 1 only, warm spares only; the driver's process group is SIGSTOPped
+instead of killed (a hung driver: issue 31 item 6), and SIGCONTed once the stage has recovered,
+when it must be gone (the supervisor killed it). Detection = the failure's time (the last poll that
+saw the driver running) → the supervisor's `failures` row. Results in ha_sigstop.json
+(ha_cluster_sigstop.json with `--cluster`).
+
 Scratch database `streamops_bench_ha` and a temporary STREAMOPS_HOME; both removed at the end.
 
     .venv/bin/python bench/ha.py [--kills 10] [--seconds 180] [--kill-mtbf 60] [--slow-mtbf 30] [--rate 50]
-        [--skip-mttr] [--quick] [--cluster]
+        [--skip-mttr] [--quick] [--cluster] [--fault kill|sigstop]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -46,7 +54,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.reconfig import machine_notes  # noqa: E402
 from bench.scratch import drop_database, scratch_database  # noqa: E402
-from streamops import control, generator, registry, spark_cluster  # noqa: E402
+from streamops import control, generator, processes, registry, spark_cluster  # noqa: E402
 from streamops.execute import faults, replicas, stages, supervisor  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
@@ -111,7 +119,7 @@ def feed(path: str, seconds: float, seed: int, stop: threading.Event) -> threadi
     return t
 
 
-def mttr_part(kills: int, warm_spares: bool = True, cluster: bool = False) -> dict:
+def mttr_part(kills: int, warm_spares: bool = True, cluster: bool = False, fault: str = "kill") -> dict:
     reset()
     reg = reg_for("bench/mttr", cluster=cluster)
     stop = threading.Event()
@@ -125,13 +133,19 @@ def mttr_part(kills: int, warm_spares: bool = True, cluster: bool = False) -> di
             run = wait(lambda: ledger.latest_run(SID, live=True), 120, "live run")
             wait(lambda: q("commits_of_run", d=run.id)[0][0] >= 3, 120, "three commits")
             warm = bool(wait(lambda: sup.spare_ready(SID), 120, "a warm spare")) if warm_spares else False
-            os.killpg(run.pid, 9)
+            os.killpg(run.pid, signal.SIGSTOP if fault == "sigstop" else signal.SIGKILL)
             f = wait(lambda: q("failures_of_run", d=run.id), 180, "recovery")[0]
-            rows.append({"warm": warm, "mttr_s": f.mttr_ms / 1000, "gap_s": f.downtime_ms / 1000,
+            rows.append({"warm": warm, "kind": f.kind, "mttr_s": f.mttr_ms / 1000, "gap_s": f.downtime_ms / 1000,
                          "detect_s": (f.detected_at - f.failed_at).total_seconds(),
                          "load_avg_1min": round(os.getloadavg()[0], 2)})
-            say(f"kill {i + 1}/{kills} ({'warm spare' if warm else 'cold start'}): MTTR {rows[-1]['mttr_s']:.1f}s, "
-                f"output gap {rows[-1]['gap_s']:.1f}s, detected after {rows[-1]['detect_s']:.1f}s")
+            if fault == "sigstop":  # the supervisor killed the stopped driver: nothing is left to wake
+                rows[-1]["driver_left"] = processes.is_alive(run.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(run.pid, signal.SIGCONT)
+            say(f"{fault} {i + 1}/{kills} ({'warm spare' if warm else 'cold start'}): {f.kind}, "
+                f"MTTR {rows[-1]['mttr_s']:.1f}s, output gap {rows[-1]['gap_s']:.1f}s, "
+                f"detected after {rows[-1]['detect_s']:.1f}s, load {rows[-1]['load_avg_1min']:.1f}"
+                + (" [the stopped driver was still there]" if rows[-1].get("driver_left") else ""))
             time.sleep(5)
     finally:
         sup_stop.set()
@@ -141,7 +155,7 @@ def mttr_part(kills: int, warm_spares: bool = True, cluster: bool = False) -> di
         terminate_all_drivers()
     med = {k: statistics.median(r[k] for r in rows) for k in ("mttr_s", "gap_s", "detect_s")}
     spread = {k: [min(r[k] for r in rows), max(r[k] for r in rows)] for k in ("mttr_s", "gap_s", "load_avg_1min")}
-    return {"kills": kills, "median": med, "min_max": spread, "samples": rows,
+    return {"kills": kills, "fault": fault, "median": med, "min_max": spread, "samples": rows,
             "load_avg_5min": round(os.getloadavg()[1], 2)}
 
 
@@ -246,7 +260,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--quick", action="store_true", help="3 kills, 90 s per setup")
     p.add_argument("--cluster", action="store_true",
                    help="part 1 only, on a cluster pool of the embedded Spark cluster (results: ha_cluster.json)")
+    p.add_argument("--fault", choices=("kill", "sigstop"), default="kill",
+                   help="part 1's fault: kill -9 of the driver's process group, or SIGSTOP of it (warm spares only)")
     args = p.parse_args(argv)
+    if args.fault == "sigstop":
+        args.skip_setups = True
     RATE = args.rate
     if args.quick:
         args.kills, args.seconds = 3, 90
@@ -261,8 +279,9 @@ def main(argv: list[str] | None = None) -> dict:
         if args.cluster:
             spark_cluster.up(workers=1, cores_per_worker=3, memory_per_worker="6g", progress=say)
         if not args.skip_mttr:
-            out["mttr"] = mttr_part(args.kills, cluster=args.cluster)
-            out["mttr_cold"] = mttr_part(max(3, args.kills // 2), warm_spares=False, cluster=args.cluster)
+            out["mttr"] = mttr_part(args.kills, cluster=args.cluster, fault=args.fault)
+            if args.fault == "kill":
+                out["mttr_cold"] = mttr_part(max(3, args.kills // 2), warm_spares=False, cluster=args.cluster)
         out["setups"] = [] if args.skip_setups or args.cluster else [
             setup_part("(a) one run, fast failover", reg_for("bench/in"), args.seconds, args.kill_mtbf,
                        args.slow_mtbf, args.seed),
@@ -279,6 +298,11 @@ def main(argv: list[str] | None = None) -> dict:
         drop_database(admin, SCRATCH_DB)
         shutil.rmtree(home, ignore_errors=True)
     RESULTS.mkdir(exist_ok=True)
+    if args.fault == "sigstop":
+        name = "ha_cluster_sigstop.json" if args.cluster else "ha_sigstop.json"
+        (RESULTS / name).write_text(json.dumps(out, indent=2, default=str))
+        print_cluster_mttr(out, "SIGSTOP of the driver", "a cluster" if args.cluster else "a local")
+        return out
     if args.cluster:
         (RESULTS / "ha_cluster.json").write_text(json.dumps(out, indent=2, default=str))
         print_cluster_mttr(out)
@@ -305,12 +329,13 @@ def main(argv: list[str] | None = None) -> dict:
     return out
 
 
-def print_cluster_mttr(out: dict) -> None:
-    """Part 1 on a cluster pool: warm spares (a registered driver with no executor), then cold starts."""
-    table = Table(title="MTTR of a driver kill -9 on a cluster pool (wordcount, 1 s trigger)")
-    for c in ("failover", "kills", "MTTR median", "min–max", "output gap median", "detection", "load 1m min–max"):
+def print_cluster_mttr(out: dict, fault: str = "a driver kill -9", pool: str = "a cluster") -> None:
+    """Part 1: warm spares (on a cluster pool a registered driver with no executor), then cold starts."""
+    table = Table(title=f"MTTR of {fault} on {pool} pool (wordcount, 1 s trigger)")
+    for c in ("failover", "faults", "MTTR median", "min–max", "output gap median", "detection", "load 1m min–max"):
         table.add_column(c)
-    for name, part in (("warm spare", out["mttr"]), ("cold start", out["mttr_cold"])):
+    parts = [("warm spare", out["mttr"])] + ([("cold start", out["mttr_cold"])] if "mttr_cold" in out else [])
+    for name, part in parts:
         m, mm = part["median"], part["min_max"]
         table.add_row(name, str(part["kills"]), f"{m['mttr_s']:.1f}s", f"{mm['mttr_s'][0]:.1f}–{mm['mttr_s'][1]:.1f}s",
                       f"{m['gap_s']:.1f}s", f"{m['detect_s']:.1f}s",

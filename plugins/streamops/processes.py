@@ -66,6 +66,27 @@ def is_same_process(pid: int | None, started: float | None) -> bool:
     return started is None or (now is not None and abs(now - started) < 1.0)
 
 
+# A process that cannot run until it is sent SIGCONT or released: SIGSTOP, SIGTSTP, SIGTTIN/SIGTTOU
+# ('stopped', T) or a debugger's stop ('tracing-stop', t).
+STOPPED_STATES = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether `pid` exists and is stopped (a signal or a debugger); a gone process is not."""
+    try:
+        return psutil.Process(pid).status() in STOPPED_STATES
+    except psutil.NoSuchProcess:
+        return False
+
+
+def children(pid: int) -> list[int]:
+    """The pids of `pid`'s direct children (a driver's JVM); none when it is gone."""
+    try:
+        return [c.pid for c in psutil.Process(pid).children()]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def send(pid: int, sig: int, *, group: bool = False) -> bool:
     """Send `sig` to `pid` (to its whole process group with `group`); False when nothing was there."""
     try:

@@ -132,7 +132,8 @@ CROSS JOIN LATERAL reporting.ha_cost_for_day(d.day) c;
 -- downtime_daily (whose `failures` is the sum of `failures` here). One row per app, stage, cause,
 -- kind, fault_kind and detected_by:
 --   cause         'real', or 'injected' when the fault injector caused it (failures.fault_id)
---   kind          how the failure showed: dead_pid, stale_heartbeat, query_failed, batch_failed
+--   kind          how the failure showed: dead_pid, stopped, stale_heartbeat, stalled, query_failed,
+--                 batch_failed, launch_failed, master_lost, worker_lost (failures.kind)
 --   fault_kind    for an injected failure, the injected fault's kind (injected_faults.kind:
 --                 driver_kill, executor_kill, heartbeat_cut, db_outage, slow_batch); NULL for real
 --                 ones, and for an injected one whose injected_faults row is gone

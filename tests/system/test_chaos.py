@@ -234,6 +234,136 @@ def test_a_driver_that_wakes_after_it_was_replaced_writes_nothing_and_exits(clea
     stages.stop_stage("chaos.s", reg, deadline_s=30)
 
 
+def _cluster_registry(path: str) -> registry.Registry:
+    stage = {"workload": "wordcount", "source": {"kind": "files", "path": path, "max_files_per_trigger": 2},
+             "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "c"}
+    return registry.parse({
+        "pools": {"c": {"master": "embedded", "cores": 2, "executor_cores": 1, "executor_memory": "512m"}},
+        "apps": {"chaos": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                           "stages": {"s": stage}}},
+    })
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """The processes of a process group that still run (a zombie does not)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return out
+
+
+@pytest.mark.slow
+def test_a_cluster_pool_driver_sigstopped_under_a_supervisor_is_found_stopped_and_replaced_by_its_spare(
+        clean_db, spark_standalone):
+    """Issue 31 item 6: SIGSTOP of a cluster-pool driver's process group (the driver and its JVM)
+    under a supervisor with warm spares. The supervisor sees it stopped within about a second
+    (not after the 15 s heartbeat limit), kills the group and hands the run to the spare: one
+    `stopped` failure, closed at the recovered run's first commit. SIGCONT then finds nothing
+    left to write, and the sink equals the ground truth."""
+    import signal
+
+    from streamops import processes
+    from streamops.store import ledger
+    from tests.integration.test_reconfigure import Feeder, _settle_and_compare
+
+    reg = _cluster_registry("chaos/stop")
+    with Feeder("chaos/stop", seed=17, rate=100) as feeder:
+        first = stages.start_stage("chaos.s", reg, wait_s=180)
+        sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120))
+        try:
+            eventually(lambda: _count("SELECT count(*) FROM sink_commits WHERE deployment_id = :d AND rows > 0",
+                                      d=first.deployment_id) >= 2, 120, "two committed batches")
+            spare_pid = eventually(lambda: sup.spare_ready("chaos.s"), 180, "a warm spare on the cluster pool")
+            jvm = processes.children(first.pid)
+            assert jvm, "the driver's JVM"
+            os.killpg(first.pid, signal.SIGSTOP)
+            eventually(lambda: _count("SELECT count(*) FROM failures WHERE stage_id = 'chaos.s'"), 60,
+                       "the stop to be found")
+            with clean_db.connect() as conn:
+                f = eventually(lambda: conn.execute(text(
+                    "SELECT * FROM failures WHERE stage_id = 'chaos.s' AND status <> 'recovering'")).first(), 150,
+                    "the recovery")
+                conn.rollback()
+            assert (f.kind, f.status, f.detected_by, f.deployment_id) == \
+                ("stopped", "recovered", "supervisor", first.deployment_id), f
+            assert "is stopped" in f.detail
+            new = ledger.deployment(f.recovery_deployment_id)
+            assert new.pid == spare_pid and new.status == "running", "the restart went to the spare"
+            first_commit = _count("SELECT min(committed_at) FROM sink_commits WHERE deployment_id = :d",
+                                  d=new.id)
+            assert f.recovered_at == first_commit, "closed at the recovered run's first commit"
+        finally:
+            stop.set()
+            thread.join(120)
+        # The kill reached the stopped group: the driver and its JVM are gone, SIGCONT wakes nothing.
+        assert not stages.is_alive(ledger.deployment(first.deployment_id))
+        eventually(lambda: not any(processes.is_alive(p) for p in jvm), 30, "the stopped driver's JVM to be gone")
+        try:
+            os.killpg(first.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        woke = _count("SELECT extract(epoch FROM now())::bigint")
+        time.sleep(3)
+        assert _group_alive(first.pid) == [], "a process of the stopped group woke"
+        for table, column in (("sink_commits", "committed_at"), ("stage_metrics", "ts")):
+            late = _count(f"SELECT count(*) FROM {table} WHERE deployment_id = :d AND {column} >= to_timestamp(:w)",
+                          d=first.deployment_id, w=woke)
+            assert late == 0, f"the stopped driver wrote {late} {table} row(s) after SIGCONT"
+        print(f"SIGSTOP of a cluster-pool driver: found stopped {(f.detected_at - f.failed_at).total_seconds():.1f}s "
+              f"after its last sighting running (heartbeat limit 15 s), MTTR {f.mttr_ms / 1000:.1f}s through the "
+              f"spare, output gap {f.downtime_ms / 1000:.1f}s")
+        _settle_and_compare(clean_db, feeder, "chaos.s")
+    assert _count("SELECT count(*) FROM failures WHERE stage_id = 'chaos.s'") == 1
+    stages.stop_stage("chaos.s", reg, deadline_s=30)
+
+
+def test_a_driver_process_sigstopped_alone_is_found_stopped_and_restarted_with_its_jvm_gone(clean_db):
+    """The quick variant, on a local pool without spares: SIGSTOP of the driver's Python process
+    only (its JVM runs on, and cannot beat for it). The supervisor finds it `stopped` within
+    about a second, kills its process group (the JVM too, which was not stopped) and restarts
+    the run cold; one failure, closed at the new run's first commit; the sink equals the truth."""
+    import signal
+
+    from streamops import processes
+    from streamops.store import ledger
+
+    reg = _registry("chaos/stop1")
+    inputs = registry.resolve_path("chaos/stop1")
+    generator.generate(inputs, "web", "constant:rate=100", seed=19, duration_s=10, realtime=False)
+    first = stages.start_stage("chaos.s", reg)
+    eventually(lambda: _count("SELECT count(*) FROM sink_commits WHERE deployment_id = :d AND rows > 0",
+                              d=first.deployment_id) >= 1, 120, "the first commit")
+    jvm = processes.children(first.pid)
+    assert jvm, "the driver's JVM"
+    sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120, warm_spares=False))
+    try:
+        os.kill(first.pid, signal.SIGSTOP)
+        generator.generate(inputs, "web", "constant:rate=100", seed=19, duration_s=10, realtime=False)
+        rec = eventually(lambda: [r for r in sup.recoveries if r.status == "recovered"], 180, "the recovery")[0]
+    finally:
+        stop.set()
+        thread.join(60)
+    assert rec.kind == "stopped", rec
+    assert not stages.is_alive(ledger.deployment(first.deployment_id))
+    eventually(lambda: not any(processes.is_alive(p) for p in jvm), 30, "the driver's JVM to be gone")
+    with clean_db.connect() as conn:
+        [f] = conn.execute(text("SELECT * FROM failures WHERE stage_id = 'chaos.s'")).all()
+    assert (f.kind, f.status, f.deployment_id) == ("stopped", "recovered", first.deployment_id), f
+    assert f.recovered_at == _count("SELECT min(committed_at) FROM sink_commits WHERE deployment_id = :d",
+                                    d=f.recovery_deployment_id), "closed at the new run's first commit"
+    print(f"SIGSTOP of a driver process alone: found stopped {(f.detected_at - f.failed_at).total_seconds():.1f}s "
+          f"after its last sighting running, MTTR {f.mttr_ms / 1000:.1f}s (a cold start)")
+    want = oracles.expected("wordcount", generator.read_valid_records(inputs))
+    eventually(lambda: oracles.actual(clean_db, "chaos.s", "wordcount") == want, 180, "the sink to equal the truth")
+    stages.stop_stage("chaos.s", reg, deadline_s=30)
+
+
 @pytest.mark.slow
 def test_a_driver_that_beats_but_commits_nothing_while_input_waits_is_restarted(clean_db):
     """Liveness is progress: a lock held on the sink's staging table blocks the driver's batch in

@@ -2,7 +2,9 @@
 
 One long-running process (`streamops supervise`) polls every `poll_s` (0.5 s) what the watchdog
 reads once a minute: each replica's latest run. A driver whose process is gone is found within
-one poll; a hung one when its heartbeat is older than `stale_s` (3 × the 5 s beat); a stalled one
+one poll; a stopped one (SIGSTOP, a debugger: its process or its JVM in the kernel's stopped
+state) once it is seen stopped for `stopped_s` (1 s: `stops.StopWatch`); any other hung one
+when its heartbeat is older than `stale_s` (3 × the 5 s beat); a stalled one
 when it beats but has committed nothing for `stall_s` (180 s) while input waits. Each failure
 is recovered exactly as the watchdog does it (`watchdog.recover`: the `failures` row first, then
 a restart from the run's own checkpoint under the stage lock), in a thread of its own so that two
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from streamops import processes, registry
-from streamops.execute import housekeeping, replicas, watchdog
+from streamops.execute import housekeeping, replicas, stops, watchdog
 from streamops.execute.launcher import LocalProcessLauncher, Spare, launcher_for
 from streamops.paths import state_dir
 from streamops.store import db, failures
@@ -53,6 +55,7 @@ class Closeable(Protocol):
 class SupervisorOptions:
     poll_s: float = 0.5
     stale_s: float = 15.0  # three missed 5 s heartbeats
+    stopped_s: float = stops.HOLD_S  # a driver seen stopped (SIGSTOP, a debugger) on consecutive polls this long
     stall_s: float = watchdog.STALL_S  # beating, but no commit for this long while input waits
     max_restarts: int = 3
     wait_s: float = 120.0  # for the restarted run's first output
@@ -78,6 +81,7 @@ class Supervisor:
         self.exporter = exporter
         self.recoveries: list[watchdog.Recovery] = []
         self._seen_alive: dict[int, datetime] = {}
+        self._stops = stops.StopWatch(opts.stopped_s)
         self._busy: dict[tuple[str, str], Future] = {}
         self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recover")
         self._last_housekeeping = self._last_rotation = 0.0
@@ -92,7 +96,9 @@ class Supervisor:
         """One look: note who is alive, hand each new failure to a recovery thread."""
         now = datetime.now(timezone.utc)
         candidates = failures.watchdog_candidates()
-        found = watchdog.detect(self.opts.stale_s, self._seen_alive, candidates, stall_s=self.opts.stall_s)
+        stopped = self._stops.look(candidates, now)
+        found = watchdog.detect(self.opts.stale_s, self._seen_alive, candidates, stall_s=self.opts.stall_s,
+                                stopped=stopped)
         dead = {f.deployment_id for f in found}
         for d in candidates:
             if d.status in ("starting", "running") and d.id not in dead:

@@ -1,8 +1,9 @@
 """The watchdog: find failed stage runs, restart each from its checkpoint, measure the recovery.
 
 A run has failed when its driver process is gone while the run is live (`dead_pid`), when it
-is alive but has not beaten for `stale_s` (`stale_heartbeat`: it is killed first), or when
-the driver recorded that a query died (`query_failed`). A stage a reconfiguration is working
+is stopped (`stopped`: SIGSTOP or a debugger, seen so by the supervisor's polls for a second;
+killed first), when it is alive but has not beaten for `stale_s` (`stale_heartbeat`: killed
+first), or when the driver recorded that a query died (`query_failed`). A stage a reconfiguration is working
 on is skipped: its executor holds the stage lock and owns the restart (or the rollback).
 
 Every failure is one `failures` row, written before the restart (persist first, then act).
@@ -18,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from streamops import registry, spark_cluster
-from streamops.execute import mechanisms, reconfigure, replicas, stages
+from streamops import processes, registry, spark_cluster
+from streamops.execute import mechanisms, reconfigure, replicas, stages, stops
 from streamops.execute.launcher import launcher_for
 from streamops.store import failures, ledger
 from streamops.store import reconfigurations as rstore
@@ -101,11 +102,13 @@ def stalled_for(beat_info: dict | None, silent_s: float | None, stall_s: float |
 
 
 def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
-           candidates: list | None = None, stall_s: float | None = STALL_S) -> list[Failure]:
+           candidates: list | None = None, stall_s: float | None = STALL_S,
+           stopped: dict[int, stops.Stopped] | None = None) -> list[Failure]:
     """The replicas (the primary, 'replica-N') whose latest run has failed, of stages the watchdog
     has not given up on. `seen_alive`: when a caller that polls often (the supervisor) last saw
-    each driver alive, a closer failure time than its last heartbeat."""
-    seen_alive = seen_alive or {}
+    each driver alive, a closer failure time than its last heartbeat. `stopped`: the runs whose
+    driver that caller has seen stopped long enough (`stops.StopWatch`), by deployment id."""
+    seen_alive, stopped = seen_alive or {}, stopped or {}
     out = []
     for d in failures.watchdog_candidates() if candidates is None else candidates:
         if d.health == "failed":
@@ -117,6 +120,10 @@ def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
         if d.status in ("starting", "running") and d.pid is not None and not stages.is_alive(d):
             out.append(Failure(d.stage_id, d.id, "dead_pid", f"driver pid {d.pid} is gone while the run is {d.status}",
                                max(last_sign, seen_alive.get(d.id, last_sign)), d.role))
+        elif d.status in ("starting", "running") and (stop := stopped.get(d.id)) is not None:
+            # it stopped after the last poll that saw it running (and after its last beat)
+            out.append(Failure(d.stage_id, d.id, "stopped", stop.detail,
+                               max(last_sign, stop.last_running or last_sign), d.role))
         elif d.status == "starting" and d.silent_s is not None and d.silent_s > LAUNCH_LIMIT_S:
             what = "its launch never completed (no pid)" if d.pid is None else "its driver never came up"
             out.append(Failure(d.stage_id, d.id, "launch_failed", f"still starting after {d.silent_s:.0f}s: {what}",
@@ -148,6 +155,8 @@ def still_failed(f: Failure, stale_s: float, stall_s: float | None = STALL_S) ->
     latest = ledger.latest_run(f.stage_id, role=f.role)
     if latest is None or latest.id != f.deployment_id:
         return False
+    if f.kind == "stopped":  # still stopped (or gone meanwhile); one that was let go runs on
+        return latest.pid is None or not processes.is_alive(latest.pid) or stops.stopped_now(latest.pid)
     if f.kind not in ("stale_heartbeat", "stalled"):
         return True
     now = failures.heartbeat_silence(f.deployment_id)
@@ -166,8 +175,9 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
         log.warning("stage %s: action=failure-detected role=%s kind=%s failure=%d by=%s: %s", f.stage_id, f.role,
                     f.kind, fid, detected_by, f.detail)
     dep = ledger.deployment(f.deployment_id)
-    if f.kind in ("stale_heartbeat", "stalled", "launch_failed") and dep.pid is not None:
-        # a hung or stalled driver must not keep writing beside its successor
+    if f.kind in ("stale_heartbeat", "stopped", "stalled", "launch_failed") and dep.pid is not None:
+        # a hung, stopped or stalled driver must not keep writing beside its successor: SIGKILL
+        # to its process group (its JVM too) reaches a stopped process as well
         launcher_for(dep.master).terminate(dep.pid, dep.driver_id, force=True)
     ledger.finish(f.deployment_id, "failed", f"watchdog: {f.detail}")
     if f.role != replicas.PRIMARY and replicas.index(f.role) >= replicas.wanted(f.stage_id):
