@@ -42,7 +42,6 @@ import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from datetime import datetime, timezone
@@ -53,12 +52,12 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.reconfig import machine_notes  # noqa: E402
-from bench.scratch import drop_database, scratch_database  # noqa: E402
+from bench.scratch import drop_database, scratch_site  # noqa: E402
 from streamops import control, generator, processes, registry, spark_cluster  # noqa: E402
 from streamops.execute import faults, replicas, stages, supervisor  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
-from streamops.store import db, ledger, migrate  # noqa: E402
+from streamops.store import db, ledger  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
 from tests import oracles  # noqa: E402
 
@@ -268,12 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
     RATE = args.rate
     if args.quick:
         args.kills, args.seconds = 3, 90
-    url, admin = scratch_database(SCRATCH_DB)
-    home = Path(tempfile.mkdtemp(prefix="streamops-bench-ha-"))
-    os.environ["STREAMOPS_DATABASE_URL"] = url
-    os.environ["STREAMOPS_HOME"] = str(home)
-    db.engine.cache_clear()
-    migrate.apply(db.engine())
+    url, admin, home = scratch_site(SCRATCH_DB, "streamops-bench-ha-")
     out: dict = {"machine": machine_notes(args.cluster), "args": vars(args)}
     try:
         if args.cluster:

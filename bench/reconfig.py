@@ -41,7 +41,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from datetime import datetime, timezone
@@ -51,12 +50,12 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.scratch import drop_database, scratch_database  # noqa: E402
+from bench.scratch import drop_database, scratch_site  # noqa: E402
 from streamops import generator, quality, registry  # noqa: E402
 from streamops.execute import mechanisms, reconfigure, stages, staging  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
-from streamops.store import db, migrate  # noqa: E402
+from streamops.store import db  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
 SCRATCH_DB = "streamops_bench_reconfig"
@@ -706,13 +705,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     signal.signal(signal.SIGTERM, terminated)
     shutil.rmtree(args.logs_dir, ignore_errors=True)
     started = time.monotonic()
-    url, admin = scratch_database(SCRATCH_DB)
-    home = Path(tempfile.mkdtemp(prefix="streamops-bench-reconfig-"))
-    os.chmod(home, 0o755)
-    os.environ["STREAMOPS_DATABASE_URL"] = url  # this process and every driver it launches
-    os.environ["STREAMOPS_HOME"] = str(home)    # checkpoints, inputs, logs, pid files
-    db.engine.cache_clear()
-    migrate.apply(db.engine())
+    url, admin, home = scratch_site(SCRATCH_DB, "streamops-bench-reconfig-")
     if args.cluster:
         from streamops import spark_cluster
 

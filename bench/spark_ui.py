@@ -27,7 +27,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -37,11 +36,11 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
 import httpx  # noqa: E402
 
-from bench.scratch import drop_database, scratch_database  # noqa: E402
+from bench.scratch import drop_database, scratch_site  # noqa: E402
 from streamops import generator, registry  # noqa: E402
 from streamops.execute import stages  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
-from streamops.store import db, migrate  # noqa: E402
+from streamops.store import db  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
 
 SCRATCH_DB = "streamops_bench_spark_ui"
@@ -157,12 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batches", type=int, default=20, help="measured batches per run")
     p.add_argument("--rate", type=int, default=300, help="rows per second of the realtime feed")
     args = p.parse_args(argv)
-    url, admin = scratch_database(SCRATCH_DB)
-    home = Path(tempfile.mkdtemp(prefix="streamops-bench-spark-ui-"))
-    os.environ["STREAMOPS_DATABASE_URL"] = url
-    os.environ["STREAMOPS_HOME"] = str(home)
-    db.engine.cache_clear()
-    migrate.apply(db.engine())
+    url, admin, home = scratch_site(SCRATCH_DB, "streamops-bench-spark-ui-")
     samples: list[dict] = []
     try:
         for i in range(args.runs):
