@@ -3,7 +3,7 @@
 A stopped driver is alive (its pid runs, so it is no `dead_pid`), but it cannot beat or commit.
 By its heartbeat alone it is found only after `stale_s` (15 s). The supervisor runs on the
 drivers' host and can ask the kernel instead: a driver whose process, or its JVM (the driver's
-direct child), is seen stopped on consecutive polls for `hold_s` (1 s) has failed. A stop
+direct child), is seen stopped on consecutive polls for `hold_s` (0.5 s: two polls) has failed. A stop
 shorter than that (a debugger's quick look, a SIGSTOP followed at once by SIGCONT) is not a
 failure. Its failure time is the last poll that saw it running: the stop happened after it.
 
@@ -21,7 +21,9 @@ from typing import Callable, Iterable
 
 from streamops import processes
 
-HOLD_S = 1.0  # seen stopped on consecutive polls for this long: a failure
+# Seen stopped on two polls in a row (0.5 s apart): a failure. A process in the stopped state makes no
+# progress at all, and nothing in normal operation stops one, so a second sighting is proof enough.
+HOLD_S = 0.5
 CHILDREN_EVERY_S = 5.0  # a driver's child processes are looked up again this often (a scan of /proc)
 
 

@@ -3,7 +3,7 @@
 One long-running process (`streamops supervise`) polls every `poll_s` (0.5 s) what the watchdog
 reads once a minute: each replica's latest run. A driver whose process is gone is found within
 one poll; a stopped one (SIGSTOP, a debugger: its process or its JVM in the kernel's stopped
-state) once it is seen stopped for `stopped_s` (1 s: `stops.StopWatch`); any other hung one
+state) once it is seen stopped for `stopped_s` (0.5 s, two polls: `stops.StopWatch`); any other hung one
 when its heartbeat is older than `stale_s` (3 × the 5 s beat); a stalled one
 when it beats but has committed nothing for `stall_s` (180 s) while input waits. Each failure
 is recovered exactly as the watchdog does it (`watchdog.recover`: the `failures` row first, then
