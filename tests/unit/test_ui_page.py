@@ -27,6 +27,16 @@ def test_sparkline_marks_minutes_above_r_max_and_has_a_size():
     assert svg.find(f"{SVG}line").find(f"{SVG}title").text == "R_max 1,000 ms"
 
 
+def test_one_huge_minute_does_not_flatten_the_rest():
+    """An old backlog's minute (an hour of latency) is drawn at the top edge: the scale ends at
+    3 × R_max, so the minutes around R_max stay apart."""
+    svg = ET.fromstring(charts.sparkline_svg(_series([900, 3_600_000, 1100]), r_max_ms=1000, now=NOW))
+    ys = [float(p.split(",")[1]) for p in svg.find(f"{SVG}polyline").get("points").split()]
+    assert min(ys) == 4.0, "the huge minute sits at the top edge, inside the image"
+    assert ys[0] - ys[2] > 2, "900 and 1100 ms are still apart"
+    assert "3,600,000 ms" in svg.findall(f"{SVG}circle")[0].find(f"{SVG}title").text
+
+
 def test_sparkline_of_an_idle_hour_says_so():
     svg = ET.fromstring(charts.sparkline_svg([], r_max_ms=5000, now=NOW))
     assert svg.find(f"{SVG}text").text == "no input in the last hour"

@@ -8,21 +8,24 @@ from html import escape
 from typing import Sequence
 
 _OK, _LATE, _BOUND = "#2b6cb0", "#c53030", "#718096"
+CLIP = 3.0  # the sparkline's scale ends at this many R_max
 
 
 def sparkline_svg(points: Sequence[tuple[datetime, float]], r_max_ms: float, now: datetime,
                   span_s: float = 3600, width: int = 260, height: int = 56) -> str:
     """The response time per minute over the last `span_s` against R_max (dashed): a line,
-    with the minutes above R_max as red dots. An empty series draws the bound and says so."""
+    with the minutes above R_max as red dots. The scale stops at CLIP × R_max, so one minute of
+    an old backlog (hours of latency) does not flatten the rest; a minute beyond it is drawn at
+    the top edge (its dot's title says the real figure). An empty series draws the bound."""
     pad = 4
-    top = max([r_max_ms * 1.25, *(v for _, v in points)])
+    top = min(max([r_max_ms * 1.25, *(v for _, v in points)]), CLIP * r_max_ms)
 
     def x(t: datetime) -> float:
         ago = min(span_s, max(0.0, (now - t).total_seconds()))
         return pad + (width - 2 * pad) * (1 - ago / span_s)
 
     def y(v: float) -> float:
-        return height - pad - (height - 2 * pad) * (v / top)
+        return height - pad - (height - 2 * pad) * (min(v, top) / top)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="response time, last hour">',
