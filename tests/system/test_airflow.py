@@ -526,6 +526,8 @@ def test_streams_page_in_the_airflow_ui(airflow_site, reg, clean_db):
                   for u in ("admin", "viewer")}
         assert httpx.post(url, json=conf).status_code == 401
         assert httpx.get(f"{base}/streamops/api/streams").status_code == 401
+        assert httpx.get(f"{base}/streamops/reports/latest").status_code == 401
+        assert httpx.get(f"{base}/streamops/charts/{APP}.svg").status_code == 401
         assert httpx.post(url, json=conf, headers={"Authorization": "Bearer not.a.token"}).status_code in (401, 403)
         denied = httpx.post(url, json=conf, headers={"Authorization": f"Bearer {tokens['viewer']}"})
         assert denied.status_code == 403, denied.text
