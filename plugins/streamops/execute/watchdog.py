@@ -1,7 +1,7 @@
 """The watchdog: find failed stage runs, restart each from its checkpoint, measure the recovery.
 
 A run has failed when its driver process is gone while the run is live (`dead_pid`), when it
-is stopped (`stopped`: SIGSTOP or a debugger, seen so by the supervisor's polls for a second;
+is stopped (`stopped`: SIGSTOP or a debugger, seen so by two of the supervisor's polls in a row;
 killed first), when it is alive but has not beaten for `stale_s` (`stale_heartbeat`: killed
 first), or when the driver recorded that a query died (`query_failed`). A stage a reconfiguration is working
 on is skipped: its executor holds the stage lock and owns the restart (or the rollback).
