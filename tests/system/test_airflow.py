@@ -41,8 +41,9 @@ REGISTRY = {
     "apps": {
         APP: {"r_max_ms": 5000, "maintenance_window": _WINDOW, "stages": {"wc": {
             **_WC, "source": {"kind": "files", "path": "af/in", "max_files_per_trigger": 2}}}},
-        # A second app, started only by the Streams page's test: two running stages on the page.
-        "ag": {"r_max_ms": 5000, "maintenance_window": _WINDOW, "stages": {"wc": {
+        # A second app, started only by the Streams page's test: two running stages on the page. Its
+        # window (09:00) is never open when the maintenance-window test looks (03:10, 15:10).
+        "ag": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 9 * * *", "duration_min": 30}, "stages": {"wc": {
             **_WC, "source": {"kind": "files", "path": "ag/in", "max_files_per_trigger": 2}}}},
     },
 }
