@@ -17,7 +17,6 @@ The runs alternate cold (no warm-up) and warm, so both see the same machine.
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
 import threading
 import time
@@ -27,6 +26,8 @@ from streamops import generator, quality, registry
 from streamops.execute import reconfigure, stages
 from streamops.store import db
 from streamops.waiting import wait_until
+
+from bench.scratch import end_run
 
 APP = "bench"
 TRIGGER_MS = 4000
@@ -97,14 +98,7 @@ def one_run(i: int, warm: bool, say: Callable[[str], None]) -> dict:
             f"scale-out {first.batch_duration_ms} ms vs {steady2:.0f} ms ({sample['live_ratio']}x)")
         return sample
     finally:
-        stop.set()
-        if feed.is_alive():
-            feed.join(10)
-        try:
-            stages.stop_stage(sid, reg, deadline_s=30, requested_by="bench:first_batch")
-        except Exception as e:  # noqa: BLE001 - keep measuring the next run
-            say(f"[red]{sid}: stop failed: {e}[/red]")
-        shutil.rmtree(out.parent, ignore_errors=True)
+        end_run(sid, reg, stop, feed, out.parent, "bench:first_batch", say, deadline_s=30)
 
 
 def _summary(samples: list[dict], key: str) -> dict:

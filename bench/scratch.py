@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import threading
 from pathlib import Path
+from typing import Callable
 
 from streamops.store import db, migrate
 from streamops.store.scratch import drop_database, recreate_database
 
-__all__ = ["drop_database", "scratch_database", "scratch_site"]
+__all__ = ["drop_database", "end_run", "scratch_database", "scratch_site"]
 
 
 def scratch_database(name: str) -> tuple[str, str]:
@@ -30,3 +33,19 @@ def scratch_site(name: str, prefix: str) -> tuple[str, str, Path]:
     db.engine.cache_clear()
     migrate.apply(db.engine())
     return url, server, home
+
+
+def end_run(sid: str, reg, stop: threading.Event, feed: threading.Thread, out_dir: Path, requested_by: str,
+            say: Callable[[str], None], deadline_s: float = 30) -> None:
+    """A measured run's end, whatever happened in it: the feed stopped, the stage stopped (a
+    failure to stop is said, not raised: the next run is still measured) and its input removed."""
+    from streamops.execute import stages
+
+    stop.set()
+    if feed.is_alive():
+        feed.join(10)
+    try:
+        stages.stop_stage(sid, reg, deadline_s=deadline_s, requested_by=requested_by)
+    except Exception as e:  # noqa: BLE001 - keep measuring the next run
+        say(f"{sid}: stop failed: {e}")
+    shutil.rmtree(out_dir, ignore_errors=True)

@@ -36,7 +36,7 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
 import httpx  # noqa: E402
 
-from bench.scratch import drop_database, scratch_site  # noqa: E402
+from bench.scratch import drop_database, end_run, scratch_site  # noqa: E402
 from streamops import generator, registry  # noqa: E402
 from streamops.execute import stages  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
@@ -135,14 +135,7 @@ def one_run(i: int, ui: bool, batches: int, rate: int, say) -> dict:
             + (f", UI {dep.ui_url} answers {sample['ui_status']}" if ui else ""))
         return sample
     finally:
-        stop.set()
-        if feed.is_alive():
-            feed.join(10)
-        try:
-            stages.stop_stage(sid, reg, deadline_s=20, requested_by="bench:spark_ui")
-        except Exception as e:  # noqa: BLE001 - keep measuring the next run
-            say(f"{sid}: stop failed: {e}")
-        shutil.rmtree(out.parent, ignore_errors=True)
+        end_run(sid, reg, stop, feed, out.parent, "bench:spark_ui", say, deadline_s=20)
 
 
 def summary(values: list[float]) -> dict:
