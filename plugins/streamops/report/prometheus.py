@@ -219,8 +219,7 @@ class Settings:
     @classmethod
     def from_env(cls) -> Settings:
         """`STREAMOPS_METRICS_HOST` (127.0.0.1) and `STREAMOPS_METRICS_PORT` (9464; 0: off)."""
-        return cls(os.environ.get("STREAMOPS_METRICS_HOST") or DEFAULT_HOST,
-                   int(os.environ.get("STREAMOPS_METRICS_PORT") or DEFAULT_PORT))
+        return cls(os.environ.get(HOST_ENV) or DEFAULT_HOST, int(os.environ.get(PORT_ENV) or DEFAULT_PORT))
 
 
 class Exporter:

@@ -37,11 +37,16 @@ _templates = Environment(loader=PackageLoader("streamops.ui", "templates"), auto
 
 
 # -- who is calling, and what they may do ------------------------------------------------------
-def _token(request: Request) -> str | None:
+def _bearer(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    return request.cookies.get("_token")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
+
+
+def _token(request: Request) -> str | None:
+    """The caller's token, to call Airflow's API as them: the Bearer header, else the UI's cookie."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    return _bearer(request) or request.cookies.get(COOKIE_NAME_JWT_TOKEN)
 
 
 async def _caller(request: Request):
@@ -49,10 +54,9 @@ async def _caller(request: Request):
     without a token, 401 for an expired one, 403 for a forged one."""
     from airflow.api_fastapi.core_api.security import get_user
 
-    auth = request.headers.get("authorization", "")
-    creds = (HTTPAuthorizationCredentials(scheme="Bearer", credentials=auth[7:].strip())
-             if auth.lower().startswith("bearer ") else None)
-    return await get_user(request, None, creds)
+    token = _bearer(request)
+    return await get_user(request, None, HTTPAuthorizationCredentials(scheme="Bearer", credentials=token)
+                          if token else None)
 
 
 def _may(user, method: str, dag_id: str) -> bool:
