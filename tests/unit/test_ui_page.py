@@ -7,6 +7,8 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
+from markupsafe import escape
+
 from streamops.ui import charts, views
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=timezone.utc)
@@ -73,3 +75,42 @@ def test_the_json_model_is_plain():
     doc = views.as_json([_app("a", ["a.x"])])
     assert doc["apps"][0]["stages"][0]["status"]["heartbeat_age_s"] == 1.5  # Decimal → number
     assert doc["apps"][0]["slo"]["share_within"] is None
+
+
+def _hostile(field: str) -> str:
+    """A value that breaks out of an element or a quoted attribute unless it is escaped."""
+    return f"{field}\"><img src=x onerror=alert(1)>' onmouseover='x"
+
+
+def test_the_page_escapes_every_value_it_shows():
+    """Stage ids, failure details, plans, pools, run ids and URLs come from the registry, the
+    database and Airflow: rendered as text, never as markup (a `.html.j2` template too)."""
+    from streamops.ui.app import _templates
+
+    fields = ["user", "report_day", "report_app", "app", "stage_id", "status", "cores", "partitions",
+              "executors", "plan", "quarantined", "live_replicas", "leader", "kind", "role", "failure_status",
+              "ui_url", "dag_id", "dag_run_id", "state", "action", "pool"]
+    h = {f: _hostile(f) for f in fields}
+
+    def status(stage_id: str, state: str) -> dict:
+        return {"stage_id": stage_id, "status": state, "health": "ok", "cores": h["cores"],
+                "partitions": h["partitions"], "executors": h["executors"], "latency_p95_ms": None,
+                "in_rps": None, "backlog_files": 3, "quarantine_backlog_files": 0, "heartbeat_age_s": 2.0,
+                "live_replicas": h["live_replicas"], "replicas": 2, "leader": h["leader"], "plan": h["plan"],
+                "quarantined": h["quarantined"], "ui_url": h["ui_url"]}
+
+    failure = {"kind": h["kind"], "role": h["role"], "status": h["failure_status"], "detected_at": NOW,
+               "mttr_ms": None}
+    run = {"dag_id": h["dag_id"], "dag_run_id": h["dag_run_id"], "state": h["state"],
+           "run_after": "2026-" + h["dag_id"]}
+    app = views.AppView(app=h["app"], r_max_ms=1000, failures_24h=1, failures_open=1, downtime_24h_s=0.0,
+                        slo=views.slo([], 1000), series=[],
+                        stages=[views.StageView(status(h["stage_id"], h["status"]), failure, [run]),
+                                views.StageView(status("a.running", "running"), None)])
+    html = _templates.get_template("streams.html.j2").render(
+        apps=[app], report={"day": h["report_day"], "app": h["report_app"]}, prefix="/streamops", user=h["user"],
+        may_reconfigure=True, may_deploy=True, actions=[h["action"]], pools=[h["pool"]], now=NOW)
+    for field, value in h.items():
+        assert value not in html, f"{field} is rendered as markup"
+        assert str(escape(value)) in html, f"{field} is not on the page, escaped"
+    assert "<img src=x" not in html and "' onmouseover='" not in html

@@ -18,7 +18,7 @@ import httpx
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader
 from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
@@ -33,7 +33,9 @@ TRIGGERABLE = (RECONFIGURE, DEPLOY)
 PREFIX = "/streamops"  # where the plugin mounts this app (and the page's links start)
 
 app = FastAPI(title="streamops", docs_url=None, redoc_url=None, openapi_url=None)
-_templates = Environment(loader=PackageLoader("streamops.ui", "templates"), autoescape=select_autoescape())
+# Every template escaped, whatever its name: select_autoescape() goes by extension and passed
+# `.html.j2` through raw, so a stage id or a failure detail was markup on the page.
+_templates = Environment(loader=PackageLoader("streamops.ui", "templates"), autoescape=True)
 
 
 # -- who is calling, and what they may do ------------------------------------------------------
