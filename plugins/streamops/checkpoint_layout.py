@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 
 def _batch_ids(d: Path) -> list[int]:
@@ -88,42 +89,76 @@ class Backlog:
     rows: int | None
 
 
+def file_name(uri: str) -> str:
+    """The name of a file in the source log: its path is a URI (`file:///in/a%20b.json`)."""
+    return unquote(uri.rsplit("/", 1)[-1])
+
+
 class SourceLog:
     """The file source's log in a checkpoint (`sources/0/N[.compact]`: a "v1" line, then one JSON
-    line per file): how many files the query has taken, in all and per batch. Log entries never
-    change once written, so each is read once."""
+    line per file): which files the query has taken, how many in all and per batch. Log entries
+    never change once written, so each is read once; the names of the files read are kept (about
+    100 bytes a file: what the log itself holds)."""
 
     def __init__(self, ckpt: Path):
         self.log_dir = Path(ckpt) / "sources" / "0"
-        self._lines: dict[str, int] = {}
+        self._lines: dict[str, int] = {}  # entry → files it lists; every one's names are in _names
+        self._names: set[str] = set()
 
-    def seen(self) -> int:
-        """Files taken by every batch so far: the latest compaction and the entries after it."""
+    def _current(self) -> list[str]:
+        """The entries that hold every file taken so far: the latest compaction and those after it."""
         try:
             names = [n for n in os.listdir(self.log_dir) if not n.startswith(".") and n.split(".")[0].isdigit()]
         except FileNotFoundError:
-            return 0
+            return []
         by_batch = {int(n.split(".")[0]): n for n in names}
-        compacts = [b for b, n in by_batch.items() if n.endswith(".compact")]
-        base = max(compacts) if compacts else -1
-        total = 0
-        for b, n in by_batch.items():
-            if b >= base:
-                if n not in self._lines:
-                    lines = (self.log_dir / n).read_text().splitlines()
-                    self._lines[n] = sum(1 for line in lines[1:] if line.strip())  # line 0 is "v1"
-                total += self._lines[n]
-        return total
+        base = max((b for b, n in by_batch.items() if n.endswith(".compact")), default=-1)
+        return [by_batch[b] for b in sorted(by_batch) if b >= base]
+
+    def seen(self) -> int:
+        """Files taken by every batch so far."""
+        return sum(self._count(n) or 0 for n in self._current())
+
+    def names(self) -> set[str]:
+        """The names of the files taken by every batch so far."""
+        for n in self._current():
+            self._count(n)
+        return self._names
 
     def _count(self, name: str) -> int | None:
-        """Files listed in the log entry `name` (read once), None if it is not there."""
+        """Files listed in the log entry `name` (read once, their names kept), None if it is not there."""
         if name not in self._lines:
             try:
-                lines = (self.log_dir / name).read_text().splitlines()
+                lines = [line for line in (self.log_dir / name).read_text().splitlines()[1:] if line.strip()]
             except FileNotFoundError:
                 return None
-            self._lines[name] = sum(1 for line in lines[1:] if line.strip())
+            self._names.update(file_name(e["path"]) for e in self._new_entries(name, lines))
+            self._lines[name] = len(lines)
         return self._lines[name]
+
+    def _new_entries(self, name: str, lines: list[str]) -> list[dict]:
+        """The entries of `lines` whose names may not be kept yet. A compaction N repeats every
+        batch before it, then adds N's own: when those batches were read already, only its tail
+        is parsed (a long run's compaction lists millions of files, every 10 batches)."""
+        batch = int(name.split(".")[0])
+        before = self._read_upto(batch - 1) if name.endswith(".compact") else None
+        if before is not None and before <= len(lines):
+            tail = [json.loads(line) for line in lines[before:]]
+            if all(e.get("batchId", batch) == batch for e in tail):
+                return tail
+        return [json.loads(line) for line in lines]
+
+    def _read_upto(self, batch_id: int) -> int | None:
+        """Files of batches 0 … batch_id, if the entries that list them were read already (no file
+        is read here); else None."""
+        total = 0
+        for b in range(batch_id, -1, -1):
+            if f"{b}.compact" in self._lines:
+                return total + self._lines[f"{b}.compact"]
+            if str(b) not in self._lines:
+                return None
+            total += self._lines[str(b)]
+        return total
 
     def _upto(self, batch_id: int, depth: int = 0) -> int | None:
         """Files logged by batches 0 … batch_id (a compaction lists them all)."""
@@ -148,7 +183,10 @@ class SourceLog:
 
 class FileSourceBacklog:
     """Files in the input directory that the query has not yet taken into a batch: Spark's file
-    source reports no backlog, so count the visible files and subtract those in the source log."""
+    source reports no backlog, so count the visible files whose names the source log lacks. By
+    name, not by count: a file read and then deleted (input retention) is in the log but no
+    longer visible, and subtracting it would hide as many unread ones. Names, not paths: the
+    source reads no sub-directory, and the log holds the directory as Spark qualified it."""
 
     def __init__(self, input_dir: Path, checkpoint: Path):
         self.input_dir = Path(input_dir)
@@ -160,12 +198,13 @@ class FileSourceBacklog:
     def files_of(self, batch_id: int) -> int | None:
         return self.log.files_of(batch_id)
 
-    def _visible(self) -> int:
+    def _visible(self) -> list[str]:
         try:  # `_landing/` and hidden files are not the source's yet
-            return sum(1 for e in os.scandir(self.input_dir) if e.is_file() and not e.name.startswith((".", "_")))
+            return [e.name for e in os.scandir(self.input_dir) if e.is_file() and not e.name.startswith((".", "_"))]
         except FileNotFoundError:
-            return 0
+            return []
 
     def measure(self, rows_per_file: float | None = None) -> Backlog:
-        files = max(0, self._visible() - self.seen())
+        taken = self.log.names()  # the log first: a file that lands meanwhile is counted, never missed
+        files = sum(1 for n in self._visible() if n not in taken)
         return Backlog(files=files, rows=round(files * rows_per_file) if rows_per_file else None)

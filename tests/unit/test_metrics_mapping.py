@@ -68,9 +68,60 @@ def test_file_source_backlog_counts_files_not_yet_in_the_source_log(tmp_path):
     (inputs / ".hidden.tmp").write_text("")
     backlog = FileSourceBacklog(inputs, tmp_path / "ckpt")
     assert backlog.measure().files == 6
-    (log / "0").write_text('v1\n{"path":"part-0"}\n{"path":"part-1"}\n')
-    (log / "1").write_text('v1\n{"path":"part-2"}\n')
+    _source_log(log / "0", 0, [inputs / "part-0.json", inputs / "part-1.json"])
+    _source_log(log / "1", 1, [inputs / "part-2.json"])
     assert backlog.measure(rows_per_file=100) == Backlog(files=3, rows=300)
     # After compaction the compact file holds everything up to its batch.
-    (log / "2.compact").write_text("v1\n" + "".join(f'{{"path":"part-{i}"}}\n' for i in range(4)))
+    _source_log(log / "2.compact", 2, [inputs / f"part-{i}.json" for i in range(4)])
     assert backlog.measure().files == 2
+
+
+def _source_log(entry: Path, batch: int, files: list[Path]) -> None:
+    """A source log entry as Spark writes it: "v1", then one line per file, its path a file: URI."""
+    lines = [json.dumps({"path": f"file://{f}", "timestamp": 0, "batchId": batch}) for f in files]
+    entry.write_text("\n".join(["v1", *lines]) + "\n")
+
+
+def test_file_source_backlog_counts_unread_files_after_read_ones_are_deleted(tmp_path):
+    """Retention deletes input files once read: the backlog is the files not in the source log,
+    by name, not the visible files minus every file ever read (0 here, and the watchdog never
+    saw a wedged driver stall)."""
+    inputs, log = tmp_path / "in", tmp_path / "ckpt" / "sources" / "0"
+    inputs.mkdir()
+    log.mkdir(parents=True)
+    files = [inputs / f"part-{i:04d}.json" for i in range(120)]
+    for f in files:
+        f.write_text("{}\n")
+    for batch in range(9):  # 90 read, 10 a batch
+        _source_log(log / str(batch), batch, files[10 * batch:10 * batch + 10])
+    backlog = FileSourceBacklog(inputs, tmp_path / "ckpt")
+    assert backlog.measure().files == 30
+    for f in files[:90]:
+        f.unlink()
+    assert backlog.measure().files == 30
+    assert FileSourceBacklog(inputs, tmp_path / "ckpt").measure().files == 30, "a new reader counts the same"
+
+
+def test_file_source_backlog_reads_names_as_spark_writes_them(tmp_path):
+    """Spark logs a file's path URL-encoded (`a b%41.json` as `file:///…/a%20b%2541.json`); a
+    compaction read after the batches it repeats gives the same names as one read afresh."""
+    inputs, log = tmp_path / "in", tmp_path / "ckpt" / "sources" / "0"
+    inputs.mkdir()
+    log.mkdir(parents=True)
+    odd = inputs / "a b%41.json"
+    odd.write_text("{}\n")
+    (log / "0").write_text('v1\n{"path":"file://%s/a%%20b%%2541.json","timestamp":0,"batchId":0}\n' % inputs)
+    warm = FileSourceBacklog(inputs, tmp_path / "ckpt")
+    assert warm.measure().files == 0
+    files = [inputs / f"part-{i}.json" for i in range(10)]
+    for f in files:
+        f.write_text("{}\n")
+    for batch in range(1, 9):
+        _source_log(log / str(batch), batch, [files[batch - 1]])
+    assert warm.measure().files == 2
+    entries = [(log / str(b)).read_text().splitlines()[1] for b in range(9)]
+    (log / "9.compact").write_text("\n".join(["v1", *entries, json.dumps(
+        {"path": f"file://{files[8]}", "timestamp": 0, "batchId": 9})]) + "\n")
+    assert warm.measure().files == 1
+    assert FileSourceBacklog(inputs, tmp_path / "ckpt").measure().files == 1
+    assert warm.seen() == 10
