@@ -69,6 +69,9 @@ def db_up() -> None:
             cluster, reused = embedded.up()
             _say(f"embedded PostgreSQL {'already running' if reused else 'started'} on 127.0.0.1:{cluster.port} "
                  f"(data {cluster.datadir})")
+            if reused and not embedded.commits_wait_for_disk(cluster):
+                _say("[yellow]warning:[/] it was started with synchronous_commit=off, so a crash of the server "
+                     "loses commits it acknowledged: `streamops db down` then `streamops db up` restarts it with on")
             iface = embedded.listen_interface()
             if iface is not None:
                 _say(f"also on {iface.ip}, open to {iface.network}: on those hosts set STREAMOPS_DATABASE_URL="

@@ -37,6 +37,27 @@ def test_writer_buffers_while_the_database_is_away_then_delivers(engine, clean_d
     writer.close(2)
 
 
+def test_the_writer_commits_only_metrics_without_waiting_for_the_wal(monkeypatch):
+    """A stage_metrics row lost in a server crash is a report missing; an input anomaly is a
+    record kept for the operator, so its commit waits."""
+    import contextlib
+
+    from streamops.agent import agent
+
+    commits = []
+
+    @contextlib.contextmanager
+    def transaction(on=None, durable=True):
+        commits.append(durable)
+        yield type("Conn", (), {"execute": lambda self, *a: None})()
+
+    monkeypatch.setattr(agent.db, "transaction", transaction)
+    writer = BufferedWriter(None, "t.durable")
+    writer.pending.extend([("metrics_insert", {}), ("input_anomaly_upsert", {})])
+    writer._flush()
+    assert commits == [False, True]
+
+
 def test_only_transient_errors_are_retried():
     assert is_transient(RuntimeError('psycopg2.OperationalError: could not connect to server: Connection refused'))
     assert not is_transient(RuntimeError("ModuleNotFoundError: No module named 'streamops'"))

@@ -146,11 +146,15 @@ def query(name: str) -> TextClause:
 
 # -- units of work: the only way code outside store/ reaches the database ------------------------
 @contextlib.contextmanager
-def transaction(on: Engine | None = None) -> Iterator[Connection]:
+def transaction(on: Engine | None = None, durable: bool = True) -> Iterator[Connection]:
     """A connection in a transaction, committed on success and rolled back on an exception;
-    on the process's database, or on engine `on` (a test's, a report's own)."""
+    on the process's database, or on engine `on` (a test's, a report's own). `durable=False`:
+    the commit returns before its WAL is on disk (SET LOCAL synchronous_commit = off), for
+    writes a server crash may lose without harm: a driver's metrics row and heartbeat."""
     check_outage()
     with (on or engine()).begin() as conn:
+        if not durable:
+            conn.execute(query("commit_without_wait"))
         yield conn
 
 

@@ -306,9 +306,13 @@ def _start(c: Cluster) -> None:
     iface = listen_interface()
     _ensure_hba(c, iface)
     listen = "127.0.0.1" if iface is None else f"127.0.0.1,{iface.ip}"
+    # synchronous_commit=on, said even though it is the default: a commit is acknowledged once its
+    # WAL is on disk, so a crash of the server loses none that a caller was told of (with `off`,
+    # any backend's crash lost some). Only metrics and heartbeats opt out, per transaction
+    # (db.transaction(durable=False), docs/ha.md).
     opts = (
         f"-p {c.port} -c listen_addresses={listen} -c unix_socket_directories='' "
-        "-c max_connections=200 -c synchronous_commit=off -c shared_buffers=256MB"
+        "-c max_connections=200 -c synchronous_commit=on -c shared_buffers=256MB"
     )
     _pg_ctl(c, "-o", opts, "-l", c.logfile, "-w", "-t", "60", "start")
 
@@ -402,6 +406,22 @@ def _check_listening(c: Cluster) -> None:
         raise EmbeddedPgError(f"the embedded PostgreSQL runs on {','.join(listening)} only, not {iface.ip} "
                               f"({LISTEN_ENV}): it reads its addresses at start; run `streamops db down` then "
                               "`streamops db up`")
+
+
+def commits_wait_for_disk(c: Cluster) -> bool:
+    """Whether the running cluster acknowledges a commit only once its WAL is on disk: one started
+    by an earlier streamops ran with synchronous_commit=off, which only a restart changes."""
+    import psycopg2
+
+    from streamops.paths import sql_dir
+
+    conn = psycopg2.connect(c.url("postgres"))
+    try:
+        with conn.cursor() as cur:
+            cur.execute((sql_dir() / "queries" / "synchronous_commit.sql").read_text())
+            return cur.fetchone()[0] != "off"
+    finally:
+        conn.close()
 
 
 def _wait_accepting(c: Cluster, timeout_s: float = 30) -> None:
