@@ -28,6 +28,7 @@ from streamops.store import db
 from streamops.waiting import wait_until
 
 from bench.scratch import end_run
+from tests.demo_jobs import demo_job
 
 APP = "bench"
 TRIGGER_MS = 4000
@@ -40,8 +41,8 @@ def _registry(stage: str, path: str) -> registry.Registry:
     return registry.parse({
         "pools": {"fb": {"master": "embedded", "cores": 2, "executor_cores": 1, "executor_memory": "1g"}},
         "apps": {APP: {"r_max_ms": 10_000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                       "stages": {stage: {"workload": "wordcount",
-                                          "source": {"kind": "files", "path": path, "max_files_per_trigger": 20},
+                       "stages": {stage: {**demo_job("wordcount", {"kind": "files", "path": path,
+                                                                      "max_files_per_trigger": 20}),
                                           "cores": {"initial": 1, "min": 1, "max": 2}, "state_partitions": 4,
                                           "trigger_interval_ms": TRIGGER_MS, "pool": "fb",
                                           "policy": {"kind": "edf"}}}}},

@@ -60,6 +60,7 @@ from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db, ledger  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
 from tests import oracles  # noqa: E402
+from tests.demo_jobs import demo_job
 
 RESULTS = REPO_ROOT / "bench" / "results"
 SCRATCH_DB = "streamops_bench_ha"
@@ -73,7 +74,7 @@ def say(msg: str) -> None:
 
 
 def reg_for(path: str, replicas_: int = 1, managed: bool = False, cluster: bool = False) -> registry.Registry:
-    stage = {"workload": "wordcount", "source": {"kind": "files", "path": path, "max_files_per_trigger": 4},
+    stage = {**demo_job("wordcount", {"kind": "files", "path": path, "max_files_per_trigger": 4}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p",
              "replicas": replicas_}
     if managed:

@@ -56,6 +56,7 @@ from streamops.execute import mechanisms, reconfigure, stages, staging  # noqa: 
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db  # noqa: E402
+from tests.demo_jobs import demo_job
 
 RESULTS = REPO_ROOT / "bench" / "results"
 SCRATCH_DB = "streamops_bench_reconfig"
@@ -111,8 +112,7 @@ def machine_notes(cluster: bool = False) -> dict:
 def make_registry(stage: str, input_path: str, files_per_trigger: int, pool_cores: int = POOL_CORES,
                   cluster: bool = False) -> registry.Registry:
     spec = {
-        "workload": "keycount",
-        "source": {"kind": "files", "path": input_path, "max_files_per_trigger": files_per_trigger},
+        **demo_job("keycount", {"kind": "files", "path": input_path, "max_files_per_trigger": files_per_trigger}),
         "cores": {"initial": SMALL["cores"], "min": 1, "max": LARGE["cores"]},
         "state_partitions": SMALL["partitions"], "trigger_interval_ms": TRIGGER_MS, "pool": "bench",
         "policy": {"kind": "edf"},

@@ -53,6 +53,7 @@ from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db, embedded, ledger, migrate  # noqa: E402
 from tests import oracles  # noqa: E402
+from tests.demo_jobs import demo_job
 
 RESULTS = REPO_ROOT / "bench" / "results"
 R_MAX_MS = 5000
@@ -68,7 +69,7 @@ def say(msg: str) -> None:
 
 def soak_registry() -> registry.Registry:
     def stage(path: str, pool: str) -> dict:
-        return {"workload": "wordcount", "source": {"kind": "files", "path": path, "max_files_per_trigger": 4},
+        return {**demo_job("wordcount", {"kind": "files", "path": path, "max_files_per_trigger": 4}),
                 "cores": {"initial": 1, "max": 1}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": pool}
     return registry.parse({
         "pools": {"cluster": {"master": "embedded", "cores": 2, "executor_cores": 1, "executor_memory": "512m"},

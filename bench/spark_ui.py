@@ -42,6 +42,7 @@ from streamops.execute import stages  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.store import db  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
+from tests.demo_jobs import demo_job  # noqa: E402
 
 SCRATCH_DB = "streamops_bench_spark_ui"
 RESULTS = REPO / "bench" / "results"
@@ -54,8 +55,8 @@ def _registry(stage: str, path: str, spark_ui: bool) -> registry.Registry:
     return registry.parse({
         "pools": {"p": {"cores": 2, "spark_ui": spark_ui}},
         "apps": {APP: {"r_max_ms": 10_000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                       "stages": {stage: {"workload": "wordcount",
-                                          "source": {"kind": "files", "path": path, "max_files_per_trigger": 20},
+                       "stages": {stage: {**demo_job("wordcount", {"kind": "files", "path": path,
+                                                                      "max_files_per_trigger": 20}),
                                           "cores": {"initial": 1, "min": 1, "max": 1}, "state_partitions": 2,
                                           "trigger_interval_ms": TRIGGER_MS, "pool": "p",
                                           "policy": {"kind": "edf"}}}}},

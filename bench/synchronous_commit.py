@@ -37,7 +37,7 @@ def _sql(name: str) -> str:
 
 
 def _session(url: str, sync: str):
-    conn = psycopg2.connect(url)
+    conn = db.writer_connection(url)
     conn.autocommit = True  # each insert its own transaction, acknowledged by its commit
     with conn.cursor() as cur:
         cur.execute(_sql("synchronous_commit_set"), {"value": sync})
@@ -61,7 +61,7 @@ def timed_inserts(url: str, sync: str, n: int) -> float:
 
 def _accepting(url: str) -> bool:
     try:
-        psycopg2.connect(url, connect_timeout=2).close()
+        db.writer_connection(url).close()
         return True
     except psycopg2.OperationalError:
         return False
@@ -72,7 +72,7 @@ def crash_loss(url: str, sync: str, kill_after_s: float) -> tuple[int, int]:
     conn = _session(url, sync)
     with conn.cursor() as cur:
         cur.execute(_sql("commit_scratch_clear"))
-    victim = psycopg2.connect(url)  # an idle backend: its death is the server's crash
+    victim = db.writer_connection(url)  # an idle backend: its death is the server's crash
     with victim.cursor() as cur:
         cur.execute(db.query_path("bench/backend_pid").read_text())
         pid = cur.fetchone()[0]
@@ -93,7 +93,7 @@ def crash_loss(url: str, sync: str, kill_after_s: float) -> tuple[int, int]:
             pass
     if not wait_until(lambda: _accepting(url), 60, interval_s=0.2):
         raise RuntimeError("the server did not come back within 60 s of the crash")
-    check = psycopg2.connect(url)
+    check = db.writer_connection(url)
     try:
         with check.cursor() as cur:
             cur.execute(_sql("commit_scratch_kept"))
@@ -113,7 +113,7 @@ def main(argv: list[str]) -> None:
     name = f"streamops_bench_commit_{os.getpid()}"
     url, server = scratch_database(name)
     try:
-        with psycopg2.connect(url) as conn, conn.cursor() as cur:
+        with db.writer_connection(url) as conn, conn.cursor() as cur:
             cur.execute(_sql("commit_scratch_table"))
             cur.execute(db.query_path("synchronous_commit").read_text())
             print(f"server default synchronous_commit = {cur.fetchone()[0]}")

@@ -20,36 +20,43 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_apps.workloads.parse import parse_records, source_file
+from spark_apps.parse import parse_records, source_file
+from streamops.generator import kind_for
 from streamops.quality import runner, suites
-from streamops.records import FIELDS
-from streamops.registry import WORKLOAD_INPUT
+from streamops.registry import FileSource
+from streamops.records import RecordSchema
 
 RESULT_PREFIX = "RESULT "
 
 
-def input_frame(spark: SparkSession, files: list[Path], kind: str, now: float | None = None) -> DataFrame:
-    """The parsed records of `files` (columns of `parse_records`), plus `event_age_s` (now − event
-    time) and `publish_lag_s` (the file's modification time, when the generator published it, −
-    event time), in seconds. Computed here because GX compares columns with constants only."""
+def input_frame(spark: SparkSession, files: list[Path], schema: RecordSchema, event_time: str | None = "ts",
+                now: float | None = None) -> DataFrame:
+    """The parsed records of `files` (columns of `parse_records`), plus, with an `event_time`,
+    `event_age_s` (now − event time) and `publish_lag_s` (the file's modification time, when it
+    was published, − event time), in seconds. Computed here because GX compares columns with
+    constants only."""
     paths = [str(p) for p in files]
-    parsed = parse_records(spark.read.format("text").load(paths), kind)
+    parsed = parse_records(spark.read.format("text").load(paths), schema)
+    if not event_time:
+        return parsed
     published = (spark.read.format("text").load(paths)
                  .select(source_file(F.col("_metadata.file_path")).alias("source_file"),
                          F.col("_metadata.file_modification_time").alias("published_at"))
                  .distinct())
     now_s = time.time() if now is None else now
-    ts_s = F.unix_micros("ts") / 1e6
+    ts_s = F.unix_micros(event_time) / 1e6
     return (parsed.join(F.broadcast(published), "source_file", "left")
             .withColumn("event_age_s", F.lit(float(now_s)) - ts_s)
             .withColumn("publish_lag_s", F.unix_micros("published_at") / 1e6 - ts_s)
             .drop("published_at"))
 
 
-def validate_input_files(v, spark: SparkSession, files: list[Path], workload: str, **bounds):
-    kind = WORKLOAD_INPUT[workload]
-    df = input_frame(spark, files, kind)
-    return v.validate_dataframe(df, suites.input_records_suite(kind, FIELDS[kind], **bounds))
+def validate_input_files(v, spark: SparkSession, files: list[Path], source: dict, **bounds):
+    src = FileSource.model_validate(source)
+    schema = src.record_schema
+    df = input_frame(spark, files, schema, src.event_time)
+    return v.validate_dataframe(df, suites.input_records_suite(schema.types, src.event_time, kind_for(schema),
+                                                               **bounds))
 
 
 def parquet_frame(spark: SparkSession, directory: Path, files: list[Path]) -> DataFrame:
@@ -75,7 +82,7 @@ def file_suites(v, targets: list[dict], day: date, spark: SparkSession | None, m
         from spark_apps.stage import build_session
 
         spark = build_session("streamops-data-quality", cores=1, state_partitions=1)
-    validate = {suites.INPUT_RECORDS: lambda w: validate_input_files(v, spark, w.files, w.workload),
+    validate = {suites.INPUT_RECORDS: lambda w: validate_input_files(v, spark, w.files, w.source),
                 suites.SINK_PARQUET: lambda w: validate_parquet_sink(v, spark, w.directory, w.files)}
     try:
         return [runner.guard(w.suite, w.target, w.app, day, lambda w=w: runner.to_result(

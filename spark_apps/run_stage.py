@@ -34,7 +34,8 @@ from streamops.agent.input_watch import Landing
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import PoisonBook
 from streamops.checkpoint_layout import QUERIES
-from streamops.registry import Stage, resolve_path
+from streamops.registry import Pool, resolve_path
+from streamops.run_spec import RunSpec
 from streamops.spark_cluster import RUN_MASTER_ENV
 from streamops.store import ledger
 from streamops.waiting import wait_until
@@ -69,7 +70,8 @@ class StageDriver:
                  stop_deadline_s: float = 30.0, spark=None):
         self.deployment_id, self.stop_deadline_s = deployment_id, stop_deadline_s
         self.dep = ledger.deployment(deployment_id)
-        self.stage = Stage.model_validate(self.dep.config["spec"])
+        self.run_spec = RunSpec.of(self.dep.config)
+        self.stage = self.run_spec.spec
         self.sid = self.dep.stage_id
         self.operator_manager = operator_manager
         self._configure_logging()
@@ -78,13 +80,13 @@ class StageDriver:
         self.input_dir, self.ckpt = resolve_path(self.stage.source.path), Path(self.dep.checkpoint)
         log.info("action=start cores=%d partitions=%d input=%s checkpoint=%s", self.dep.cores,
                  self.dep.state_partitions, self.input_dir, self.ckpt)
-        pool = self.dep.config.get("pool") or {}
         self.master = os.environ.get(RUN_MASTER_ENV)  # set by a standalone pool's launcher
-        self.executor_cores = int(pool.get("executor_cores", 1))
-        self.spark = spark or self._session(pool)
+        self.executor_cores = self.run_spec.pool.executor_cores
+        self.spark = spark or self._session(self.run_spec.pool)
+        self._ship_code()
         if spark is not None and self.master:  # an adopted cluster spare holds no executor yet
             self._take_executors()
-        if spark is None and self.dep.config.get("warm_up", True):  # a spare's session is warm already
+        if spark is None and self.run_spec.warm_up:  # a spare's session is warm already
             self._warm_up()
         self.pause = BatchPause()
         # The quarantine query's first batch waits for the main query's first commit: on a cold
@@ -95,7 +97,7 @@ class StageDriver:
                                       schedule=self.stage.faults)
         self.agent = self._agent()
         self.supervisor = QuerySupervisor(
-            self.stage, self.ckpt, PoisonBook(None, self.sid, deployment_id, self.stage.input_kind,
+            self.stage, self.ckpt, PoisonBook(None, self.sid, deployment_id, self.stage.record_schema,
                                               self.stage.max_record_bytes, role=self.dep.role),
             self.restart, self.agent.stop_requested, fails_alone=self._fails_alone)
         self.in_driver = InDriverChange(self.spark, self.agent, self.stage, self.ckpt, deployment_id, self.restart,
@@ -107,15 +109,14 @@ class StageDriver:
                             format=f"%(asctime)s %(levelname)s {where} %(name)s: %(message)s")
         logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per listener callback otherwise
 
-    def _session(self, pool: dict):
+    def _session(self, pool: Pool):
         # Imported here: the JVM start is the slow part and is logged as such.
         from spark_apps.stage import build_session, ui_port
 
-        cluster = dict(master=self.master, executor_cores=self.executor_cores,
-                       executor_memory=pool.get("executor_memory", "1g"),
+        cluster = dict(master=self.master, executor_cores=self.executor_cores, executor_memory=pool.executor_memory,
                        max_cores=max(self.stage.cores.max, self.dep.cores)) if self.master else {}
         spark = build_session(f"streamops:{self.sid}", self.dep.cores, self.dep.state_partitions,
-                              extra_conf=self.dep.config.get("speculation") if self.master else None,
+                              extra_conf=self.run_spec.speculation if self.master else None,
                               ui_port=ui_port(), **cluster)
         # The executors admitted at registration: wait for them (and trim any a master launched past them).
         if self.master:
@@ -124,6 +125,14 @@ class StageDriver:
             log.info("action=executors %s", scale_to(spark.sparkContext, self.dep.cores // self.executor_cores,
                                                      settle=True))
         return spark
+
+    def _ship_code(self) -> None:
+        """The job's code, packaged at admission, to every executor (and onto this driver's path):
+        a worker on another host runs exactly the code this run was admitted with."""
+        from spark_apps.job_runtime import ship_code
+
+        if ship_code(self.spark, self.run_spec.code_archive):
+            log.info("action=ship-code job=%s sha256=%s", self.stage.job, (self.run_spec.code_sha256 or "")[:12])
 
     def _take_executors(self) -> None:
         from spark_apps.executors import scale_to
@@ -176,7 +185,7 @@ class StageDriver:
 
         return start_query(which, self.spark, self.stage, self.agent.ctx, self.input_dir, self.ckpt,
                            on_commit=self._on_commit, abort=self.agent.stop_requested,
-                           fault=self.dep.config.get("fault"), exclude_files=excluded, pause=self.pause.take,
+                           fault=self.run_spec.fault, exclude_files=excluded, pause=self.pause.take,
                            hold_until=self.main_committed if which == "quarantine" else None)
 
     def _on_commit(self, stats: SinkStats) -> None:
@@ -187,7 +196,7 @@ class StageDriver:
     def _fails_alone(self, files: tuple[str, ...]) -> str | None:
         from spark_apps.stage import fails_alone
 
-        return fails_alone(self.spark, self.stage, self.agent.ctx, files, self.dep.config.get("fault"))
+        return fails_alone(self.spark, self.stage, self.agent.ctx, files, self.run_spec.fault)
 
     def run(self) -> int:
         """Start, supervise until told to stop, stop at a batch boundary; the exit code."""
@@ -207,7 +216,7 @@ class StageDriver:
         return code
 
     def _start_queries(self) -> None:
-        rid = self.dep.config.get("reconfiguration_id")
+        rid = self.run_spec.reconfiguration_id
         prepare_state(self.spark, self.stage, self.ctx, self.ckpt, self.agent, self.supervisor.excluded,
                       self.dep.state_partitions, rid)
         self.agent.queries = [self.restart(q, self.supervisor.excluded[q]) for q in QUERIES]
@@ -255,7 +264,7 @@ class StageDriver:
 
 def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
     """Run deployment `deployment_id` with the Operator Manager its row names."""
-    name = ledger.deployment(deployment_id).config.get("operator_manager")
+    name = RunSpec.of(ledger.deployment(deployment_id).config).operator_manager
     return StageDriver(deployment_id, operator_manager=resolve_operator_manager(name), stop_deadline_s=stop_deadline_s,
                        spark=spark).run()
 

@@ -1,6 +1,6 @@
 """Build a stage's Spark session and start its queries. Used by `run_stage.py` and by tests.
 
-A stage runs two queries on the same replayable source: the main one (parse → workload →
+A stage runs two queries on the same replayable source: the main one (parse → the team's job →
 idempotent sink) and a side one that writes malformed records to `quarantine`. The main
 query also counts malformed records (`observe`) so that its metrics row carries them.
 """
@@ -18,8 +18,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_apps.workloads import WORKLOADS
-from spark_apps.workloads.parse import burn_cpu, parse_records
+from spark_apps.job_runtime import build_output, shaped, sink_shape, user_sink
+from spark_apps.parse import burn_cpu, parse_records
 from streamops import jvm_archive
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.sinks import ParquetSink, PostgresUpsertSink, QuarantineSink
@@ -170,11 +170,11 @@ def _consume(rows) -> None:
 
 def warm_up_sample(stage: Stage, sample_lines: int = 400) -> list[str]:
     """The newest lines of the stage's input, or, before any input has come, a synthetic sample of
-    its record kind (the generator's): a stage started ahead of its producers warms up too."""
+    its declared schema (the generator's): a stage started ahead of its producers warms up too."""
     import random
     from datetime import datetime, timedelta, timezone
 
-    from streamops.generator import records
+    from streamops.generator import sample_lines as synthetic
 
     files = sorted((p for p in resolve_path(stage.source.path).glob("*") if p.is_file() and not p.name.startswith(".")),
                    key=lambda p: p.stat().st_mtime)[-3:]
@@ -182,9 +182,8 @@ def warm_up_sample(stage: Stage, sample_lines: int = 400) -> list[str]:
     if lines:
         return lines
     now = datetime.now(timezone.utc)
-    sample = records.make_records(stage.input_kind, sample_lines, rng=random.Random(0), start_seq=0, run="warm-up",
-                                  ts_from=now - timedelta(minutes=1), ts_to=now)
-    return [records.dumps(r) for r in sample]
+    return synthetic(stage.record_schema, sample_lines, rng=random.Random(0), ts_from=now - timedelta(minutes=1),
+                     ts_to=now)
 
 
 def warm_up(spark: SparkSession, stage: Stage, cores: int, partitions: int, sample_lines: int = 400) -> int:
@@ -305,25 +304,36 @@ SINK_FAULTS = {"fail_batches": _failing, "slow_batches": _slow, "negative_counts
 def fails_alone(spark: SparkSession, stage: Stage, ctx: StageContext, files: tuple[str, ...],
                 fault: str | None = None) -> str | None:
     """A dry run of the main query's output for these input files alone (a batch job over the
-    same parse, workload and sink write, taken back before it reaches the sink): the error
+    same parse, job and sink write, taken back before it reaches the sink): the error
     signature it raised, or None. The poison book bisects a failing batch with it. Only the
     PostgreSQL sink has a dry run; other sinks answer None (the whole batch is quarantined)."""
     from streamops.agent.poison import error_signature
 
-    if stage.sink.kind == "parquet":
+    if stage.sink.kind != "postgres":
         return None
-    workload = WORKLOADS[stage.workload]
     lines = spark.read.format("text").load(list(files))
-    records = parse_records(lines, workload.input_kind, stage.max_record_bytes, None)
+    records = parse_records(lines, stage.record_schema, stage.max_record_bytes, None)
     valid = burn_cpu(records.where(F.col("reason").isNull()), int(stage.params.get("cpu_cost", 0)))
     sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id).dry_run
     if fault in SINK_FAULTS:
         sink = SINK_FAULTS[fault](sink)
     try:
-        sink(workload.build(valid, stage.params), PostgresUpsertSink.DRY_RUN_BATCH)
+        output = _batch_output(stage, valid)
+        sink(sink_shape(stage, output)(output, PostgresUpsertSink.DRY_RUN_BATCH), PostgresUpsertSink.DRY_RUN_BATCH)
     except Exception as e:  # noqa: BLE001 - whatever the batch raised is the answer
         return error_signature(str(e))
     return None
+
+
+def _batch_output(stage: Stage, valid):
+    """The job over a batch DataFrame: jobs are written for streams, and most of them run on a
+    batch unchanged (a watermark is ignored there), which is what the poison book's dry run needs."""
+    from types import MappingProxyType
+
+    from spark_apps.job_runtime import job_input
+    from streamops.jobs import load_callable
+
+    return load_callable(stage.job, stage.code)(job_input(valid, stage), MappingProxyType(dict(stage.params)))
 
 
 def start_stage_queries(
@@ -361,7 +371,7 @@ def start_query(
     discard: bool = False,
     hold_until: threading.Event | None = None,
 ) -> StreamingQuery:
-    """Start one of the stage's queries: `main` (parse → workload → idempotent sink) or
+    """Start one of the stage's queries: `main` (parse → the job → idempotent sink) or
     `quarantine` (the lines that are not records → `quarantine`). `available_now` drains the
     input and stops (tests). `once` runs a single batch and stops: after an interrupted stop,
     that batch is the pending one (offsets/N without commits/N). `abort` (the agent's stop
@@ -369,7 +379,6 @@ def start_query(
     quarantine query): its first batch waits for that event (the main query's first commit), at
     most QUARANTINE_HOLD_TRIGGERS of its own trigger intervals, so that the two first batches of
     a run do not share a cold executor's cores."""
-    workload = WORKLOADS[stage.workload]
     spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
     Path(input_dir).mkdir(parents=True, exist_ok=True)
     lines = (
@@ -377,7 +386,7 @@ def start_query(
         .option("maxFilesPerTrigger", files_per_trigger(stage, which))
         .load(str(input_dir))
     )
-    records = parse_records(lines, workload.input_kind, stage.max_record_bytes, exclude_files)
+    records = parse_records(lines, stage.record_schema, stage.max_record_bytes, exclude_files)
 
     def trigger(writer, interval_ms: int = ctx.trigger_interval_ms):
         if once:
@@ -407,21 +416,25 @@ def start_query(
         F.sum(F.when(F.col("reason").isNotNull(), 1).otherwise(0)).alias("malformed"),
     )
     valid = burn_cpu(counted.where(F.col("reason").isNull()), int(stage.params.get("cpu_cost", 0)))
-    output = workload.build(valid, stage.params)
+    output = build_output(stage, valid)
 
+    # Faults wrap the sink itself: on the upsert sink they see its key/value rows.
+    faulty = SINK_FAULTS[fault] if fault in SINK_FAULTS else (lambda s: s)
     if discard:  # a warm-up: the same plan, nothing written
         sink = _discard
     elif stage.sink.kind == "parquet":
-        sink = ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit, abort)
+        sink = faulty(ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit,
+                                  abort))
+    elif stage.sink.kind == "foreach_batch":
+        sink = faulty(user_sink(stage, output, ctx.stage_id, ctx.deployment_id, on_commit=on_commit, abort=abort))
     else:
-        sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)
-    if fault in SINK_FAULTS:
-        sink = SINK_FAULTS[fault](sink)
+        sink = shaped(faulty(PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)),
+                      sink_shape(stage, output))
     if pause is not None:  # the fault injector's slow batches
         sink = _paused(sink, pause)
     return trigger(
         output.writeStream.queryName(ctx.stage_id)
-        .outputMode(workload.output_mode)
+        .outputMode(stage.output_mode)
         .foreachBatch(sink)
         .option("checkpointLocation", str(query_checkpoint(which, checkpoint)))
     ).start()

@@ -43,6 +43,10 @@ def standby(stage_id: str, cores: int, ready_file: str, run: Callable[[int, Any]
         spark = build_session(f"streamops:{stage_id}", cores, partitions, ui_port=ui_port())
     sampled, where = 0, f"local[{cores}]"
     if stage is not None:
+        from spark_apps.job_runtime import ship_code
+        from streamops.jobs import package_code
+
+        ship_code(spark, package_code(stage.code).archive)
         try:
             if cluster:
                 sampled, where = _warm_up_on_a_borrowed_executor(spark, stage, cores, partitions)

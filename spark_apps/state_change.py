@@ -56,7 +56,8 @@ def repartition_offline(spark, stage: Stage, ckpt: Path, partitions: int) -> flo
     and no pending batch (see finish_pending_batch).
     Returns the seconds it took, or None when there was nothing to do."""
     current = checkpoint.state_partitions(ckpt)
-    if not stage.stateful or current in (None, partitions) or checkpoint.last_committed_batch(ckpt) is None:
+    # No state in the checkpoint: the query is stateless (or has not committed yet); nothing to do.
+    if current in (None, partitions) or checkpoint.last_committed_batch(ckpt) is None:
         return None
     started = time.monotonic()
     spark._streamingCheckpointManager.repartition(str(ckpt), partitions)
@@ -70,7 +71,7 @@ def prepare_state(spark, stage: Stage, ctx: StageContext, ckpt: Path, agent, exc
     """Bring a stopped checkpoint's state to `partitions` before the queries (re)start: finish a
     batch an interrupted stop left pending (the repartitioner refuses it), repartition, and stamp
     `state_ready` on the reconfiguration. Returns the repartition's seconds, or None."""
-    if stage.stateful and checkpoint.state_partitions(ckpt) not in (None, partitions):
+    if checkpoint.state_partitions(ckpt) not in (None, partitions):
         finish_pending_batch(spark, stage, ctx, resolve_path(stage.source.path), ckpt, agent, excluded)
     took = repartition_offline(spark, stage, ckpt, partitions)
     if reconfiguration_id:

@@ -67,7 +67,7 @@ def quarantine_checkpoint(ckpt: Path) -> Path:
     return ckpt.with_name(ckpt.name + ".quarantine")
 
 
-# A stage runs two queries on one source: `main` (the workload) and `quarantine` (bad lines).
+# A stage runs two queries on one source: `main` (the job) and `quarantine` (bad lines).
 QUERIES = ("main", "quarantine")
 
 # The state store every stage writes: offline state repartition needs RocksDB state.

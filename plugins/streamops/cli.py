@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from streamops.cli_job import job_app, print_report, run_check
 from streamops import registry
 from streamops.plan.options import OperatorOptions
 from streamops.paths import state_dir
@@ -32,6 +33,7 @@ app.add_typer(airflow_app, name="airflow")
 spark_app = typer.Typer(help="The embedded Spark standalone cluster that `embedded` pools run on.",
                         no_args_is_help=True)
 app.add_typer(spark_app, name="spark")
+app.add_typer(job_app, name="job")
 console = Console(soft_wrap=True)  # long paths and messages stay on one line
 err = Console(stderr=True, soft_wrap=True)
 
@@ -310,11 +312,24 @@ def airflow_trigger(dag_id: str = typer.Argument(..., help="e.g. streamops_deplo
 # -- registry and stages -----------------------------------------------------------------------
 @app.command()
 def deploy(app_name: str = typer.Argument(..., metavar="APP", help="app name from apps.yaml"),
-           start: bool = typer.Option(False, "--start", help="also start every stage that is not running")) -> None:
-    """Validate apps.yaml and sync APP's pools, app and stage rows into PostgreSQL."""
+           start: bool = typer.Option(False, "--start", help="also start every stage that is not running"),
+           check: bool = typer.Option(True, "--check/--no-check", help="run `job check` on each stage first "
+                                                                      "and refuse a job that fails it")) -> None:
+    """Validate apps.yaml, check each stage's job (`streamops job check`), and sync APP's pools,
+    app and stage rows into PostgreSQL."""
     from streamops.execute import stages
 
     reg = _load_registry()
+    if app_name not in reg.apps:
+        _fail(f"no app {app_name!r} in the registry; known apps: {', '.join(reg.apps)}", 2)
+    for name in reg.apps[app_name].stages if check else []:
+        with console.status(f"checking {app_name}.{name}'s job over a sample …"):
+            report = run_check(f"{app_name}.{name}")
+        if report.get("error"):
+            print_report(report)
+            _fail(f"{app_name}.{name}: the job fails its check; nothing was deployed", 2)
+        _say(f"{app_name}.{name}: job {report['job']} checked ("
+             f"{'stateful: ' + ', '.join(report['state_operators']) if report['stateful'] else 'stateless'})")
     try:
         synced = stages.sync_registry(reg, [app_name])
     except registry.RegistryError as e:
@@ -823,11 +838,16 @@ def gen(stage: Optional[str] = typer.Argument(None, metavar="STAGE", help="app.s
     except (registry.RegistryError, ValueError) as e:
         _fail(str(e), 2)
     sid = registry.stage_id(app_name, name)
+    kind = generator.kind_for(st.record_schema)
+    if kind is None or st.record_schema.format != "json":
+        _fail(f"{sid}: the generator writes JSON records of the kinds {', '.join(generator.KINDS)} "
+              f"({', '.join(f'{k}: {s.ddl}' for k, s in generator.SCHEMAS.items())}); this stage's source is "
+              f"{st.record_schema.format} of ({st.record_schema.ddl}): feed it with your own producer", 2)
     if background:
         _spawn_generator(sid, sys.argv)
         return
     out = registry.resolve_path(st.source.path)
-    _say(f"{sid}: writing {st.input_kind} records to {out} ({trace}, {duration:.0f}s, seed {seed})")
+    _say(f"{sid}: writing {kind} records to {out} ({trace}, {duration:.0f}s, seed {seed})")
 
     def on_tick(entry: dict) -> None:
         if entry["tick"] % 10 == 0:
@@ -836,7 +856,7 @@ def gen(stage: Optional[str] = typer.Argument(None, metavar="STAGE", help="app.s
     stop_event = __import__("threading").Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
     try:
-        summary = generator.generate(out, st.input_kind, trace, seed=seed, duration_s=duration, tick_s=tick,
+        summary = generator.generate(out, kind, trace, seed=seed, duration_s=duration, tick_s=tick,
                                      garbage_fraction=garbage, realtime=not fast, on_tick=on_tick,
                                      stop_event=stop_event, start=None if not fast else datetime.now(timezone.utc))
     except KeyboardInterrupt:

@@ -20,19 +20,12 @@ from streamops.paths import data_dir, registry_path
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.plan.redundancy import RedundancyOptions
 from streamops.plan.model import stage_id as stage_id  # defined with the plan's plain data, used as registry.stage_id
-from streamops.records import MAX_RECORD_BYTES
+from streamops.records import RecordSchema
+from streamops.sources import FileSource, KafkaSource
 
-# Workload → the record family its generator writes (streamops.generator kinds).
-WORKLOAD_INPUT = {
-    "identity": "web",
-    "repartition": "web",
-    "wordcount": "web",
-    "fixwindow": "web",
-    "taxi_top10": "taxi",
-    "patterns": "patterns",
-    "keycount": "web",
-}
-STATEFUL_WORKLOADS = {"wordcount", "fixwindow", "taxi_top10", "patterns", "keycount"}
+# A job or a sink function: `package.module:function`, imported from the stage's code paths.
+IMPORT_PATH = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$"
+IMPORT_PATH_RULE = "expected an import path 'package.module:function'"
 
 
 _O = TypeVar("_O")
@@ -58,6 +51,12 @@ AppParams = Annotated[AppOptions, BeforeValidator(_parsed(AppOptions)), PlainSer
 
 class RegistryError(ValueError):
     """apps.yaml is unreadable or invalid; the message lists every problem, one per line."""
+
+
+def _import_path(v: str) -> str:
+    if not re.match(IMPORT_PATH, v):
+        raise ValueError(f"{IMPORT_PATH_RULE}, e.g. 'my_team.sessions:build'")
+    return v
 
 
 class _Frozen(BaseModel):
@@ -117,26 +116,33 @@ class Cores(_Frozen):
         return self
 
 
-class FileSource(_Frozen):
-    kind: Literal["files"] = "files"
-    path: str = Field(description="input directory; relative paths are under .streamops/data")
-    max_files_per_trigger: int = Field(default=50, ge=1)
-    max_record_bytes: int = Field(default=MAX_RECORD_BYTES, ge=64,
-                                  description="a longer line is quarantined as 'too large' without being parsed")
-    landing_quiet_s: float = Field(default=2.0, gt=0, description="a file in <path>/_landing/ unmodified this long "
-                                                                   "is complete and moved into the source")
-    landing_markers: bool = Field(default=False, description="move a landing file only once <name>.done exists")
-
-
-class KafkaSource(_Frozen):
-    # Needs the spark-sql-kafka jar on the pool; it cannot be fetched on machines without Maven.
-    kind: Literal["kafka"]
-    bootstrap_servers: str
-    topic: str
-
-
 class PostgresSink(_Frozen):
+    """`sink_outputs`, upserted per key: the newest version per key wins, so a replayed batch, a
+    restart or a second replica never adds a row (docs/jobs.md, "The sink")."""
+
     kind: Literal["postgres"] = "postgres"
+    key: list[str] = Field(default_factory=list, description=(
+        "the output columns that identify a result row; none: the whole row is its own key "
+        "(an append-only output, where equal rows are one row)"))
+    version: str | None = Field(default=None, description=(
+        "a numeric output column that grows with each update of a key (a count, an event time), or "
+        "`batch_id`: the newest batch wins; none: 0, the first write of a key stays"))
+    event_time: str | None = Field(default=None, description=(
+        "the output's TIMESTAMP column whose age at commit is the end-to-end latency (default: the "
+        "source's event_time, when the output has that column)"))
+
+
+class ForeachBatchSink(_Frozen):
+    """The team's own sink: `function(df, batch_id, epoch)`; `epoch` is the run's fencing token
+    (docs/jobs.md shows how to write idempotently with it)."""
+
+    kind: Literal["foreach_batch"]
+    function: str = Field(description="package.module:function, on the stage's code path")
+
+    @field_validator("function")
+    @classmethod
+    def _function_path(cls, v: str) -> str:
+        return _import_path(v)
 
 
 class ParquetSink(_Frozen):
@@ -179,15 +185,23 @@ class Redundancy(_Frozen):
 
 
 class Stage(_Frozen):
-    workload: Literal["identity", "repartition", "wordcount", "fixwindow", "taxi_top10", "patterns", "keycount"]
+    job: str = Field(description=(
+        "the team's transform, `package.module:function`: build(records, params) -> DataFrame (docs/jobs.md)"))
+    code: list[str] = Field(default_factory=list, description=(
+        "directories the job's modules are imported from (default: the registry's `code`); packaged once "
+        "per deployment and shipped to every executor"))
+    output_mode: Literal["update", "append", "complete"] = Field(default="update", description=(
+        "Spark's output mode for the job's result: update (the default) suits aggregations and "
+        "stateless jobs; stream-stream joins need append"))
     source: FileSource | KafkaSource = Field(discriminator="kind")
-    sink: PostgresSink | ParquetSink = Field(default_factory=PostgresSink, discriminator="kind")
+    sink: PostgresSink | ParquetSink | ForeachBatchSink = Field(default_factory=PostgresSink, discriminator="kind")
     cores: Cores
     state_partitions: int = Field(default=4, ge=1, le=1024)
     trigger_interval_ms: int = Field(default=1000, ge=100)
     pool: str
     policy: Policy = Field(default_factory=Policy)
-    params: dict[str, Any] = Field(default_factory=dict, description="workload knobs, e.g. cpu_cost")
+    params: dict[str, Any] = Field(default_factory=dict, description=(
+        "handed to the job's build as its `params`; `cpu_cost` (SHA-256 rounds per record) is the platform's"))
     poison_after_failures: int = Field(
         default=3, ge=0, description="a batch that fails this many times in a row with the same error is "
                                      "bisected by file; the files that fail alone (else all) are quarantined "
@@ -198,17 +212,18 @@ class Stage(_Frozen):
     redundancy: Redundancy | None = Field(default=None, description="let the redundancy manager set the replicas")
     faults: list[Fault] = Field(default_factory=list, description="the fault injector's schedule for this stage")
 
-    @property
-    def input_kind(self) -> str:
-        return WORKLOAD_INPUT[self.workload]
+    @field_validator("job")
+    @classmethod
+    def _job_path(cls, v: str) -> str:
+        return _import_path(v)
 
     @property
     def max_record_bytes(self) -> int:
-        return getattr(self.source, "max_record_bytes", MAX_RECORD_BYTES)
+        return self.source.max_record_bytes
 
     @property
-    def stateful(self) -> bool:
-        return self.workload in STATEFUL_WORKLOADS
+    def record_schema(self) -> RecordSchema:
+        return self.source.record_schema
 
 
 class App(_Frozen):
@@ -232,6 +247,13 @@ class App(_Frozen):
 
 class Registry(_Frozen):
     pools: dict[str, Pool] = Field(min_length=1)
+    code: list[str] = Field(default_factory=list, description=(
+        "directories the stages' jobs are imported from, relative to the registry file"))
+    schemas: dict[str, str] = Field(default_factory=dict, description=(
+        "named record schemas (Spark DDL) that a stage's `source.schema` may name"))
+    views: list[str] = Field(default_factory=list, description=(
+        "SQL files (relative to the registry file) of analyst views over the jobs' outputs, applied into "
+        "the `reporting` schema at every sync"))
     apps: dict[str, App] = Field(default_factory=dict)
 
     def stage(self, ref: str) -> tuple[str, str, Stage]:
@@ -271,7 +293,8 @@ def _where(loc: tuple) -> str:
         parts.append(f"pool {rest[1]!r}")
         rest = rest[2:]
     # Discriminated unions add the tag ("files", "postgres") to the path; it is noise to a reader.
-    rest = [str(r) for r in rest if r not in ("files", "kafka", "postgres", "parquet", "function-after")]
+    rest = [str(r) for r in rest
+            if r not in ("files", "kafka", "postgres", "parquet", "foreach_batch", "function-after")]
     if rest:
         parts.append(f"field {'.'.join(rest)!r}")
     return ", ".join(parts) or "top level"
@@ -325,12 +348,44 @@ def _cross_check(reg: Registry, source: str) -> None:
         raise RegistryError("\n".join(problems))
 
 
-def parse(data: Any, source: str = "apps.yaml") -> Registry:
+def _resolved(data: dict, base: Path | None) -> dict:
+    """The registry with what a stage refers to written into the stage itself: a named schema
+    becomes its DDL and the registry's `code` (relative to `base`) the stage's absolute code path,
+    so a stage's stored spec is the whole of what its driver needs."""
+    schemas = data.get("schemas") or {}
+    code = data.get("code") or []
+    if not isinstance(schemas, dict) or not isinstance(code, list) or not isinstance(data.get("apps") or {}, dict):
+        return data  # validation names the field
+    here = base or Path.cwd()
+    out = {**data, "apps": {}}
+    if isinstance(data.get("views"), list):
+        out["views"] = [str((here / v).resolve()) if isinstance(v, str) else v for v in data["views"]]
+    for a, app in (data.get("apps") or {}).items():
+        if not isinstance(app, dict) or not isinstance(app.get("stages"), dict):
+            out["apps"][a] = app
+            continue
+        stages = {}
+        for s, st in app["stages"].items():
+            if isinstance(st, dict):
+                st = dict(st)
+                src = st.get("source")
+                if isinstance(src, dict) and isinstance(src.get("schema"), str) and src["schema"] in schemas:
+                    st["source"] = {**src, "schema": schemas[src["schema"]]}
+                paths = st.get("code", code)
+                if isinstance(paths, list):
+                    st["code"] = [str((here / p).resolve()) if isinstance(p, str) else p for p in paths]
+            stages[s] = st
+        out["apps"][a] = {**app, "stages": stages}
+    return out
+
+
+def parse(data: Any, source: str = "apps.yaml", base: Path | None = None) -> Registry:
+    """Validate a registry; `base` is the directory relative `code` paths are under (the file's)."""
     if not isinstance(data, dict):
         raise RegistryError(f"{source}: top level: expected a mapping with 'pools' and 'apps', "
                             f"got {type(data).__name__}")
     try:
-        reg = Registry.model_validate(data)
+        reg = Registry.model_validate(_resolved(data, base))
     except ValidationError as e:
         raise RegistryError(_format(e, source)) from None
     _cross_check(reg, source)
@@ -345,4 +400,4 @@ def load(path: Path | None = None) -> Registry:
         raise RegistryError(f"{path}: registry file not found (set STREAMOPS_APPS or create apps.yaml)") from None
     except yaml.YAMLError as e:
         raise RegistryError(f"{path}: not valid YAML: {e}") from None
-    return parse(data, path.name)
+    return parse(data, path.name, path.resolve().parent)

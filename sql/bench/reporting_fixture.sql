@@ -9,8 +9,8 @@ SELECT 'app-' || a, 5000, '{"cron": "0 3 * * *", "duration_min": 60, "max_action
        CAST(:day AS date) - 1
 FROM generate_series(1, (:stages + 9) / 10) a;
 
-INSERT INTO stages (stage_id, app, name, workload, pool, cores, min_cores, max_cores, state_partitions, trigger_ms, spec)
-SELECT 'app-' || (1 + s / 10) || '.s' || s, 'app-' || (1 + s / 10), 's' || s, 'wordcount', 'bench', 2, 1, 8, 8, 1000, '{}'
+INSERT INTO stages (stage_id, app, name, job, pool, cores, min_cores, max_cores, state_partitions, trigger_ms, spec)
+SELECT 'app-' || (1 + s / 10) || '.s' || s, 'app-' || (1 + s / 10), 's' || s, 'bench_jobs:count', 'bench', 2, 1, 8, 8, 1000, '{}'
 FROM generate_series(0, :stages - 1) s;
 
 INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status,

@@ -9,8 +9,8 @@ INSERT INTO apps (name, r_max_ms, maintenance_window, spec)
 SELECT 'app-' || a, 5000, '{"cron": "0 3 * * *", "duration_min": 60, "max_actions": 2}', '{}'
 FROM generate_series(1, :apps) a;
 
-INSERT INTO stages (stage_id, app, name, workload, pool, cores, min_cores, max_cores, state_partitions, trigger_ms, spec)
-SELECT 'app-' || a || '.s' || s, 'app-' || a, 's' || s, 'wordcount', 'pool-' || (a % 10), 2, 1, 8, 8, :trigger_s * 1000,
+INSERT INTO stages (stage_id, app, name, job, pool, cores, min_cores, max_cores, state_partitions, trigger_ms, spec)
+SELECT 'app-' || a || '.s' || s, 'app-' || a, 's' || s, 'bench_jobs:count', 'pool-' || (a % 10), 2, 1, 8, 8, :trigger_s * 1000,
        jsonb_build_object('policy', jsonb_build_object('kind', (ARRAY['edf', 'threshold3', 'ds2'])[1 + (a + s) % 3]))
 FROM generate_series(1, :apps) a, generate_series(1, :stages_per_app) s;
 

@@ -44,7 +44,7 @@ plan AS (  -- what the control loop has in store for the stage: a planned change
         FROM requests r WHERE r.status = 'deferred'
     ) x ORDER BY stage_id, prio, at DESC
 )
-SELECT s.stage_id, s.app, s.workload, COALESCE(r.pool, s.pool) AS pool,  -- where the run is (a migration moves it)
+SELECT s.stage_id, s.app, s.job, COALESCE(r.pool, s.pool) AS pool,  -- where the run is (a migration moves it)
        COALESCE(r.status, 'never started') AS status,
        r.id AS deployment_id, r.pid,
        -- the live run's Spark UI; NULL when the run is over (its UI went with it), the pool has

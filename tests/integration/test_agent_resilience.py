@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlalchemy import create_engine
 
-from streamops.agent.agent import BufferedWriter
+from streamops.agent.writer import BufferedWriter
 from streamops.agent.errors import is_transient
 from streamops.agent.sinks import retry_idempotent
 

@@ -21,6 +21,7 @@ from streamops.execute import reconfigure, stages
 from tests import oracles
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import _commits
+from tests.demo_jobs import demo_job
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "calibration_run_pause_resume.json"
 SID = "cal.wc"
@@ -38,7 +39,7 @@ OTHER_RUNS_GAP_S = (28.7, 20.7, 26.3, 31.8, 17.1, 18.8, 16.9)
 
 
 def _registry() -> registry.Registry:
-    stage = {"workload": "wordcount", "source": {"kind": "files", "path": "cal/wc", "max_files_per_trigger": 3},
+    stage = {**demo_job("wordcount", {"kind": "files", "path": "cal/wc", "max_files_per_trigger": 3}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p"}
     return registry.parse({
         "pools": {"p": {"cores": 2}},

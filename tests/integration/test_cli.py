@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from streamops.cli import app
+from tests.demo_jobs import demo_job
 
 runner = CliRunner()
 def _commands(group=None, path=()) -> list[list[str]]:
@@ -39,7 +40,8 @@ def test_bad_registry_is_a_clear_error(tmp_path, monkeypatch, clean_db):
     bad = tmp_path / "apps.yaml"
     bad.write_text("pools: {p: {cores: 2}}\n"
                    "apps: {a: {r_max_ms: 0, maintenance_window: {cron: '0 3 * * *', duration_min: 5},"
-                   " stages: {s: {workload: identity, source: {path: x}, cores: {initial: 1, max: 1}, pool: p}}}}\n")
+                   " stages: {s: {job: 'demo_jobs.web:identity', source: {path: x, schema: 'id STRING'},"
+                   " cores: {initial: 1, max: 1}, pool: p}}}}\n")
     monkeypatch.setenv("STREAMOPS_APPS", str(bad))
     result = runner.invoke(app, ["deploy", "a"])
     assert result.exit_code == 2
@@ -75,7 +77,7 @@ def test_status_shows_a_stage_the_watchdog_gave_up_on(clean_db, monkeypatch):
 
     reg = registry.parse({"pools": {"p": {"cores": 2}}, "apps": {"w": {
         "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-        "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "w/s"}, "pool": "p",
+        "stages": {"s": {**demo_job("wordcount", {"kind": "files", "path": "w/s"}), "pool": "p",
                          "cores": {"initial": 1, "max": 2}}}}}})
     stages.sync_registry(reg)
     with clean_db.begin() as conn:
@@ -100,7 +102,7 @@ def _stage_with_a_run(clean_db, cores=1, pool="p", status="running", extra_pool=
     pools = {"p": {"cores": 2}, **({"q": {"cores": 2}} if extra_pool else {})}
     reg = registry.parse({"pools": pools, "apps": {"w": {
         "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-        "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "w/s"}, "pool": "p",
+        "stages": {"s": {**demo_job("wordcount", {"kind": "files", "path": "w/s"}), "pool": "p",
                          "cores": {"initial": 1, "max": 2}}}}}})
     stages.sync_registry(reg)
     with clean_db.begin() as conn:
@@ -289,7 +291,7 @@ def test_gen_stop_stops_one_stage_s_background_generator_then_the_rest(tmp_path,
     apps = tmp_path / "apps.yaml"
     apps.write_text(yaml.safe_dump({"pools": {"p": {"cores": 2}}, "apps": {"g": {
         "r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-        "stages": {n: {"workload": "wordcount", "source": {"kind": "files", "path": f"g/{n}"},
+        "stages": {n: {**demo_job("wordcount", {"kind": "files", "path": f"g/{n}"}),
                        "cores": {"initial": 1, "max": 1}, "pool": "p"} for n in ("a", "b")}}}}))
     monkeypatch.setenv("STREAMOPS_APPS", str(apps))
     for sid in ("g.a", "g.b"):

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from spark_apps.stage import JAVA_OPTIONS_ENV
 from streamops import control, generator, registry
 from streamops.execute import stages
+from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
@@ -25,7 +26,7 @@ def _registry() -> registry.Registry:
             "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
             "control": {"policy": "token_bucket", "capacity": 1, "beta": 0.75},
             "stages": {"hot": {
-                "workload": "wordcount", "source": {"kind": "files", "path": "ctl/in", "max_files_per_trigger": 5},
+                **demo_job("wordcount", {"kind": "files", "path": "ctl/in", "max_files_per_trigger": 5}),
                 "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p",
                 "policy": {"kind": "edf", "params": {"window_s": 20, "stabilization_s": 5, "local_period_s": 5}},
                 "params": {"cpu_cost": 6000},
@@ -103,7 +104,7 @@ def test_a_request_in_flight_stale_or_changing_nothing_is_declined_without_a_tok
         "pools": {"p": {"cores": 8}},
         "apps": {"nf": {"r_max_ms": 3000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
                         "control": {"policy": "token_bucket", "capacity": 1, "beta": 0.75},
-                        "stages": {n: {"workload": "wordcount", "source": {"kind": "files", "path": f"nf/{n}"},
+                        "stages": {n: {**demo_job("wordcount", {"kind": "files", "path": f"nf/{n}"}),
                                        "cores": {"initial": 2, "max": 4}, "pool": "p"}
                                    for n in ("noop", "busy", "stale")}}},
     })
@@ -158,7 +159,7 @@ def test_the_operator_s_window_starts_after_a_live_change_and_is_empty_while_one
     reg = registry.parse({
         "pools": {"p": {"cores": 8}},
         "apps": {"lw": {"r_max_ms": 3000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                        "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "lw/s"},
+                        "stages": {"s": {**demo_job("wordcount", {"kind": "files", "path": "lw/s"}),
                                          "cores": {"initial": 2, "max": 4}, "pool": "p"}}}},
     })
     stages.sync_registry(reg)

@@ -12,19 +12,20 @@ from sqlalchemy import text
 
 from streamops import generator, registry
 from streamops.execute import stages
+from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
 def _registry(spark_ui: bool = True, **stage_overrides) -> registry.Registry:
-    stage = {"workload": "wordcount", "source": {"kind": "files", "path": "e2e/in", "max_files_per_trigger": 2},
+    stage = {**demo_job("wordcount", {"kind": "files", "path": "e2e/in", "max_files_per_trigger": 2}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p"}
     stage.update(stage_overrides)
     return registry.parse({
         "pools": {"p": {"cores": 2, "spark_ui": spark_ui}},
         "apps": {"e2e": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
                          "stages": {"wc": stage,
-                                    "other": {**stage, "source": {"kind": "files", "path": "e2e/other"}}}}},
+                                    "other": {**stage, "source": {**stage["source"], "path": "e2e/other"}}}}},
     })
 
 

@@ -14,6 +14,7 @@ from streamops import control, forecast_pass, registry
 from streamops.execute import stages
 from streamops.plan.options import OperatorOptions
 from streamops.store import db
+from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 
@@ -22,7 +23,7 @@ PARAMS = {"forecast": True, "forecast_season_s": 0, "forecast_horizon_s": 600}
 
 def _registry(pred_kind: str = "threshold3", pred_params: dict = PARAMS) -> registry.Registry:
     def stage(kind: str, params: dict) -> dict:
-        return {"workload": "wordcount", "source": {"kind": "files", "path": "fc/in"},
+        return {**demo_job("wordcount", {"kind": "files", "path": "fc/in"}),
                 "cores": {"initial": 1, "max": 2},
                 "state_partitions": 2, "trigger_interval_ms": 10_000, "pool": "p",
                 "policy": {"kind": kind, "params": params}}

@@ -19,12 +19,13 @@ from streamops.execute import replicas, stages, supervisor
 from tests import oracles
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder
+from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
 def _registry(workload: str = "wordcount", replicas_: int = 1, path: str = "ha/in", **extra) -> registry.Registry:
-    stage = {"workload": workload, "source": {"kind": "files", "path": path, "max_files_per_trigger": 2},
+    stage = {**demo_job(workload, {"kind": "files", "path": path, "max_files_per_trigger": 2}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p",
              "replicas": replicas_, **extra}
     return registry.parse({

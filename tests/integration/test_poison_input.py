@@ -20,9 +20,11 @@ from sqlalchemy import text
 from spark_apps.stage import start_stage_queries
 from streamops import generator, registry
 from streamops.agent.metrics import StageContext
-from streamops.records import FIELDS, RANGES, check_line
+from streamops.generator import SCHEMAS
+from streamops.records import check_line
 from tests import oracles
 from tests.integration.test_e2e_stage import eventually
+from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 
@@ -48,14 +50,14 @@ def _field(family: str, name: str, typ: str):
     if typ == "int":
         return st.integers(-(1 << 31), (1 << 31) - 1)
     if typ == "double":
-        lo, hi = RANGES.get(family, {}).get(name, (-1e12, 1e12))
+        lo, hi = {n: (a, b) for n, a, b in SCHEMAS[family].ranges}.get(name, (-1e12, 1e12))
         return st.floats(lo, hi, allow_nan=False)
     return st.text(max_size=30) if name != "words" else \
         st.lists(st.sampled_from(["a", "b", "c", "ab"]), max_size=6).map(" ".join)
 
 
 def records(family: str):
-    return st.fixed_dictionaries({f: _field(family, f, t) for f, t in FIELDS[family].items()})
+    return st.fixed_dictionaries({f: _field(family, f, t) for f, t in SCHEMAS[family].fields})
 
 
 def broken(family: str):
@@ -67,7 +69,7 @@ def broken(family: str):
         elif how == "value":
             rec[name] = value
         return json.dumps(rec, ensure_ascii=how != "raw").encode("utf-8", "surrogatepass") + junk
-    return st.builds(mutate, records(family), st.sampled_from(sorted(FIELDS[family])),
+    return st.builds(mutate, records(family), st.sampled_from(sorted(SCHEMAS[family].types)),
                      st.sampled_from(["drop", "value", "raw", "text"]),
                      json_values | nasty_text, st.sampled_from([b"", b"", b" x", b"{}", b"\x00"]))
 
@@ -118,11 +120,11 @@ def test_any_line_is_counted_or_quarantined_with_its_reason(spark, clean_db, tmp
         inputs.mkdir(parents=True)
         (inputs / "lines.json").write_bytes(b"\n".join(batch) + b"\n")
         stage = registry.Stage.model_validate({
-            "workload": workload, "source": {"kind": "files", "path": path}, "cores": {"initial": 1, "max": 2},
+            **demo_job(workload, {"kind": "files", "path": path}), "cores": {"initial": 1, "max": 2},
             "state_partitions": 2, "pool": "p"})
         _run_once(spark, stage, sid, tmp_path)
 
-        verdicts = [check_line(family, b) for b in batch]
+        verdicts = [check_line(SCHEMAS[family], b) for b in batch]
         valid = [json.loads(b) for b, v in zip(batch, verdicts) if v.valid]
         assert oracles.actual(clean_db, sid, workload) == oracles.expected(workload, valid)
         with clean_db.connect() as conn:
@@ -164,7 +166,7 @@ def _bad_lines() -> list[tuple[bytes, str]]:
 def _registry(name: str, **extra) -> registry.Registry:
     """One stage `poison.<name>` reading `poison/<name>` (its own checkpoint: tests share a home)."""
     path = f"poison/{name}"
-    stage = {"workload": "wordcount", "source": {"kind": "files", "path": path, "max_files_per_trigger": 2},
+    stage = {**demo_job("wordcount", {"kind": "files", "path": path, "max_files_per_trigger": 2}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p",
              **extra}
     return registry.parse({"pools": {"p": {"cores": 2}}, "apps": {"poison": {
@@ -255,7 +257,7 @@ def test_a_batch_that_always_fails_is_bisected_its_poison_file_quarantined_and_t
 
     poisoned = {Path(f).name for f in (bf.quarantined_files or bf.files)}
     valid = [json.loads(line) for f in sorted(inputs.glob("*.json")) if f.name not in poisoned
-             for line in f.read_bytes().splitlines() if check_line("web", line).valid]
+             for line in f.read_bytes().splitlines() if check_line(SCHEMAS["web"], line).valid]
     want = oracles.expected("wordcount", valid)
     eventually(lambda: oracles.actual(clean_db, sid, "wordcount") == want, 180,
                "the sink to equal the ground truth without the quarantined file")

@@ -69,7 +69,7 @@ def rows(clean_db):
         _exec(conn, "INSERT INTO pools (name, master, cores) VALUES ('p', 'local', 8)")
         _exec(conn, "INSERT INTO apps (name, r_max_ms, maintenance_window, spec) VALUES ('a', 1000, '{}', '{}')")
         for name, replicas in (("s1", 2), ("s2", 1)):
-            _exec(conn, "INSERT INTO stages (stage_id, app, name, workload, pool, cores, min_cores, max_cores, "
+            _exec(conn, "INSERT INTO stages (stage_id, app, name, job, pool, cores, min_cores, max_cores, "
                         "state_partitions, trigger_ms, spec, replicas) "
                         "VALUES (:id, 'a', :n, 'wordcount', 'p', 1, 1, 8, 4, 1000, '{}', :r)",
               id=f"a.{name}", n=name, r=replicas)

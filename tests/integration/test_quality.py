@@ -18,6 +18,7 @@ from streamops.quality import gate_new_run, run_suites, suites
 from streamops.quality.runner import Validator, to_result
 from streamops.store import db
 from tests.integration.test_reporting_sql import D, add_app, at
+from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 
@@ -316,13 +317,14 @@ def test_input_records_and_parquet_sink_with_spark(qdb, spark, tmp_path):
 
     v = Validator(qdb)
     day = now.date()
-    ok = to_result(sf.validate_input_files(v, spark, sorted(good.glob("part-*.json")), "wordcount"),
+    source = demo_job("wordcount", {"path": str(good)})["source"]
+    ok = to_result(sf.validate_input_files(v, spark, sorted(good.glob("part-*.json")), source),
                    "input_records", str(good), "a", day)
     assert ok.success, ok.details
     assert ok.statistics["evaluated_expectations"] == len(suites.input_records_suite(
-        "web", {"id": "string", "ts": "timestamp", "ip": "string", "url": "string", "status": "int", "user": "string",
-                "words": "string"}).expectations)
-    ko = to_result(sf.validate_input_files(v, spark, [bad / "part-t-00000000.json"], "wordcount"),
+        {"id": "string", "ts": "timestamp", "ip": "string", "url": "string", "status": "int", "user": "string",
+         "words": "string"}, "ts", "web").expectations)
+    ko = to_result(sf.validate_input_files(v, spark, [bad / "part-t-00000000.json"], source),
                    "input_records", str(bad), "a", day)
     assert {(f["expectation"], f["column"]) for f in ko.details["failed"]} == {
         ("expect_column_values_to_be_null", "reason"),            # 4 of 36 malformed > 5 %
@@ -348,8 +350,7 @@ def test_input_records_and_parquet_sink_with_spark(qdb, spark, tmp_path):
     # The nightly run finds both through the stages' specs (files published today).
     with qdb.begin() as conn:
         conn.execute(text("UPDATE stages SET spec = CAST(:s AS jsonb) WHERE stage_id = :id"),
-                     {"id": STAGE, "s": json.dumps({"workload": "wordcount",
-                                                    "source": {"kind": "files", "path": str(good)},
+                     {"id": STAGE, "s": json.dumps({**demo_job("wordcount", {"kind": "files", "path": str(good)}),
                                                     "sink": {"kind": "parquet", "path": str(sink)}})})
     results = run_suites(day)  # the Spark suites run as their own job (spark_apps/quality_files.py)
     assert [(r.suite, r.target, r.success) for r in results] == [

@@ -13,13 +13,14 @@ from streamops import quality
 from streamops.execute import checkpoint, mechanisms, reconfigure, stages, staging
 from tests import oracles
 from tests.integration.test_e2e_stage import eventually
+from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
 def _registry(name: str, pool_cores: int = 2) -> registry.Registry:
     """One stage `rc.<name>` with its own input and checkpoint: tests share a state directory."""
-    stage = {"workload": "wordcount", "source": {"kind": "files", "path": f"rc/{name}", "max_files_per_trigger": 3},
+    stage = {**demo_job("wordcount", {"kind": "files", "path": f"rc/{name}", "max_files_per_trigger": 3}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p",
              "policy": {"kind": "edf"}}
     return registry.parse({

@@ -35,6 +35,7 @@ from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import mechanisms, reconfigure, stages
 from streamops.paths import REPO_ROOT
 from tests import oracles
+from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 
 # Not yet in `make test`: long (real drivers under continuous load) and not yet green on a quiet
@@ -71,7 +72,7 @@ PHASES = ["requested_at", "stop_requested_at", "stopped_at", "state_ready_at", "
 
 
 def _registry_data(app: str, workload: str, params: dict, path: str, pool_cores: int = 2) -> dict:
-    stage = {"workload": workload, "source": {"kind": "files", "path": path, "max_files_per_trigger": 3},
+    stage = {**demo_job(workload, {"kind": "files", "path": path, "max_files_per_trigger": 3}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p1",
              "policy": {"kind": "edf"}, "params": params}
     return {

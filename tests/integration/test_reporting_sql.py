@@ -42,7 +42,7 @@ def add_app(engine, name: str, r_max_ms: int = 1000, created_at: datetime = T0 -
                           "VALUES (:n, :r, '{}', '{}', :c)"), {"n": name, "r": r_max_ms, "c": created_at})
         for s, trig in (stages or {"s": 1000}).items():
             conn.execute(text(
-                "INSERT INTO stages (stage_id, app, name, workload, pool, cores, min_cores, max_cores, "
+                "INSERT INTO stages (stage_id, app, name, job, pool, cores, min_cores, max_cores, "
                 "state_partitions, trigger_ms, spec) VALUES (:id, :app, :s, 'wordcount', 'p', 1, 1, 4, 2, :t, '{}')"),
                 {"id": f"{name}.{s}", "app": name, "s": s, "t": trig})
     if in_service:
@@ -422,6 +422,10 @@ def test_reader_runs_the_readmes_example_on_the_workloads_outputs(rdb):
                 "CAST(:v AS jsonb), :n, 0)"), {"k": f"w|{route}", "n": 5 - i, "v": __import__("json").dumps(
                     {"window_start": "2026-11-21T12:00:00Z", "window_end": "2026-11-21T12:30:00Z", "route": route,
                      "count": 5 - i})})
+    from streamops import registry
+    from streamops.store import ledger
+
+    ledger.sync_views(registry.load(REPO_ROOT / "apps.yaml").views)  # the demo registry's own view
     example = re.search(r"`(SELECT \* FROM reporting\.taxi_top10_routes[^`]*)`", (REPO_ROOT / "README.md").read_text())
     assert example, "the README shows the analyst's example query"
     rows = _as_reader(rdb, example.group(1))

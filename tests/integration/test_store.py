@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from streamops.store import db, embedded, migrate
 from tests.conftest import drop_database, recreate_database
+from tests.demo_jobs import demo_job
 
 
 @pytest.fixture
@@ -240,7 +241,7 @@ def test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db):
 
     reg = registry.parse({"pools": {"p": {"cores": 2}}, "apps": {"r": {
         "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-        "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "r/s"}, "pool": "p",
+        "stages": {"s": {**demo_job("wordcount", {"kind": "files", "path": "r/s"}), "pool": "p",
                          "cores": {"initial": 1, "max": 2}}}}}})
 
     def wanted() -> tuple:

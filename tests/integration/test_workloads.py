@@ -15,6 +15,7 @@ from streamops.agent.agent import StageAgent
 from streamops.agent.metrics import StageContext
 from streamops.agent.sinks import ParquetSink, PostgresUpsertSink
 from tests import oracles
+from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 
@@ -23,7 +24,7 @@ START = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 
 def _stage(workload: str, path: str, **extra) -> registry.Stage:
     return registry.Stage.model_validate({
-        "workload": workload, "source": {"kind": "files", "path": path, "max_files_per_trigger": 4},
+        **demo_job(workload, {"kind": "files", "path": path, "max_files_per_trigger": 4}),
         "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "pool": "p", **extra,
     })
 

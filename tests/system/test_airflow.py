@@ -25,6 +25,7 @@ from streamops import generator, registry
 from streamops.execute import stages
 from streamops.paths import REPO_ROOT
 from tests import oracles
+from tests.demo_jobs import demo_job
 from tests.conftest import ARTIFACTS, _server_url, drop_database, recreate_database
 from tests.integration.test_e2e_stage import eventually
 
@@ -33,18 +34,18 @@ pytestmark = [pytest.mark.e2e, pytest.mark.db]
 CONTRACT_DAGS = {"streamops_deploy", "streamops_replan", "streamops_reconfigure", "streamops_maintenance_window",
                  "streamops_watchdog", "streamops_nightly_report"}
 APP, SID = "af", "af.wc"
-_WC = {"workload": "wordcount", "cores": {"initial": 1, "min": 1, "max": 2}, "state_partitions": 2,
+_WC = {"cores": {"initial": 1, "min": 1, "max": 2}, "state_partitions": 2,
        "trigger_interval_ms": 1000, "pool": "p1", "policy": {"kind": "edf"}}
 _WINDOW = {"cron": "0 3 * * *", "duration_min": 30}
 REGISTRY = {
     "pools": {"p1": {"cores": 4, "network_delay_ms": {"p2": 5}}, "p2": {"cores": 2, "network_delay_ms": {"p1": 5}}},
     "apps": {
         APP: {"r_max_ms": 5000, "maintenance_window": _WINDOW, "stages": {"wc": {
-            **_WC, "source": {"kind": "files", "path": "af/in", "max_files_per_trigger": 2}}}},
+            **_WC, **demo_job("wordcount", {"kind": "files", "path": "af/in", "max_files_per_trigger": 2})}}},
         # A second app, started only by the Streams page's test: two running stages on the page. Its
         # window (09:00) is never open when the maintenance-window test looks (03:10, 15:10).
         "ag": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 9 * * *", "duration_min": 30}, "stages": {"wc": {
-            **_WC, "source": {"kind": "files", "path": "ag/in", "max_files_per_trigger": 2}}}},
+            **_WC, **demo_job("wordcount", {"kind": "files", "path": "ag/in", "max_files_per_trigger": 2})}}},
     },
 }
 

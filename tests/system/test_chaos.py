@@ -24,12 +24,13 @@ from streamops.generator.records import dumps
 from streamops.store import db, embedded, migrate
 from tests import oracles
 from tests.integration.test_e2e_stage import eventually
+from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos]
 
 
 def _registry(path: str = "chaos/in") -> registry.Registry:
-    stage = {"workload": "wordcount", "source": {"kind": "files", "path": path, "max_files_per_trigger": 2},
+    stage = {**demo_job("wordcount", {"kind": "files", "path": path, "max_files_per_trigger": 2}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p"}
     return registry.parse({
         "pools": {"p": {"cores": 2}},
@@ -235,7 +236,7 @@ def test_a_driver_that_wakes_after_it_was_replaced_writes_nothing_and_exits(clea
 
 
 def _cluster_registry(path: str) -> registry.Registry:
-    stage = {"workload": "wordcount", "source": {"kind": "files", "path": path, "max_files_per_trigger": 2},
+    stage = {**demo_job("wordcount", {"kind": "files", "path": path, "max_files_per_trigger": 2}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "c"}
     return registry.parse({
         "pools": {"c": {"master": "embedded", "cores": 2, "executor_cores": 1, "executor_memory": "512m"}},
@@ -489,8 +490,8 @@ def test_the_supervisor_killed_then_a_driver_killed_one_watchdog_run_brings_back
     apps.write_text(yaml.safe_dump({
         "pools": {"p": {"cores": 2}},
         "apps": {"chaos": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                           "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "chaos/sk",
-                                                                                "max_files_per_trigger": 2},
+                           "stages": {"s": {**demo_job("wordcount", {"kind": "files", "path": "chaos/sk",
+                                                                                "max_files_per_trigger": 2}),
                                             "cores": {"initial": 1, "max": 2}, "state_partitions": 2,
                                             "trigger_interval_ms": 1000, "pool": "p"}}}}}))
     monkeypatch.setenv("STREAMOPS_APPS", str(apps))

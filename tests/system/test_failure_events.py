@@ -42,7 +42,7 @@ def stages(clean_db):
                      {"a": APP})
         for s in ("a", "b"):
             conn.execute(text(
-                "INSERT INTO stages (stage_id, app, name, workload, pool, cores, min_cores, max_cores, "
+                "INSERT INTO stages (stage_id, app, name, job, pool, cores, min_cores, max_cores, "
                 "state_partitions, trigger_ms, spec) VALUES (:id, :app, :s, 'wordcount', 'p', 1, 1, 2, 2, 1000, '{}')"),
                 {"id": f"{APP}.{s}", "app": APP, "s": s})
     return clean_db

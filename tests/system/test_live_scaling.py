@@ -18,13 +18,14 @@ from streamops import processes, quality, registry, spark_cluster
 from streamops.execute import checkpoint, reconfigure, stages
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder, _commits, _row, _settle_and_compare
+from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
 def _registry(name: str, initial: int = 1, workload: str = "wordcount",
               params: dict | None = None) -> registry.Registry:
-    stage = {"workload": workload, "source": {"kind": "files", "path": f"rc/{name}", "max_files_per_trigger": 3},
+    stage = {**demo_job(workload, {"kind": "files", "path": f"rc/{name}", "max_files_per_trigger": 3}),
              "cores": {"initial": initial, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000,
              "pool": "cluster", "policy": {"kind": "edf"}, "params": params or {}}
     return registry.parse({

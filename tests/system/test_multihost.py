@@ -26,6 +26,7 @@ from tests import oracles
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder
 from tests.system import netns
+from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
@@ -59,7 +60,7 @@ def _cli(*args: str, env: dict[str, str], on: list[str] | None = None, timeout: 
 
 
 def _apps(path: Path, source: Path) -> Path:
-    stage = {"workload": "wordcount", "source": {"kind": "files", "path": str(source), "max_files_per_trigger": 3},
+    stage = {**demo_job("wordcount", {"kind": "files", "path": str(source), "max_files_per_trigger": 3}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000,
              "pool": "cluster", "policy": {"kind": "edf"}}
     path.write_text(yaml.safe_dump({

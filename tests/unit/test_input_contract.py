@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamops.agent.sinks import KEY_MAX_BYTES, pg_json, pg_key, pg_text, quarantine_values, record_key
-from streamops.records import FIELDS, REASON_KINDS, check_line, udf_row
+from streamops.generator import SCHEMAS
+from streamops.records import REASON_KINDS, check_line, udf_row
 
 WEB = {"id": "r-1", "ts": "2026-11-21T12:00:00.016Z", "ip": "10.0.0.1", "url": "/a", "status": 200, "user": "u1",
        "words": "hello world"}
@@ -64,14 +65,14 @@ def web(**changes) -> bytes:
     (web(ts="9999-12-31T23:59:59-23:59"), "out of range", 'out of range: ts is "9999-12-31T23:59:59-23:59"'),
 ])
 def test_every_reason_a_line_is_refused_for(line, kind, reason):
-    v = check_line("web", line, max_bytes=64 if kind == "too large" else 1 << 20)
+    v = check_line(SCHEMAS["web"], line, max_bytes=64 if kind == "too large" else 1 << 20)
     assert not v.valid
     assert v.kind == kind and v.kind in REASON_KINDS
     assert v.reason.startswith(reason), v.reason
 
 
 def test_a_valid_line_is_typed():
-    v = check_line("web", web())
+    v = check_line(SCHEMAS["web"], web())
     assert v.valid and v.record["status"] == 200 and v.record["ts"].year == 2026 and v.record["ts"].tzinfo
 
 
@@ -79,15 +80,15 @@ def test_taxi_coordinates_must_be_on_the_globe():
     taxi = {"id": "t", "ts": "2026-11-21T12:00:00Z", "medallion": "m", "pickup_ts": "2026-11-21T12:00:00Z",
             "dropoff_ts": "2026-11-21T12:10:00Z", "pickup_lon": -73.98, "pickup_lat": 40.75, "dropoff_lon": -73.95,
             "dropoff_lat": 40.77, "fare": 12}
-    assert check_line("taxi", json.dumps(taxi).encode()).record["fare"] == 12.0
+    assert check_line(SCHEMAS["taxi"], json.dumps(taxi).encode()).record["fare"] == 12.0
     # 1e300 would overflow the grid cell in ANSI Spark and fail the batch on every replay
-    v = check_line("taxi", json.dumps({**taxi, "pickup_lon": 1e300}).encode())
+    v = check_line(SCHEMAS["taxi"], json.dumps({**taxi, "pickup_lon": 1e300}).encode())
     assert v.kind == "out of range" and "pickup_lon" in v.reason
 
 
 def test_udf_row_never_ships_a_line_over_the_limit():
-    assert udf_row("web", None, 5 << 20)[:2] == ("too large", "too large: 5242880 bytes (limit 1048576)")
-    row = udf_row("web", web(), len(web()))
+    assert udf_row(SCHEMAS["web"], None, 5 << 20)[:2] == ("too large", "too large: 5242880 bytes (limit 1048576)")
+    row = udf_row(SCHEMAS["web"], web(), len(web()))
     assert row[0] is None and row[2] == "r-1" and row[3] == 1795262400016000  # ts in epoch microseconds
 
 
@@ -98,10 +99,10 @@ json_values = st.recursive(
 
 
 @settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
-@given(family=st.sampled_from(sorted(FIELDS)), line=st.binary(max_size=300) | json_values.map(
+@given(family=st.sampled_from(sorted(SCHEMAS)), line=st.binary(max_size=300) | json_values.map(
     lambda v: json.dumps(v).encode()))
 def test_check_line_never_raises_and_always_says_why(family, line):
-    v = check_line(family, line)
+    v = check_line(SCHEMAS[family], line)
     assert v.valid != (v.reason is not None)
     if not v.valid:
         assert v.kind in REASON_KINDS and v.reason.startswith(v.kind.split(" ")[0])
@@ -109,7 +110,7 @@ def test_check_line_never_raises_and_always_says_why(family, line):
 
 
 def test_a_check_that_breaks_is_a_reason_not_an_exception():
-    v = check_line("web", None)  # not bytes: the check itself fails
+    v = check_line(SCHEMAS["web"], None)  # not bytes: the check itself fails
     assert v.kind == "unreadable" and v.reason.startswith("unreadable: TypeError")
 
 
@@ -130,16 +131,16 @@ def _records(family: str):
         typed = {"timestamp": timestamps, "string": st.text(max_size=20), "int": st.integers(),
                  "double": st.floats() | st.integers()}[typ]
         return typed | json_values
-    return st.fixed_dictionaries({name: value(typ) for name, typ in FIELDS[family].items()})
+    return st.fixed_dictionaries({name: value(typ) for name, typ in SCHEMAS[family].fields})
 
 
-@pytest.mark.parametrize("family", sorted(FIELDS))
+@pytest.mark.parametrize("family", sorted(SCHEMAS))
 def test_fuzz_any_record_of_a_family_gets_a_verdict(family):
     @FUZZ
     @given(rec=_records(family))
     def prop(rec):
         line = json.dumps(rec, allow_nan=True).encode()
-        v = check_line(family, line)
+        v = check_line(SCHEMAS[family], line)
         assert v.valid != (v.reason is not None)
         assert v.kind != "unreadable", v.reason  # every failure of the check is a case it should name
         if not v.valid:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from streamops import registry
+from tests.demo_jobs import demo_job
 
 GOOD = {
     "pools": {"p1": {"cores": 2, "network_delay_ms": {"p2": 5}}, "p2": {"cores": 4}},
@@ -19,8 +20,7 @@ GOOD = {
             "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
             "stages": {
                 "top10": {
-                    "workload": "taxi_top10",
-                    "source": {"kind": "files", "path": "taxi/in"},
+                    **demo_job("taxi_top10", {"kind": "files", "path": "taxi/in"}),
                     "cores": {"initial": 1, "min": 1, "max": 2},
                     "pool": "p1",
                 }
@@ -70,8 +70,14 @@ def test_good_registry_loads_frozen_models_with_defaults():
          "app 'taxi', stage 'top10', field 'cores.min': Input should be greater than or equal to 1 (got 0)"),
         (_with(STAGE + ["cores"], {"initial": 3, "min": 1, "max": 2}),
          "app 'taxi', stage 'top10', field 'cores': expected min <= initial <= max, got 1 <= 3 <= 2"),
-        (_with(STAGE + ["workload"], "wordcont"),
-         "app 'taxi', stage 'top10', field 'workload': Input should be 'identity', 'repartition', 'wordcount'"),
+        (_with(STAGE + ["job"], "wordcount"),
+         "app 'taxi', stage 'top10', field 'job': expected an import path 'package.module:function'"),
+        (_with(STAGE + ["source", "schema"], "id STRING, ts TIMESTMP"),
+         "app 'taxi', stage 'top10', field 'source': schema: column 'ts': type 'TIMESTMP' is not supported"),
+        (_with(STAGE + ["source", "event_time"], "id"),
+         "app 'taxi', stage 'top10', field 'source': event_time: 'id' is not a TIMESTAMP column of the schema"),
+        (_with(STAGE + ["sink"], {"kind": "foreach_batch", "function": "no colon"}),
+         "app 'taxi', stage 'top10', field 'sink.function': expected an import path 'package.module:function'"),
         (_with(STAGE + ["pool"], "nowhere"),
          "app 'taxi', stage 'top10', field 'pool': no pool 'nowhere'; expected one of ['p1', 'p2']"),
         (_with(STAGE + ["cores"], {"initial": 1, "max": 3}),
@@ -159,7 +165,7 @@ def test_options_are_typed_once_at_load_and_stored_as_the_overrides_apps_yaml_wr
         "pools": {"p": {"cores": 2}},
         "apps": {"a": {"r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 5},
                        "control": {"capacity": 2, "beta": 0.75},
-                       "stages": {"s": {"workload": "wordcount", "source": {"kind": "files", "path": "x"},
+                       "stages": {"s": {**demo_job("wordcount", {"kind": "files", "path": "x"}),
                                         "cores": {"initial": 1, "max": 2}, "pool": "p",
                                         "policy": {"kind": "edf", "params": {"u_max": "0.8"}},
                                         "redundancy": {"params": {"r_max": 0.5}}}}}},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from spark_apps.stage import JAVA_OPTIONS_ENV, session_conf
 from streamops import jvm_archive
+from tests.demo_jobs import demo_job
 
 
 def test_java_options_reach_the_driver_and_its_executors_and_nothing_is_added_without_them(monkeypatch):
@@ -43,7 +44,7 @@ def test_the_warm_up_samples_the_newest_input_or_else_makes_records_of_the_stage
 
     monkeypatch.setenv("STREAMOPS_HOME", str(tmp_path))
     stage = registry.Stage.model_validate({
-        "workload": "taxi_top10", "source": {"kind": "files", "path": "in"}, "cores": {"initial": 1, "max": 1},
+        **demo_job("taxi_top10", {"kind": "files", "path": "in"}), "cores": {"initial": 1, "max": 1},
         "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p", "policy": {"kind": "edf"}})
     lines = warm_up_sample(stage, 40)
     assert len(lines) == 40 and all(records.parse_valid("taxi", line) is not None for line in lines)

@@ -18,14 +18,14 @@ from streamops.sim.engine import Simulation
 from streamops.sim.faults import Blocks, fault_schedule, parse_faults
 from streamops.sim.model import SimConfig
 from streamops.sim.policies import resolve_policy
-from streamops.sim.run import HA_TRACE, WORDCOUNT_STAGE, ha_comparison
+from streamops.sim.run import HA_TRACE, COUNT_STAGE, ha_comparison
 
 KILLS = (Fault(kind="driver_kill", mtbf_s=120),)
 
 
 def _sim(faults=(), replicas: int = 1, redundancy=None, duration_s: int = 1800, seed: int = 1, **cfg_kw) -> Simulation:
     """One wordcount-like stage at fixed cores on a constant load, run to the end."""
-    spec = replace(WORDCOUNT_STAGE, replicas=replicas, redundancy=redundancy, faults=tuple(faults))
+    spec = replace(COUNT_STAGE, replicas=replicas, redundancy=redundancy, faults=tuple(faults))
     pc = resolve_policy("threshold3_tuned")
     sim = Simulation(SimConfig().with_overrides(stages=(spec,), **cfg_kw), pc.operator, pc.op_opts(), pc.app_opts(),
                      load_trace(HA_TRACE), duration_s, seed)
@@ -34,7 +34,7 @@ def _sim(faults=(), replicas: int = 1, redundancy=None, duration_s: int = 1800, 
 
 
 def _ha(faults=(), **kw) -> dict:
-    spec = replace(WORDCOUNT_STAGE, faults=tuple(faults),
+    spec = replace(COUNT_STAGE, faults=tuple(faults),
                    **{k: kw.pop(k) for k in ("replicas", "redundancy") if k in kw})
     return run_simulation("threshold3_tuned", HA_TRACE, duration_s=kw.pop("duration_s", 1800), stages=(spec,),
                           plot=False, **kw)["ha"]
@@ -102,7 +102,7 @@ def test_blocks_merge_and_measure():
 
 def _one(kind: str, magnitude: float = 5.0, replicas: int = 1, cores: int = 2, **cfg_kw):
     """A stage hit by exactly one fault of `kind` at t ≈ 300.1 (mtbf ≫ run, pinned by a seed)."""
-    spec = replace(WORDCOUNT_STAGE, cores=cores, min_cores=cores, max_cores=cores, replicas=replicas)
+    spec = replace(COUNT_STAGE, cores=cores, min_cores=cores, max_cores=cores, replicas=replicas)
     pc = resolve_policy("threshold3_tuned")
     sim = Simulation(SimConfig().with_overrides(stages=(spec,), **cfg_kw), pc.operator, pc.op_opts(), pc.app_opts(),
                      load_trace(f"constant:rate={65 * cores}"), 600, 1)
@@ -217,7 +217,7 @@ def test_the_redundancy_manager_climbs_during_faults_and_comes_back_down():
 
 def test_replica_changes_are_recorded_as_granted_decisions():
     s = run_simulation("threshold3_tuned", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS), redundancy=True,
-                       stages=(WORDCOUNT_STAGE,))
+                       stages=(COUNT_STAGE,))
     st = s["ha"]["stages"]["wordcount"]
     adds = sum(e["action"] == "add_replica" for e in st["replica_log"])
     assert adds >= 1 and s["decisions"]["add_replica"]["granted"] == adds
@@ -229,12 +229,12 @@ def test_replica_changes_are_recorded_as_granted_decisions():
 def test_replica_changes_go_through_the_application_manager():
     """Adding a replica spends a token: with an empty bucket every add is declined; removing is free."""
     s = run_simulation("threshold3_tuned", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS), redundancy=True,
-                       stages=(WORDCOUNT_STAGE,), capacity=0.0)
+                       stages=(COUNT_STAGE,), capacity=0.0)
     st = s["ha"]["stages"]["wordcount"]
     assert s["decisions"]["add_replica"]["declined"] >= 3 and s["decisions"]["add_replica"]["granted"] == 0
     assert st["replicas_max"] == 1 and st["replica_log"] == []
     granted = run_simulation("threshold3_tuned", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS),
-                             redundancy=True, stages=(WORDCOUNT_STAGE,))
+                             redundancy=True, stages=(COUNT_STAGE,))
     log = granted["ha"]["stages"]["wordcount"]["replica_log"]
     assert any(e["action"] == "remove_replica" for e in log)
     assert all(e["grant"] and e["requested_t_s"] == e["t_s"] for e in log)  # filed and granted in the same cycle
@@ -250,12 +250,12 @@ def test_new_replica_starts_after_restart_s_with_the_leaders_backlog():
 
 def test_replicas_and_redundancy_validation():
     with pytest.raises(ValueError, match="replicas"):
-        replace(WORDCOUNT_STAGE, replicas=0)
+        replace(COUNT_STAGE, replicas=0)
     with pytest.raises(ValueError):
-        replace(WORDCOUNT_STAGE, redundancy={"max_replicas": 9})
+        replace(COUNT_STAGE, redundancy={"max_replicas": 9})
     with pytest.raises(ValueError):
-        replace(WORDCOUNT_STAGE, faults=[{"kind": "driver_kill"}])  # mtbf_s is required
-    spec = replace(WORDCOUNT_STAGE, redundancy={"period_s": 30, "params": {"r_min": 0.5}},
+        replace(COUNT_STAGE, faults=[{"kind": "driver_kill"}])  # mtbf_s is required
+    spec = replace(COUNT_STAGE, redundancy={"period_s": 30, "params": {"r_min": 0.5}},
                    faults=[{"kind": "slow_batch", "mtbf_s": 60}])
     assert spec.redundancy.period_s == 30 and spec.faults[0].kind == "slow_batch"
     h = _sim(redundancy=spec.redundancy, duration_s=300).stages[0].ha

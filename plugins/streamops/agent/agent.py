@@ -6,11 +6,9 @@ absent database delays reports instead of stalling Spark's listener bus or killi
 
 from __future__ import annotations
 
-import collections
 import itertools
 import json
 import logging
-import queue
 import threading
 import time
 from pathlib import Path
@@ -21,7 +19,8 @@ from sqlalchemy.exc import DBAPIError
 
 from streamops.agent.fencing import exit_fenced
 from streamops.agent.input_watch import InputAudit, Landing
-from streamops.agent.metrics import SinkStats, StageContext, progress_to_metrics
+from streamops.agent.metrics import SinkStats, StageContext, progress_to_metrics, state_operators
+from streamops.agent.writer import BufferedWriter
 from streamops.checkpoint_layout import FileSourceBacklog, quarantine_checkpoint
 from streamops.store import db
 from streamops.waiting import wait_until
@@ -37,80 +36,6 @@ _PY4J_LOGGERS = ("py4j.clientserver", "py4j.java_gateway")
 # What a Python callback sees when StreamingQuery.stop() interrupts its batch.
 _INTERRUPTED = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
                 "java.nio.channels.ClosedByInterruptException")
-
-
-# Writes whose commit need not wait for the WAL flush: a stage_metrics row lost in a server
-# crash is one batch's report missing, and the batch's output and its commit are kept (their
-# transactions wait). One batch's row (and a beat, every 5 s) per stage, at 0.1 ms instead of
-# 0.26–1.15 ms a commit on this machine's disk (docs/ha.md, "Durability of the database").
-REPORTS = frozenset({"metrics_insert"})
-
-
-class BufferedWriter(threading.Thread):
-    """Executes `(query name, params)` in order; keeps up to `max_buffer` while the database is away."""
-
-    def __init__(self, engine: Engine | None, stage_id: str, max_buffer: int = 20_000):
-        super().__init__(name=f"writer-{stage_id}", daemon=True)
-        self.engine, self.stage_id = engine, stage_id
-        self.inbox: queue.Queue = queue.Queue()
-        self.pending: collections.deque = collections.deque(maxlen=max_buffer)
-        self._closing = threading.Event()
-        self._give_up_at = float("inf")
-        self._last_warning = 0.0
-        self.dropped = 0
-
-    def submit(self, name: str, params: dict[str, Any]) -> None:
-        self.inbox.put((name, params))
-
-    def run(self) -> None:
-        from tenacity import RetryError, Retrying, retry_if_exception_type, wait_exponential
-
-        # While the database is away: 0.5, 1, 2 … 10 s between tries, reports kept meanwhile;
-        # at shutdown, tries until `close`'s timeout.
-        retrying = Retrying(retry=retry_if_exception_type(DBAPIError), wait=wait_exponential(multiplier=0.5, max=10),
-                            stop=lambda _: self._closing.is_set() and self._give_up_at < time.monotonic(),
-                            before_sleep=self._warn)
-        while not (self._closing.is_set() and self.inbox.empty() and not self.pending):
-            self._take(timeout=0.5)
-            try:
-                retrying(self._deliver)
-            except RetryError:
-                log.error("stage %s: dropping %d unsent reports at shutdown", self.stage_id, len(self.pending))
-                return
-
-    def _take(self, timeout: float) -> None:
-        """One report from the inbox into `pending` (the oldest dropped when it is full)."""
-        try:
-            item = self.inbox.get(timeout=timeout)
-        except queue.Empty:
-            return
-        if len(self.pending) == self.pending.maxlen:
-            self.dropped += 1
-        self.pending.append(item)
-
-    def _deliver(self) -> None:
-        """What arrived since the last try, then everything pending."""
-        while not self.inbox.empty():
-            self._take(timeout=0)
-        self._flush()
-
-    def _warn(self, state) -> None:
-        if time.monotonic() - self._last_warning > 30:  # once per 30 s, however long the outage
-            log.warning("stage %s: database unreachable, %d reports buffered: %s",
-                        self.stage_id, len(self.pending), str(state.outcome.exception().orig).strip().splitlines()[0])
-            self._last_warning = time.monotonic()
-
-    def _flush(self) -> None:
-        while self.pending:
-            name, params = self.pending[0]
-            with db.transaction(self.engine, durable=name not in REPORTS) as conn:
-                conn.execute(db.query(name), params)
-            self.pending.popleft()
-
-    def close(self, timeout_s: float = 10) -> None:
-        self._give_up_at = time.monotonic() + timeout_s
-        self._closing.set()
-        self.join(timeout_s + 2)
 
 
 def _listener_class():
@@ -185,9 +110,9 @@ class StageAgent:
         self.queries: list[StreamingQuery] = []
         self._sink_stats: dict[int, SinkStats] = {}
         self._rows_per_file: float | None = None
-        # files the checkpoint's source log already holds (an earlier run's): not this run's batches, so
-        # the rows-per-file estimate of a restarted run starts from its own first batch
+        # files an earlier run's source log holds: a restarted run's rows-per-file starts from its own batches
         self._seen_files = self.backlog.seen()
+        self._shape_recorded = False
         self._threads: list[threading.Thread] = []
         self._closing = threading.Event()
         self._stopping_queries = threading.Event()  # set while stop_at_batch_boundary stops them
@@ -341,10 +266,19 @@ class StageAgent:
             progress, self.ctx, self._sink_stats.pop(batch_id, None), self.backlog.measure(self._rows_per_file)
         )
         self.writer.submit("metrics_insert", row)
+        if not self._shape_recorded and (rows or progress.get("stateOperators")):
+            self._record_shape(progress)
         self.last_batch_id = batch_id
         log.info("stage %s: batch %d in=%d rows %.0f ms, p95=%s ms, backlog=%s files",
                  self.ctx.stage_id, batch_id, rows, row["batch_duration_ms"],
                  None if row["latency_p95_ms"] is None else round(row["latency_p95_ms"]), row["backlog_files"])
+
+    def _record_shape(self, progress: dict[str, Any]) -> None:  # the query's stateful operators, once per run
+        self._shape_recorded, ops = True, state_operators(progress)
+        log.info("stage %s: action=query-shape %s", self.ctx.stage_id, ops or "stateless")
+        if self.ctx.deployment_id:
+            self.writer.submit("deployment_state_operators", dict(deployment_id=self.ctx.deployment_id,
+                                                                  operators=json.dumps(ops)))
 
     def _audit_input(self) -> None:
         """Input the source did not (fully) read: logged and recorded once each, never silent."""

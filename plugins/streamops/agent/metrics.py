@@ -49,6 +49,13 @@ def _num(v: Any) -> float | None:
     return None if f != f else f
 
 
+def state_operators(progress: dict[str, Any]) -> list[dict[str, Any]]:
+    """The query's stateful operators in a progress report: [{operator, partitions}], [] for a
+    stateless query."""
+    return [{"operator": op.get("operatorName") or "unknown", "partitions": op.get("numShufflePartitions")}
+            for op in progress.get("stateOperators") or []]
+
+
 def progress_to_metrics(
     progress: dict[str, Any],
     ctx: StageContext,

@@ -26,7 +26,7 @@ from typing import Callable
 from sqlalchemy import Engine
 
 from streamops.agent.sinks import quarantine_values, record_key, write_quarantine
-from streamops.records import BATCH_FAILED, check_line
+from streamops.records import BATCH_FAILED, RecordSchema, check_line
 from streamops.store import db
 
 log = logging.getLogger("streamops.poison")
@@ -83,7 +83,7 @@ def judge(fb: FailedBatch, attempts: int, poison_after: int, *, previous_same: b
 class PoisonBook:
     """The driver's record of its failed batches, in PostgreSQL."""
 
-    def __init__(self, engine: Engine | None, stage_id: str, deployment_id: int | None, family: str,
+    def __init__(self, engine: Engine | None, stage_id: str, deployment_id: int | None, family: RecordSchema,
                  max_record_bytes: int, role: str = "primary"):
         self.engine, self.stage_id, self.deployment_id, self.role = engine, stage_id, deployment_id, role
         self.family, self.max_record_bytes = family, max_record_bytes

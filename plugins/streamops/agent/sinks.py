@@ -1,6 +1,6 @@
 """Idempotent sinks, written from `foreachBatch`.
 
-Both sinks are keyed by the workload's deterministic output key, so a replayed batch (after a
+Both sinks are keyed by the job's deterministic output key (sink.key), so a replayed batch (after a
 crash, a restart from a pre-staged checkpoint, or a second replica) never adds a row. Each
 commit is recorded in `sink_commits`; the downtime ledger reads the gaps between commits.
 """

@@ -11,10 +11,12 @@ from typing import Callable
 
 from streamops import processes, registry
 from streamops.execute.launcher import launcher_for
+from streamops.jobs import package_code
 from streamops.paths import data_dir
 from streamops.plan.change import Current
 from streamops.plan.mechanism import key_groups
 from streamops.registry import Registry, stage_id
+from streamops.run_spec import RunSpec
 from streamops.store import db, ledger
 from streamops.waiting import wait_until
 
@@ -72,7 +74,7 @@ def sync_registry(reg: Registry, apps: list[str] | None = None, *, replicas_over
     apps_rows = [{"name": a, "r_max_ms": reg.apps[a].r_max_ms,
                   "maintenance_window": reg.apps[a].maintenance_window.model_dump_json(),
                   "spec": reg.apps[a].model_dump_json(exclude={"stages"})} for a in names]
-    stage_rows = [{"stage_id": stage_id(a, s), "app": a, "name": s, "workload": st.workload, "pool": st.pool,
+    stage_rows = [{"stage_id": stage_id(a, s), "app": a, "name": s, "job": st.job, "pool": st.pool,
                    "cores": st.cores.initial, "min_cores": st.cores.min, "max_cores": st.cores.max,
                    "state_partitions": st.state_partitions, "trigger_ms": st.trigger_interval_ms,
                    "spec": st.model_dump_json(), "replicas": st.replicas,
@@ -81,6 +83,7 @@ def sync_registry(reg: Registry, apps: list[str] | None = None, *, replicas_over
                    "override": replicas_override, "set_override": set_override}
                   for a in names for s, st in reg.apps[a].stages.items()]
     ledger.sync_catalog(pools, apps_rows, stage_rows)
+    ledger.sync_views(reg.views)
     return [r["stage_id"] for r in stage_rows]
 
 
@@ -148,19 +151,19 @@ def start_stage(
         raise registry.RegistryError(f"no pool {pool_name!r}; known pools: {', '.join(reg.pools)}")
     ckpt = checkpoint_path or last_ckpt or checkpoint_for(sid)
     pool = reg.pools[pool_name]
-    # A new stateful stage on a cluster starts with key groups for live scaling up to its max cores.
-    first_partitions = key_groups(st.state_partitions, st.cores.max, st.stateful) if pool.kind == "standalone" \
+    # A new stage on a cluster starts with key groups for live scaling up to its max cores: whether
+    # its query keeps state is known only once it ran, and a stateless query ignores them.
+    first_partitions = key_groups(st.state_partitions, st.cores.max, True) if pool.kind == "standalone" \
         else st.state_partitions
     partitions = state_partitions or checkpoint.state_partitions(ckpt) or first_partitions
     launcher = launcher_for(pool.master)
 
+    code = package_code(st.code)  # once per run: the hash says which code the run ran
+    spec = RunSpec(app=app, stage=name, spec=st, pool=pool, reconfiguration_id=reconfiguration_id, fault=fault,
+                   speculation=_speculation(sid, st, pool), warm_up=warm_up, operator_manager=OPERATOR_MANAGER,
+                   code_archive=code.archive, code_sha256=code.sha256)
     adm = ledger.admit(sid, role, pool_name, pool.cores, cores, is_alive, state_partitions=partitions, checkpoint=ckpt,
-                       launcher=launcher.kind, config={"app": app, "stage": name, "spec": st.model_dump(mode="json"),
-                                                       "pool": pool.model_dump(mode="json"),
-                                                       "reconfiguration_id": reconfiguration_id, "fault": fault,
-                                                       "speculation": _speculation(sid, st, pool),
-                                                       "warm_up": warm_up,
-                                                       "operator_manager": OPERATOR_MANAGER})
+                       launcher=launcher.kind, config=spec.model_dump(mode="json"))
     if adm.live is not None:
         return StartResult(sid, adm.live.id, adm.live.pid, True, adm.live.log_path)
     dep_id = adm.deployment_id

@@ -77,7 +77,7 @@ def prestage(stage_ref: str, partitions: int | None = None, reg: registry.Regist
         checkpoint.copy_live(qsrc, checkpoint.quarantine_checkpoint(dst))
     current = checkpoint.state_partitions(dst)
     target = partitions or current or live.state_partitions
-    if st.stateful and current not in (None, target):
+    if current not in (None, target):  # a checkpoint with state: the query is stateful
         progress(f"{sid}: repartitioning the staged copy {current} → {target}")
         _repartition_copy(dst, target)
     staged = rstore.staged_insert(sid, str(src), str(dst), n, target)

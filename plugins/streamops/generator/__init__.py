@@ -5,13 +5,15 @@
 """
 
 from .manifest import read_manifest, read_valid_records
-from .records import KINDS, REQUIRED_FIELDS, garbage_line, make_records, parse_valid, taxi_cell
+from .records import KINDS, REQUIRED_FIELDS, SCHEMAS, garbage_line, kind_for, make_records, parse_valid, taxi_cell
+from .samples import make_schema_records, sample_lines
 from .traces import TRACE_KINDS, Trace, TraceSpec, make_trace, parse_trace
 from .writer import GenerateSummary, Generator, generate
 
 __all__ = [
     "KINDS",
     "REQUIRED_FIELDS",
+    "SCHEMAS",
     "TRACE_KINDS",
     "GenerateSummary",
     "Generator",
@@ -19,11 +21,14 @@ __all__ = [
     "TraceSpec",
     "garbage_line",
     "generate",
+    "kind_for",
     "make_records",
+    "make_schema_records",
     "make_trace",
     "parse_trace",
     "parse_valid",
     "read_manifest",
     "read_valid_records",
+    "sample_lines",
     "taxi_cell",
 ]

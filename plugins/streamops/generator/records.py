@@ -1,4 +1,4 @@
-"""Seeded, deterministic record factories for the three workload families.
+"""Seeded, deterministic record factories for the three record kinds the demo declares.
 
 All randomness comes from the caller's `random.Random`; the "universes" (IP pool, URL
 set, vocabulary, taxi routes, patterns) are built once from a fixed seed so they are
@@ -18,10 +18,33 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from streamops.records import (CELL_LAT_DEG, CELL_LON_DEG, TAXI_LAT_MAX, TAXI_LAT_MIN, TAXI_LON_MAX, TAXI_LON_MIN,
-                               check_line)
+from streamops.records import RecordSchema, check_line
 
 KINDS: tuple[str, ...] = ("web", "taxi", "patterns")
+
+# The DEBS 2015 grid the taxi trips are drawn on: 500 m cells from this corner.
+TAXI_LON_MIN, TAXI_LON_MAX = -74.05, -73.75
+TAXI_LAT_MIN, TAXI_LAT_MAX = 40.60, 40.90
+CELL_LON_DEG = 0.005986  # 500 m east-west at NYC latitude
+CELL_LAT_DEG = 0.004491556  # 500 m north-south
+
+# The schema each kind's lines are written to, as a stage declares it in apps.yaml
+# (`source.schema`); the demo's registry declares these three.
+SCHEMAS: dict[str, RecordSchema] = {
+    "web": RecordSchema.of("id STRING, ts TIMESTAMP, ip STRING, url STRING, status INT, user STRING, words STRING"),
+    "taxi": RecordSchema.of(
+        "id STRING, ts TIMESTAMP, medallion STRING, pickup_ts TIMESTAMP, dropoff_ts TIMESTAMP, pickup_lon DOUBLE, "
+        "pickup_lat DOUBLE, dropoff_lon DOUBLE, dropoff_lat DOUBLE, fare DOUBLE",
+        ranges={"pickup_lon": (-180.0, 180.0), "dropoff_lon": (-180.0, 180.0), "pickup_lat": (-90.0, 90.0),
+                "dropoff_lat": (-90.0, 90.0)}),
+    "patterns": RecordSchema.of("id STRING, ts TIMESTAMP, user STRING, pattern STRING"),
+}
+
+
+def kind_for(schema: RecordSchema) -> str | None:
+    """The kind whose records fit `schema` (same columns and types), or None: the generator then
+    writes records drawn from the schema alone (`make_schema_records`)."""
+    return next((k for k, s in SCHEMAS.items() if s.fields == schema.fields), None)
 
 # Schema per kind: field -> python type name. "float" fields accept JSON integers too.
 REQUIRED_FIELDS: dict[str, dict[str, str]] = {
@@ -342,7 +365,7 @@ def kind_of(record: dict[str, Any]) -> str:
 
 def parse_valid(kind: str, line: str) -> dict[str, Any] | None:
     """The record if `line` is one by the input record contract (streamops.records), else None."""
-    if not check_line(check_kind(kind), line.encode("utf-8")).valid:
+    if not check_line(SCHEMAS[check_kind(kind)], line.encode("utf-8")).valid:
         return None
     return json.loads(line)
 

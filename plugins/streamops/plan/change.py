@@ -56,10 +56,6 @@ class StageLimits(Protocol):
 
     @property
     def cores(self) -> CoreBounds: ...
-    @property
-    def stateful(self) -> bool: ...
-    @property
-    def workload(self) -> str: ...
 
 
 class PoolSize(Protocol):
@@ -99,8 +95,11 @@ def validate_change(reg: StageRegistry, stage_ref: str, action: str, *, cores: i
         raise InvalidChange(f"{sid}: cores must be within [{st.cores.min}, {st.cores.max}] (apps.yaml), got {cores}")
     if partitions is not None and not 1 <= partitions <= 1024:
         raise InvalidChange(f"{sid}: partitions must be within [1, 1024], got {partitions}")
-    if partitions is not None and not st.stateful:
-        raise InvalidChange(f"{sid}: {st.workload} keeps no state: there are no state partitions to change")
+    # Whether the query keeps state is learned from its checkpoint (a run that ran with no state
+    # store), never assumed from the job's name; a stage that never ran may be given partitions.
+    if partitions is not None and current.cores is not None and current.partitions is None:
+        raise InvalidChange(f"{sid}: the query keeps no state (its checkpoint has none): there are no state "
+                            f"partitions to change")
     if pool is not None and pool not in reg.pools:
         raise InvalidChange(f"{sid}: no pool {pool!r}; known pools: {', '.join(reg.pools)}")
     if action == "migrate":

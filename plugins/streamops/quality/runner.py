@@ -272,7 +272,7 @@ class FileWork:
     suite: str
     target: str
     app: str
-    workload: str
+    source: dict  # the stage's source spec: its schema, format and event time
     directory: Path
     files: list[Path]
 
@@ -292,12 +292,12 @@ def file_work(found: list[dict], day: date, max_files: int) -> list[FileWork]:
             d = resolve_path(src["path"])
             picked = files_between(d, start, end, max_files)
             if picked:
-                work.append(FileWork(suites.INPUT_RECORDS, f"{t['stage_id']}:{d}", t["app"], t["workload"], d, picked))
+                work.append(FileWork(suites.INPUT_RECORDS, f"{t['stage_id']}:{d}", t["app"], src, d, picked))
         if sink.get("kind") == "parquet" and sink.get("path"):
             d = resolve_path(sink["path"])
             picked = files_between(d, start, end, None, pattern="batch_id=*/*.parquet")
             if picked:
-                work.append(FileWork(suites.SINK_PARQUET, str(d), t["app"], t["workload"], d, picked))
+                work.append(FileWork(suites.SINK_PARQUET, str(d), t["app"], src, d, picked))
     return work
 
 

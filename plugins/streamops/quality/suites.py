@@ -87,39 +87,45 @@ def parquet_sink_suite(name: str = SINK_PARQUET) -> gx.ExpectationSuite:
     return s.build()
 
 
-# Spark types of the parsed input columns (streamops.records FIELDS), as GX names them.
-_SPARK_TYPE = {"string": "StringType", "timestamp": "TimestampType", "double": "DoubleType", "int": "IntegerType"}
+# Spark types of the parsed input columns (a declared schema's, streamops.records), as GX names them.
+_SPARK_TYPE = {"string": "StringType", "timestamp": "TimestampType", "double": "DoubleType", "int": "IntegerType",
+               "bigint": "LongType", "boolean": "BooleanType"}
 
 # Key cardinality bounds per input kind: the generator draws these fields from fixed universes
 # (generator/records.py), so more distinct values than the universe means foreign or corrupt data.
 KEY_CARDINALITY: dict[str, dict[str, int]] = records.UNIVERSE_SIZES
 
 
-def input_records_suite(kind: str, schema: dict[str, str], *, max_malformed: float = 0.05,
-                        max_skew_s: float = 60.0, max_lag_s: float = 86_400.0,
+def input_records_suite(schema: dict[str, str], event_time: str | None = None, kind: str | None = None, *,
+                        max_malformed: float = 0.05, max_skew_s: float = 60.0, max_lag_s: float = 86_400.0,
                         name: str = INPUT_RECORDS) -> gx.ExpectationSuite:
-    """Input JSON lines of one `kind`, parsed by the stage's own parser (`parse_records`: typed
-    columns plus `reason`, NULL when the line is a valid record) and two derived columns:
-    `event_age_s` (validation time − ts) and `publish_lag_s` (file publication time − ts).
+    """Input lines of a declared `schema`, parsed by the stage's own parser (`parse_records`:
+    typed columns plus `reason`, NULL when the line is a valid record) and, with an `event_time`,
+    two derived columns: `event_age_s` (validation time − event time) and `publish_lag_s` (file
+    publication time − event time). `kind`: the generator's record kind the schema is, whose ids
+    are unique and whose keys come from fixed universes.
 
     GX cannot compare a column with "now" or with another column plus a tolerance, hence the
     derived columns. `max_malformed` is the share of malformed lines tolerated (the quarantine
     takes them; more than that is a broken producer)."""
     s = _Suite(name)
     mostly = 1.0 - max_malformed
-    # Schema: every column the workload reads, with the type the parser casts it to, and present.
+    # Schema: every column of the declared schema, with the type the parser casts it to, and present.
+    derived = ["event_age_s", "publish_lag_s"] if event_time else []
     s.add_expectation(gxe.ExpectTableColumnsToMatchSet(
-        column_set=["raw", "source_file", "reason_kind", "reason", *schema, "event_age_s", "publish_lag_s"],
-        exact_match=True))
+        column_set=["raw", "source_file", "reason_kind", "reason", *schema, *derived], exact_match=True))
     s.add_expectation(gxe.ExpectColumnValuesToBeNull(column="reason", mostly=mostly))
     for field, typ in schema.items():
         s.add_expectation(gxe.ExpectColumnValuesToBeOfType(column=field, type_=_SPARK_TYPE[typ]))
         s.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=field, mostly=mostly))
     # Event time: not in the future, and not absurdly old relative to the file (the batch) it came in.
-    s.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="event_age_s", min_value=-max_skew_s))
-    s.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="publish_lag_s", min_value=-max_skew_s,
-                                                        max_value=max_lag_s))
-    # Keys: record ids are unique; the drawn keys stay within their universes.
+    if event_time:
+        s.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="event_age_s", min_value=-max_skew_s))
+        s.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="publish_lag_s", min_value=-max_skew_s,
+                                                            max_value=max_lag_s))
+    if kind is None:
+        return s.build()
+    # The generator's records: ids are unique; the drawn keys stay within their universes.
     s.add_expectation(gxe.ExpectColumnValuesToBeUnique(column="id"))
     for field, bound in KEY_CARDINALITY[kind].items():
         s.add_expectation(gxe.ExpectColumnUniqueValueCountToBeBetween(column=field, min_value=1, max_value=bound))

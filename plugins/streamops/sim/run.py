@@ -76,16 +76,16 @@ def run_simulation(policy: str | PolicyConfig, trace: str, seed: int = 1, out_di
     return summary
 
 
-# A HiBench-wordcount-like stage (stateful count by key) at fixed cores, so that only the faults
+# A count-by-key stage (HiBench-like) (stateful count by key) at fixed cores, so that only the faults
 # and the replicas move its latency: 2 cores of 100 rows/s at 130 rows/s is 65 % busy.
-WORDCOUNT_STAGE = StageSpec("wordcount", rate_per_core=100.0, cores=2, min_cores=2, max_cores=2,
+COUNT_STAGE = StageSpec("count", rate_per_core=100.0, cores=2, min_cores=2, max_cores=2,
                             state_bytes=50e6, base_latency_ms=50.0)
 HA_TRACE = "constant:rate=130"
 
 
 def ha_comparison(trace: str = HA_TRACE, seed: int = 1, mtbf_s: float | None = 120.0, *,
                   slow_mtbf_s: float | None = None, faults: str | Sequence[Any] | None = None,
-                  stage: StageSpec = WORDCOUNT_STAGE, duration_s: float | None = 1800.0, static_replicas: int = 2,
+                  stage: StageSpec = COUNT_STAGE, duration_s: float | None = 1800.0, static_replicas: int = 2,
                   max_replicas: int = 2, period_s: float = 60.0, redundancy_params: dict[str, Any] | None = None,
                   policy: str | PolicyConfig = "threshold3_tuned", **overrides: Any) -> list[dict[str, Any]]:
     """One stage under the same faults as (a) 1 replica, (b) `static_replicas` static replicas,

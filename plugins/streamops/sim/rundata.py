@@ -2,7 +2,7 @@
 (sim/calibrate.py): its batches (stage_metrics), reconfigurations, output commits and failures
 over a time range, and what was measured per second, by the nightly report's definitions.
 
-    run = RunData(**store.runs.stage_run("hibench.wordcount", minutes=30))  # or since=/until=
+    run = RunData(**store.runs.stage_run("app.stage", minutes=30))  # or since=/until=
     run.save(Path("run.json")); RunData.load(Path("run.json"))  # offline, without a database
     export_trace(run, Path("bench/traces/x.csv"))          # what sim.traces.load_csv_trace replays
 """

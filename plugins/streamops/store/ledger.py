@@ -6,6 +6,8 @@ Functions take plain values and return rows; deciding what to do with them is ex
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +28,20 @@ def sync_catalog(pools: Iterable[dict], apps: Iterable[dict], stages: Iterable[d
             conn.execute(db.query("app_upsert"), a)
         for s in stages:
             conn.execute(db.query("stage_upsert"), s)
+
+
+def sync_views(files: Iterable[str]) -> None:
+    """A registry's own analyst views (apps.yaml `views:`): each file's SQL, as written (CREATE OR
+    REPLACE VIEW reporting.…), then SELECT for streamops_reader, in one transaction. They are
+    re-applied at every sync: re-creating the `reporting` schema (a change to sql/reports) drops
+    them until the next deploy or start."""
+    files = list(files)
+    if not files:
+        return
+    with db.transaction() as conn:
+        for f in files:
+            conn.exec_driver_sql(Path(f).read_text())
+        conn.execute(db.query("reader_grant_reporting"))
 
 
 def pool_room(pool: str, size: int | None = None) -> tuple[int, int]:

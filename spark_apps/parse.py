@@ -1,4 +1,4 @@
-"""Raw input lines → typed records, or the reason why not, by the input record contract.
+"""Raw input lines → typed records of the stage's declared schema, or the reason why not.
 
 The verdict on each line is `streamops.records.check_line`, run in the Python workers: the
 same function the generator's ground truth and the tests' oracle use, so what a stage counts
@@ -15,9 +15,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from streamops.records import FIELDS, MAX_RECORD_BYTES, udf_row
+from streamops.records import MAX_RECORD_BYTES, RecordSchema, udf_row
 
-_SPARK_TYPES = {"string": T.StringType(), "timestamp": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType()}
+# Timestamps cross from Python as epoch microseconds (exact, and no time zone to lose).
+_SPARK_TYPES = {"string": T.StringType(), "timestamp": T.LongType(), "int": T.IntegerType(),
+                "bigint": T.LongType(), "double": T.DoubleType(), "boolean": T.BooleanType()}
 
 
 def source_file(path: Column) -> Column:
@@ -26,20 +28,19 @@ def source_file(path: Column) -> Column:
     return F.regexp_replace(path, r"^file:(//)?", "")
 
 
-def _verdict_udf(family: str, max_bytes: int):
-    fields = FIELDS[family]
+def _verdict_udf(record: RecordSchema, max_bytes: int):
     schema = T.StructType([T.StructField("reason_kind", T.StringType()), T.StructField("reason", T.StringType())]
-                          + [T.StructField(f, _SPARK_TYPES[t]) for f, t in fields.items()])
+                          + [T.StructField(f, _SPARK_TYPES[t]) for f, t in record.fields])
     # Non-deterministic for the optimizer only: otherwise it inlines the struct into every
     # field reference and a filter, and runs the Python function once per reference.
-    return F.udf(lambda raw, size: udf_row(family, raw, size, max_bytes), schema, useArrow=False).asNondeterministic()
+    return F.udf(lambda raw, size: udf_row(record, raw, size, max_bytes), schema, useArrow=False).asNondeterministic()
 
 
-def parse_records(lines: DataFrame, family: str, max_bytes: int = MAX_RECORD_BYTES,
+def parse_records(lines: DataFrame, record: RecordSchema, max_bytes: int = MAX_RECORD_BYTES,
                   exclude_files: list[str] | None = None) -> DataFrame:
     """Columns: `raw` (the line's bytes), `source_file`, `reason_kind` and `reason` (NULL when
-    the line is a record) and every typed field of `family`. Lines of `exclude_files` (a poison
-    batch quarantined whole) are dropped."""
+    the line is a record) and every typed column of the `record` schema. Lines of
+    `exclude_files` (a poison batch quarantined whole) are dropped."""
     size = F.octet_length("value")
     raw = F.col("value").cast("binary")
     df = lines.select(raw.alias("raw"), source_file(F.col("_metadata.file_path")).alias("source_file"),
@@ -47,9 +48,9 @@ def parse_records(lines: DataFrame, family: str, max_bytes: int = MAX_RECORD_BYT
     if exclude_files:
         df = df.where(~F.col("source_file").isin(*exclude_files))
     # A line over the limit is not shipped to Python at all: the UDF gets NULL and its size.
-    verdict = _verdict_udf(family, max_bytes)(F.when(F.col("_size") <= max_bytes, F.col("raw")), F.col("_size"))
+    verdict = _verdict_udf(record, max_bytes)(F.when(F.col("_size") <= max_bytes, F.col("raw")), F.col("_size"))
     typed = [F.timestamp_micros(F.col(f"v.{f}")).alias(f) if t == "timestamp" else F.col(f"v.{f}").alias(f)
-             for f, t in FIELDS[family].items()]
+             for f, t in record.fields]
     return (df.select("raw", "source_file", verdict.alias("v"))
             .select("raw", "source_file", F.col("v.reason_kind").alias("reason_kind"),
                     F.col("v.reason").alias("reason"), *typed))
@@ -59,5 +60,6 @@ def burn_cpu(df: DataFrame, cost: int) -> DataFrame:
     """Spend `cost` SHA-256 rounds per record, natively in the JVM: lets a 2-core box reach a bottleneck."""
     if cost <= 0:
         return df
-    burnt = F.aggregate(F.sequence(F.lit(1), F.lit(cost)), F.col("id"), lambda acc, _: F.sha2(acc, 256))
+    seed = F.coalesce(F.col(df.columns[0]).cast("string"), F.lit(""))  # any record column will do
+    burnt = F.aggregate(F.sequence(F.lit(1), F.lit(cost)), seed, lambda acc, _: F.sha2(acc, 256))
     return df.where(burnt.isNotNull())

@@ -1,0 +1,12 @@
+"""UPM-CEP's pattern counts over the `patterns` schema."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def count(records: DataFrame, params: Mapping[str, Any]) -> DataFrame:
+    return records.groupBy("pattern").agg(F.count(F.lit(1)).alias("count"), F.max("ts").alias("ts"))

@@ -1,0 +1,68 @@
+"""What a stage reads: its source (a directory of files, a Kafka topic) and the declared record
+schema every line is checked against (streamops.records). Part of the registry (apps.yaml)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from streamops.records import MAX_RECORD_BYTES, RecordSchema, SchemaError
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Records(_Frozen):
+    """What a record of the source is: the declared schema every line is checked against
+    (streamops.records.check_line), and the event time the job's windows and the latency use."""
+
+    format: Literal["json", "csv", "text"] = Field(default="json", description=(
+        "json: one object per line; csv: one row per line, columns in the schema's order; text: the "
+        "line itself, in the schema's one STRING column"))
+    schema_: str = Field(alias="schema", description=(
+        "a Spark DDL string ('user STRING, url STRING, ts TIMESTAMP') or the name of one in the registry's "
+        "`schemas`"))
+    ranges: dict[str, tuple[float, float]] = Field(default_factory=dict, description=(
+        "numeric columns' allowed [low, high]; a value outside is quarantined as 'out of range'"))
+    event_time: str | None = Field(default=None, description="the TIMESTAMP column that is the event time")
+    watermark: str | None = Field(default=None, description=(
+        "how late an event may be, e.g. '2 minutes': the platform sets the watermark on `event_time` "
+        "before the job sees the records"))
+    max_record_bytes: int = Field(default=MAX_RECORD_BYTES, ge=64,
+                                  description="a longer line is quarantined as 'too large' without being parsed")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+    @model_validator(mode="after")
+    def _valid_schema(self) -> _Records:
+        try:
+            schema = self.record_schema
+        except SchemaError as e:
+            raise ValueError(f"schema: {e}") from None
+        if self.event_time is not None and schema.types.get(self.event_time) != "timestamp":
+            raise ValueError(f"event_time: {self.event_time!r} is not a TIMESTAMP column of the schema "
+                             f"({schema.ddl})")
+        if self.watermark is not None and self.event_time is None:
+            raise ValueError("watermark: needs event_time, the column it applies to")
+        return self
+
+    @property
+    def record_schema(self) -> RecordSchema:
+        return RecordSchema.of(self.schema_, self.format, self.ranges)
+
+
+class FileSource(_Records):
+    kind: Literal["files"] = "files"
+    path: str = Field(description="input directory; relative paths are under .streamops/data")
+    max_files_per_trigger: int = Field(default=50, ge=1)
+    landing_quiet_s: float = Field(default=2.0, gt=0, description="a file in <path>/_landing/ unmodified this long "
+                                                                   "is complete and moved into the source")
+    landing_markers: bool = Field(default=False, description="move a landing file only once <name>.done exists")
+
+
+class KafkaSource(_Records):
+    # Needs the spark-sql-kafka jar on the pool (issue 45).
+    kind: Literal["kafka"]
+    bootstrap_servers: str
+    topic: str
