@@ -19,6 +19,7 @@ import time
 
 from pyspark import SparkContext
 
+from streamops.run_spec import CommandOutcome, ScaleArgs
 from streamops.waiting import wait_until
 
 log = logging.getLogger("streamops.executors")
@@ -109,16 +110,15 @@ def kill_one(sc: SparkContext) -> str:
 SCALING = threading.Lock()
 
 
-def scale_executors(spark, agent, args: dict, executor_cores: int) -> str:
-    """A `scale` command: the run's cores become `args["cores"]` (in executors) while its queries
+def scale_executors(spark, agent, args: ScaleArgs, executor_cores: int) -> CommandOutcome:
+    """A `scale` command: the run's cores become `args.cores` (in executors) while its queries
     keep running; later metrics rows carry the new cores (`agent.ctx`)."""
     from dataclasses import replace
 
-    cores = int(args["cores"])
     with SCALING:
-        outcome = scale_to(spark.sparkContext, cores // executor_cores, float(args.get("timeout_s", 60)))
-        agent.ctx = replace(agent.ctx, cores=cores)
-    return f"done: {outcome}"
+        outcome = scale_to(spark.sparkContext, args.cores // executor_cores, args.timeout_s)
+        agent.ctx = replace(agent.ctx, cores=args.cores)
+    return CommandOutcome(status="done", detail=outcome)
 
 
 class ExecutorKeeper:

@@ -35,7 +35,7 @@ from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import PoisonBook
 from streamops.checkpoint_layout import QUERIES
 from streamops.registry import Pool, resolve_path
-from streamops.run_spec import RunSpec
+from streamops.run_spec import CommandOutcome, RunSpec
 from streamops.spark_cluster import RUN_MASTER_ENV
 from streamops.store import ledger
 from streamops.waiting import wait_until
@@ -156,8 +156,8 @@ class StageDriver:
 
     def _agent(self) -> StageAgent:
         handlers = {"repartition": lambda args: self.in_driver(args),
-                    "fault": lambda args: self.injector.inject(args["kind"], args.get("magnitude_s"),
-                                                               args.get("source", "cli"))}
+                    "fault": lambda args: CommandOutcome(status="done", detail=self.injector.inject(
+                        args.kind, args.magnitude_s, args.source))}
         if self.master:
             handlers["scale"] = lambda args: scale_executors(self.spark, self.agent, args, self.executor_cores)
         periodic = []
@@ -255,7 +255,8 @@ class StageDriver:
         try:
             ledger.finish(self.deployment_id, status, reason or status, code)
             if self.agent.stop_command_id is not None:
-                ledger.command_done(self.agent.stop_command_id, reason)
+                ledger.command_done(self.agent.stop_command_id,
+                                    str(CommandOutcome(status="done", detail=reason or "")))
         except Exception as e:
             log.warning("action=exit could not record the outcome: %s", str(e).splitlines()[0])
         quiesce(self.spark)

@@ -17,6 +17,7 @@ from streamops.agent.agent import StageAgent
 from streamops.agent.metrics import StageContext
 from streamops.checkpoint_layout import QUERIES
 from streamops.registry import Stage, resolve_path
+from streamops.run_spec import CommandOutcome, RepartitionArgs
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 
@@ -95,21 +96,21 @@ class InDriverChange:
         self.executor_cores, self.standalone = executor_cores, standalone
         self.lock = threading.Lock()
 
-    def __call__(self, args: dict) -> str:
-        partitions, cores = int(args["partitions"]), int(args.get("cores") or self.agent.ctx.cores)
+    def __call__(self, args: RepartitionArgs) -> CommandOutcome:
+        partitions, cores = args.partitions, args.cores or self.agent.ctx.cores
         if cores != self.agent.ctx.cores and not self.standalone:
-            return "refused: a local driver's cores are fixed at start"
+            return CommandOutcome(status="refused", detail="a local driver's cores are fixed at start")
         with SCALING:
-            return self._change(partitions, cores, args)
+            return CommandOutcome(status="done", detail=self._change(partitions, cores, args))
 
-    def _change(self, partitions: int, cores: int, args: dict) -> str:
-        rid, timeout_s = args.get("reconfiguration_id"), float(args.get("timeout_s", 60))
+    def _change(self, partitions: int, cores: int, args: RepartitionArgs) -> str:
+        rid, timeout_s = args.reconfiguration_id, args.timeout_s
         before, executors = self.agent.ctx.cores, []
         if cores > before:
             executors.append(self._executors(cores, timeout_s))
         with self.lock:
             paused = time.monotonic()
-            self.agent.stop_at_batch_boundary(float(args.get("stop_deadline_s", 30)))
+            self.agent.stop_at_batch_boundary(args.stop_deadline_s)
             if rid:
                 stamp(rid, "stopped")
             self.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
@@ -124,7 +125,7 @@ class InDriverChange:
                 stamp(rid, "restarted")
             restarted_in = time.monotonic() - paused
         log.info("action=in-driver-change partitions=%d cores=%d paused=%.1fs", partitions, cores, restarted_in)
-        return (f"done: {partitions} state partitions, queries back in {restarted_in:.1f}s "
+        return (f"{partitions} state partitions, queries back in {restarted_in:.1f}s "
                 f"(repartition {took or 0:.1f}s){'; ' + '; '.join(executors) if executors else ''}")
 
     def _executors(self, cores: int, timeout_s: float, wait: bool = True) -> str:

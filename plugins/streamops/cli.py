@@ -314,9 +314,14 @@ def airflow_trigger(dag_id: str = typer.Argument(..., help="e.g. streamops_deplo
 def deploy(app_name: str = typer.Argument(..., metavar="APP", help="app name from apps.yaml"),
            start: bool = typer.Option(False, "--start", help="also start every stage that is not running"),
            check: bool = typer.Option(True, "--check/--no-check", help="run `job check` on each stage first "
-                                                                      "and refuse a job that fails it")) -> None:
-    """Validate apps.yaml, check each stage's job (`streamops job check`), and sync APP's pools,
-    app and stage rows into PostgreSQL."""
+                                                                      "and refuse a job that fails it"),
+           upgrade: str = typer.Option("auto", help="how a running stage whose job or code changed is upgraded: "
+                                                    "auto (active_backup when its pool has room beside it) | "
+                                                    "active_backup | pause_resume | none (leave it running)")
+           ) -> None:
+    """Validate apps.yaml, check each stage's job (`streamops job check`), sync APP's pools, app
+    and stage rows into PostgreSQL, and upgrade each running stage whose job or code changed (a
+    reconfiguration, rolled back by the quality gate if the new version fails)."""
     from streamops.execute import stages
 
     reg = _load_registry()
@@ -335,9 +340,24 @@ def deploy(app_name: str = typer.Argument(..., metavar="APP", help="app name fro
     except registry.RegistryError as e:
         _fail(str(e), 2)
     _say(f"registry synced: app {app_name} with stages {', '.join(synced)}")
+    if upgrade != "none":
+        _upgrade_changed(reg, synced, upgrade)
     if start:
         for sid in synced:
             _start(sid, reg, None, None, 180)
+
+
+def _upgrade_changed(reg, stage_ids: list[str], mechanism: str) -> None:
+    """Each running stage whose job or code differs from its run's: an `upgrade` reconfiguration."""
+    from streamops.execute import reconfigure
+    from streamops.orchestrate.tasks import upgrade_changed
+
+    try:
+        outcomes = upgrade_changed(reg, stage_ids, mechanism, progress=_say)
+    except (reconfigure.ReconfigurationBusy, ValueError) as e:
+        _fail(f"upgrade not made: {e}")
+    if any(o.status != "done" for o in outcomes):
+        raise typer.Exit(1)
 
 
 def _start(ref: str, reg, cores, partitions, wait_s) -> None:
@@ -525,7 +545,8 @@ def replan(app_name: Optional[str] = typer.Argument(None, metavar="[APP]", help=
 @app.command()
 def reconfigure(
     stage: Optional[str] = typer.Argument(None, metavar="[STAGE]", help="app.stage to change now"),
-    action: str = typer.Option("scale_out", help="scale_out | scale_in | migrate (scale-out is read as scale_out)"),
+    action: str = typer.Option("scale_out", help="scale_out | scale_in | migrate | upgrade (the registry's job and "
+                                                 "code for the running stage) (scale-out is read as scale_out)"),
     cores: Optional[int] = typer.Option(None, help="target cores (within the stage's min/max)"),
     partitions: Optional[int] = typer.Option(None, help="target state partitions (offline repartition)"),
     pool: Optional[str] = typer.Option(None, help="target pool (migration)"),

@@ -84,7 +84,7 @@ def load_callable(ref: str, paths: Iterable[str] = ()) -> Callable[..., Any]:
     if fn is None:
         raise JobError(f"job {ref}: module {module_name!r} ({getattr(module, '__file__', '?')}) has no {attr!r}")
     if not callable(fn):
-        raise JobError(f"job {ref}: {attr!r} is a {type(fn).__name__}, not a function")
+        raise JobError(f"job {ref}: {attr!r} is not a function (it is the {type(fn).__name__} {fn!r})")
     return fn
 
 

@@ -223,3 +223,74 @@ def test_a_stateful_session_job_survives_a_kill_and_a_repartition_with_exact_ses
     assert ops and all(o["partitions"] == 4 for o in dep.state_operators), dep.state_operators
     print(f"session job: {len(want)} sessions; state operators {ops}")
     stages.stop_stage(sid, reg, deadline_s=30)
+
+
+# Versions of the session job the team deploys over the first (tests/fixtures/jobs/sessions_team).
+_V2 = '''from pyspark.sql import functions as F
+
+
+def build(records, params):  # v2: the same state, one more output column
+    sessions = (records.groupBy(F.session_window("ts", params.get("gap", "30 seconds")).alias("s"), "user")
+                .agg(F.count(F.lit(1)).alias("clicks"), F.max("ts").alias("last_click")))
+    return sessions.select("user", F.col("s.start").alias("session_start"), F.col("s.end").alias("session_end"),
+                           "clicks", "last_click", F.lit(2).alias("version_of_job"))
+'''
+_NEGATIVE = _V2.replace('"clicks", "last_click", F.lit(2)',
+                        '(-F.col("clicks")).alias("clicks"), "last_click", F.lit(3)')
+_NEW_STATE = _V2.replace('F.max("ts").alias("last_click"))',
+                         'F.max("ts").alias("last_click"), F.sum(F.length("url")).alias("chars"))')
+
+
+def test_an_upgrade_of_a_stateful_job_cuts_over_and_bad_versions_are_rolled_back(clean_db, tmp_path):
+    """Deploying changed code is an `upgrade`: active backup by default (the new version catches up
+    beside the old and cuts over). A version whose output fails the quality gate, and one whose
+    state the checkpoint cannot hold, are rolled back to the code that worked; nothing is lost."""
+    import shutil
+
+    code = tmp_path / "sessions_team"
+    shutil.copytree(JOBS / "sessions_team", code)
+    base = _registry().model_dump(mode="json", by_alias=True)
+    stage = base["apps"]["own"]["stages"]["sessions"]
+    stage["code"] = [str(code)]
+    stage["source"]["path"] = "own/upgrade"
+    reg = registry.parse({"pools": base["pools"],
+                          "apps": {"own": {**base["apps"]["own"], "stages": {"sessions": stage}}}})
+    sid = "own.sessions"
+    job = code / "sessions" / "job.py"
+    outcomes = {}
+    with ClickFeeder("own/upgrade", seed=3) as feeder:
+        first = stages.start_stage(sid, reg)
+        eventually(lambda: _commits(clean_db, sid) >= 2, 180, "sessions emitted by v1")
+        for name, text in (("v2", _V2), ("negative", _NEGATIVE), ("new state", _NEW_STATE)):
+            job.write_text(text)
+            assert stages.code_change(sid, reg), "the changed code is seen"
+            rid = reconfigure.request(sid, "upgrade", reg=reg, requested_by="test")
+            outcomes[name] = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)
+            if name == "v2":
+                eventually(lambda: _commits(clean_db, sid) >= 6, 180, "sessions emitted by v2")
+        feeder.stop.set()
+        feeder.thread.join(10)
+        last = max(datetime.fromisoformat(r["ts"]) for r in _valid(feeder.lines))
+        feeder.write([json.dumps({"user": FLUSH_USER, "url": "https://shop.example",
+                                  "ts": (last + timedelta(hours=1)).isoformat()}).encode()])
+    assert outcomes["v2"].status == "done" and "active_backup" in outcomes["v2"].detail, outcomes["v2"]
+    for bad in ("negative", "new state"):
+        assert outcomes[bad].status == "rolled_back", outcomes[bad]
+    print({k: (o.status, o.downtime_ms, o.detail) for k, o in outcomes.items()})
+    want = _sessions([r for r in _valid(feeder.lines) if r["user"] != FLUSH_USER])
+    eventually(lambda: _sink_sessions(clean_db, sid) == want, 240, "every closed session, exactly once")
+    with clean_db.connect() as conn:
+        runs = conn.execute(text("SELECT id, status, config->>'code_sha256' AS sha FROM deployments "
+                                 "WHERE stage_id = :s AND role = 'primary' ORDER BY id"), {"s": sid}).all()
+        rows = conn.execute(text("SELECT action, status, mechanism, rollback_reason FROM reconfigurations "
+                                 "WHERE stage_id = :s ORDER BY id"), {"s": sid}).all()
+    assert [r.action for r in rows] == ["upgrade"] * 3
+    assert "STATE" in (rows[2].rollback_reason or "").upper(), rows[2].rollback_reason
+    live = [r for r in runs if r.status == "running"]
+    assert len(live) == 1 and live[0].sha != runs[0].sha, "v2's code runs on after the two rollbacks"
+    with clean_db.connect() as conn:
+        values = [v for (v,) in conn.execute(text("SELECT value FROM sink_outputs WHERE stage_id = :s"),
+                                             {"s": sid})]
+    assert all(v["clicks"] > 0 for v in values), "the negative version's rows were replaced by the restored run's"
+    stages.stop_stage(sid, reg, deadline_s=30)
+    assert first.deployment_id != live[0].id

@@ -59,8 +59,32 @@ def _cli(*args: str, env: dict[str, str], on: list[str] | None = None, timeout: 
     return out.stdout
 
 
-def _apps(path: Path, source: Path) -> Path:
+# The job as a team keeps it on the driver's host only: its module is on no executor's path, and its
+# Python UDF (a module-level function, pickled by reference) makes every executor import it, which
+# only the code the platform ships (addPyFile) makes possible.
+_JOB = '''from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+from demo_jobs.web import wordcount
+
+
+def lower(word):
+    return word.lower()
+
+
+_lower = F.udf(lower, StringType())
+
+
+def build(records, params):
+    return wordcount(records.withColumn("words", _lower("words")), params)
+'''
+
+
+def _apps(path: Path, source: Path, code: Path) -> Path:
+    shutil.copytree(Path(demo_job("wordcount")["code"][0]) / "demo_jobs", code / "demo_jobs")
+    (code / "mh_job.py").write_text(_JOB)
     stage = {**demo_job("wordcount", {"kind": "files", "path": str(source), "max_files_per_trigger": 3}),
+             "job": "mh_job:build", "code": [str(code)],
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000,
              "pool": "cluster", "policy": {"kind": "edf"}}
     path.write_text(yaml.safe_dump({
@@ -132,7 +156,7 @@ def test_a_stage_across_four_hosts_scales_live_survives_a_worker_kill_and_loses_
 
         # The driver's host runs the CLI, as an Airflow worker would: it starts the driver there.
         source = tmp_path / "input"
-        apps = _apps(tmp_path / "apps.yaml", source)
+        apps = _apps(tmp_path / "apps.yaml", source, homes["so-driver"] / "jobs")
         driver_env = _env(homes["so-driver"], STREAMOPS_APPS=str(apps), STREAMOPS_DATABASE_URL=url,
                           STREAMOPS_SPARK_MASTER=master, STREAMOPS_DRIVER_HOST=addr["so-driver"],
                           SPARK_CONF_DIR=str(homes["so-driver"] / "spark" / "conf"))
@@ -142,8 +166,9 @@ def test_a_stage_across_four_hosts_scales_live_survives_a_worker_kill_and_loses_
             _cli("start", SID, env=driver_env, on=on_driver)
             eventually(lambda: _commits(engine) >= 2, 180, "two committed batches")
             with engine.connect() as conn:
-                pid = conn.execute(text("SELECT pid FROM deployments WHERE stage_id = :s AND status = 'running'"),
-                                   {"s": SID}).scalar_one()
+                pid, sha = conn.execute(text("SELECT pid, config->>'code_sha256' FROM deployments "
+                                             "WHERE stage_id = :s AND status = 'running'"), {"s": SID}).one()
+            assert sha, "the job's code was packaged for the run and its hash recorded"
             assert net.host_of(pid) == "so-driver", "the driver runs on its own host"
 
             out = _cli("reconfigure", SID, "--action", "scale_out", "--cores", "2", "--mechanism", "live",

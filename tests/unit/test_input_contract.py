@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from streamops.agent.sinks import KEY_MAX_BYTES, pg_json, pg_key, pg_text, quarantine_values, record_key
 from streamops.generator import SCHEMAS
-from streamops.records import REASON_KINDS, check_line, udf_row
+from streamops.records import REASON_KINDS, RecordSchema, SchemaError, check_line, udf_row
 
 WEB = {"id": "r-1", "ts": "2026-11-21T12:00:00.016Z", "ip": "10.0.0.1", "url": "/a", "status": 200, "user": "u1",
        "words": "hello world"}
@@ -180,3 +180,63 @@ def test_record_key_is_the_md5_spark_computes_and_counts_equal_lines():
     base = hashlib.md5(b"/in/f\n" + raw).hexdigest()
     assert record_key("/in/f", raw) == base and record_key("/in/f", raw, 2) == f"{base}:2"
     assert not math.isnan(len(base))
+
+
+# -- declared schemas (issue 43): any columns, json, csv and text lines ----------------------------------
+CLICKS = RecordSchema.of("user STRING, n BIGINT, ok BOOLEAN, ts TIMESTAMP", ranges={"n": (0, 10)})
+
+
+@pytest.mark.parametrize("fmt, line, want", [
+    ("json", b'{"user": "u", "n": 3, "ok": true, "ts": "2026-01-01T00:00:00Z"}', None),
+    ("json", b'{"user": "u", "n": 3, "ok": "yes", "ts": "2026-01-01T00:00:00Z"}', "wrong type"),
+    ("json", b'{"user": "u", "n": 11, "ok": true, "ts": "2026-01-01T00:00:00Z"}', "out of range"),
+    ("json", b'{"user": "u", "n": 3, "ts": "2026-01-01T00:00:00Z"}', "missing field"),
+    ("csv", b'u,3,true,2026-01-01T00:00:00Z', None),
+    ("csv", b'"u, with a comma",3,false,2026-01-01T00:00:00Z', None),
+    ("csv", b'u,three,true,2026-01-01T00:00:00Z', "wrong type"),
+    ("csv", b'u,3.5,true,2026-01-01T00:00:00Z', "wrong type"),
+    ("csv", b'u,3,true', "missing field"),
+    ("csv", b'u,,true,2026-01-01T00:00:00Z', "missing field"),
+    ("csv", b'u,3,true,2026-01-01T00:00:00Z,extra', "malformed CSV"),
+    ("csv", b'u,"3,true,2026', "malformed CSV"),
+    ("csv", b'\xff,3,true,x', "invalid UTF-8"),
+])
+def test_a_declared_schema_is_checked_in_its_format(fmt, line, want):
+    v = check_line(RecordSchema.of(CLICKS.ddl, fmt, {"n": (0, 10)}), line)
+    assert v.kind == want, v.reason
+    if want is None:
+        assert v.record["n"] == 3 and v.record["user"].startswith("u") and v.record["ts"].year == 2026
+
+
+def test_a_text_source_takes_the_line_itself():
+    schema = RecordSchema.of("line STRING", "text")
+    assert check_line(schema, b"GET /index.html 200").record == {"line": "GET /index.html 200"}
+    assert check_line(schema, b"a\x00b").kind == "NUL byte"
+    assert check_line(schema, b"   ").kind == "empty line"
+    with pytest.raises(SchemaError, match="one STRING column"):
+        RecordSchema.of("line STRING, n INT", "text")
+
+
+@pytest.mark.parametrize("ddl, why", [
+    ("user STRING, ts TIMESTMP", "type 'TIMESTMP' is not supported"),
+    ("user STRING, user INT", "declared twice"),
+    ("user", "expected 'name TYPE'"),
+    ("tags ARRAY<STRING>", "not supported"),
+])
+def test_a_bad_schema_says_which_column(ddl, why):
+    with pytest.raises(SchemaError, match=why):
+        RecordSchema.of(ddl)
+
+
+def test_the_generators_kinds_are_declared_schemas_and_any_schema_gets_sample_lines():
+    import random
+    from datetime import datetime, timezone
+
+    from streamops.generator import kind_for, sample_lines
+
+    assert kind_for(SCHEMAS["taxi"]) == "taxi" and kind_for(CLICKS) is None
+    t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    for fmt in ("json", "csv"):
+        schema = RecordSchema.of(CLICKS.ddl, fmt, {"n": (0, 10)})
+        lines = sample_lines(schema, 50, rng=random.Random(1), ts_from=t, ts_to=t.replace(minute=1))
+        assert all(check_line(schema, ln.encode()).valid for ln in lines), fmt

@@ -21,6 +21,7 @@ from streamops.agent.fencing import exit_fenced
 from streamops.agent.input_watch import InputAudit, Landing
 from streamops.agent.metrics import SinkStats, StageContext, progress_to_metrics, state_operators
 from streamops.agent.writer import BufferedWriter
+from streamops.run_spec import CommandOutcome, StopArgs, command_args
 from streamops.checkpoint_layout import FileSourceBacklog, quarantine_checkpoint
 from streamops.store import db
 from streamops.waiting import wait_until
@@ -351,16 +352,22 @@ class StageAgent:
                 log.exception("stage %s: %s failed", self.ctx.stage_id, name)
 
     def _obey(self, cmd) -> None:
-        """Run the handler the driver registered for `cmd.command`; its outcome (or error) closes the command."""
+        """Run the handler the driver registered for `cmd.command` with its typed arguments; its
+        `CommandOutcome` (refused for arguments that do not validate, failed for an error) closes it."""
         handler = self.handlers.get(cmd.command)
         try:
-            outcome = handler(cmd.args or {}) if handler else f"refused: this run has no {cmd.command!r} handler"
+            args = command_args(cmd.command, cmd.args)
+            outcome = handler(args) if handler else \
+                CommandOutcome(status="refused", detail=f"this run has no {cmd.command!r} handler")
+        except ValueError as e:  # pydantic's ValidationError too: the sender's mistake, not the run's
+            outcome = CommandOutcome(status="refused", detail=f"bad arguments: {str(e).splitlines()[0]}")
         except Exception as e:  # a failed command is reported, the run goes on
             log.exception("stage %s: command %d (%s) failed", self.ctx.stage_id, cmd.id, cmd.command)
-            outcome = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            outcome = CommandOutcome(status="failed",
+                                     detail=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         log.info("stage %s: action=%s command=%d %s", self.ctx.stage_id, cmd.command, cmd.id, outcome)
         with db.transaction(self.engine) as conn:
-            conn.execute(db.query("command_done"), {"id": cmd.id, "outcome": outcome})
+            conn.execute(db.query("command_done"), {"id": cmd.id, "outcome": str(outcome)})
 
     def _command_loop(self) -> None:
         params = {"stage_id": self.ctx.stage_id, "deployment_id": self.ctx.deployment_id}
@@ -371,7 +378,7 @@ class StageAgent:
                     for cmd in conn.execute(db.query("commands_open"), params):
                         conn.execute(db.query("command_ack"), {"id": cmd.id, "deployment_id": self.ctx.deployment_id})
                         if cmd.command == "stop":
-                            deadline = (cmd.args or {}).get("deadline_s")
+                            deadline = StopArgs.model_validate(cmd.args or {}).deadline_s
                             # Stop well inside the caller's deadline: after it the launcher sends SIGTERM.
                             self.stop_deadline_s = max(1.0, float(deadline) / 2) if deadline else None
                             self.request_stop(f"stop command {cmd.id}", cmd.id)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from streamops.agent.faults import draw_gap, draw_magnitude
 from streamops.execute import replicas
 from streamops.registry import FAULT_KINDS, Fault
+from streamops.run_spec import CommandOutcome, FaultArgs
 from streamops.store import ledger
 from streamops.waiting import wait_until
 
@@ -46,11 +47,12 @@ def send(sid: str, kind: str, magnitude_s: float | None = None, *, role: str | N
         return Sent(0.0, kind, None, magnitude_s, "no running replica: nothing injected")
     target = role or (rng or random).choice(sorted(running))
     dep = running[target]
-    cid = ledger.send_command(sid, dep.id, "fault", {"kind": kind, "magnitude_s": magnitude_s, "source": source},
+    cid = ledger.send_command(sid, dep.id, "fault", FaultArgs(kind=kind, magnitude_s=magnitude_s, source=source),
                               "fault injector")
     # A driver kill never reports back: its row in injected_faults is the record.
     done = wait_until(lambda: (c := ledger.command(cid)).done_at is not None and c, wait_s, 0.2)
-    outcome = (done.outcome if done else "sent") or "done"
+    said = CommandOutcome.parse(done.outcome) if done else None
+    outcome = "sent" if said is None else said.detail if said.ok else str(said)
     log.warning("stage %s: action=fault kind=%s role=%s magnitude=%s: %s", sid, kind, target, magnitude_s, outcome)
     return Sent(0.0, kind, target, magnitude_s, outcome)
 

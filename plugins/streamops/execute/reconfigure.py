@@ -107,11 +107,12 @@ def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
         if not free:
             raise ReconfigurationBusy(f"stage {row.stage_id} is being reconfigured by another process; "
                                       f"reconfiguration {reconfiguration_id} stays {row.status}")
-        if row.status == RunStatus.PENDING and _is_noop(row):
+        if row.status == RunStatus.PENDING and _is_noop(row, reg):
             # The stage already has the target (a change made meanwhile): no stop, no output gap,
             # and not counted as a reconfiguration (a granted 2→2 once cost 6.7 s of "downtime").
             cur = stages.current(row.stage_id)
-            why = f"nothing to change: the stage already runs with {cur.cores} cores in pool {cur.pool!r}"
+            why = ("nothing to change: the stage already runs the registry's job and code" if row.action == "upgrade"
+                   else f"nothing to change: the stage already runs with {cur.cores} cores in pool {cur.pool!r}")
             rstore.finish(reconfiguration_id, RunStatus.CANCELLED, why, None, None)
             progress(f"{row.stage_id}: reconfiguration {reconfiguration_id} cancelled: {why}")
             log.info("stage %s: action=cancel reconfiguration=%d %s", row.stage_id, reconfiguration_id, why)
@@ -144,7 +145,9 @@ def _choose(s: Situation) -> tuple[str, str]:
                             in_driver_refused=MECHANISMS[MechanismName.IN_DRIVER].refusal(s))
 
 
-def _is_noop(row: Row) -> bool:
+def _is_noop(row: Row, reg: registry.Registry) -> bool:
+    if row.action == "upgrade":
+        return stages.code_change(row.stage_id, reg) is None
     return is_noop(stages.current(row.stage_id), row.target_cores, row.target_pool, row.target_partitions)
 
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 from streamops import processes, registry
 from streamops.execute.launcher import launcher_for
-from streamops.jobs import package_code
+from streamops.jobs import CodeBundle, package_code
 from streamops.paths import data_dir
 from streamops.plan.change import Current
 from streamops.plan.mechanism import key_groups
@@ -129,6 +129,7 @@ def start_stage(
     fault: str | None = None,
     spare=None,
     warm_up: bool = True,
+    as_run=None,
 ) -> StartResult:
     """Start a run of the stage. Unset cores/pool/checkpoint keep the latest run's; unset
     partitions keep the checkpoint's (the driver repartitions the state offline when they
@@ -136,7 +137,9 @@ def start_stage(
     launcher.Spare) runs it instead of a new process when its cores and launcher match.
     `warm_up`: the driver runs the stage's query once over a sample before the real one, so its
     first batch is not cold; a restart whose output gap is measured (a recovery, a pause-resume)
-    skips it, since the warm-up takes longer than the cold first batch it saves."""
+    skips it, since the warm-up takes longer than the cold first batch it saves. `as_run` (a
+    `deployments` row): run that run's job spec and code, not the registry's (a rollback of an
+    upgrade restores the old code)."""
     from streamops.execute import checkpoint
 
     reg = reg or registry.load()
@@ -159,6 +162,9 @@ def start_stage(
     launcher = launcher_for(pool.master)
 
     code = package_code(st.code)  # once per run: the hash says which code the run ran
+    if as_run is not None:
+        old = RunSpec.of(as_run.config)
+        st, code = old.spec, CodeBundle(old.code_archive, old.code_sha256)
     spec = RunSpec(app=app, stage=name, spec=st, pool=pool, reconfiguration_id=reconfiguration_id, fault=fault,
                    speculation=_speculation(sid, st, pool), warm_up=warm_up, operator_manager=OPERATOR_MANAGER,
                    code_archive=code.archive, code_sha256=code.sha256)
@@ -200,6 +206,26 @@ LAUNCH_FAILED = "launch failed"
 
 class LaunchFailed(RuntimeError):
     """The driver could not be launched; its run is recorded `failed` with the reason."""
+
+
+# What an upgrade replaces: the job and everything that shapes its query and its output.
+UPGRADE_FIELDS = ("job", "output_mode", "params", "source", "sink")
+
+
+def code_change(sid: str, reg: Registry) -> str | None:
+    """What differs between the stage's running primary and the registry now, in the job's code or
+    spec (an `upgrade`), or None: the same code and spec."""
+    live = ledger.latest_run(sid, live=True)
+    if live is None:
+        return None
+    running = RunSpec.of(live.config)
+    st = reg.stage(sid)[2]
+    diffs = [f for f in UPGRADE_FIELDS
+             if running.spec.model_dump(mode="json").get(f) != st.model_dump(mode="json").get(f)]
+    sha = package_code(st.code).sha256
+    if sha != running.code_sha256:
+        diffs.append(f"code sha256 {(running.code_sha256 or 'none')[:12]} → {(sha or 'none')[:12]}")
+    return ", ".join(diffs) or None
 
 
 def _speculation(sid: str, st, pool) -> dict[str, str] | None:

@@ -68,7 +68,13 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240,
             except stages.StageNotRunning:
                 pass
         res = stages.start_stage(sid, reg, cores=st.cores.initial, pool=st.pool, wait_s=wait_s, progress=_say)
-        if res.already_running:
+        if res.already_running and (done := upgrade_changed(reg, [sid], progress=_say)):
+            o = done[0]
+            result[sid] = {"deployment": res.deployment_id, "action": f"upgrade {o.status}",
+                           "reconfiguration": o.reconfiguration_id}
+            if o.status != "done":
+                raise RuntimeError(f"stage {sid}: upgrade {o.status}: {o.detail}")
+        elif res.already_running:
             _say(f"stage {sid}: action=deploy already running (deployment {res.deployment_id}); left alone")
             result[sid] = {"deployment": res.deployment_id, "action": "left running"}
         else:
@@ -81,6 +87,28 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240,
         sid, role = item.split(" ", 1)
         result.setdefault(sid, {}).setdefault("replicas_started", []).append(role)
     return result
+
+
+def upgrade_changed(reg: registry.Registry, stage_ids: list[str], mechanism: str = "auto",
+                    progress=lambda _: None) -> list:
+    """Each running stage whose job or code differs from its run's (`stages.code_change`) is
+    upgraded: an `upgrade` reconfiguration through the usual mechanism path and quality gate
+    (active backup when the pool has room beside the run). The outcomes, one per upgraded stage."""
+    from streamops import quality
+    from streamops.execute import reconfigure, stages
+
+    outcomes = []
+    for sid in stage_ids:
+        what = stages.code_change(sid, reg)
+        if what is None:
+            continue
+        progress(f"stage {sid}: action=upgrade ({what})")
+        rid = reconfigure.request(sid, "upgrade", mechanism=mechanism, reg=reg, requested_by="deploy")
+        o = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, progress=progress)
+        gap = "–" if o.downtime_ms is None else f"{o.downtime_ms / 1000:.1f} s"
+        progress(f"stage {sid}: action=upgrade {o.status} (reconfiguration {rid}, output gap {gap}): {o.detail}")
+        outcomes.append(o)
+    return outcomes
 
 
 # -- streamops_replan -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from streamops.plan.model import Request, stage_id
 
-ACTIONS = ("scale_out", "scale_in", "migrate")
+ACTIONS = ("scale_out", "scale_in", "migrate", "upgrade")
 
 
 class InvalidChange(ValueError):
@@ -91,6 +91,8 @@ def validate_change(reg: StageRegistry, stage_ref: str, action: str, *, cores: i
     sid = stage_of(reg, stage_ref)
     st = reg.stage(sid)[2]
     verb = action.replace("_", "-")
+    if action == "upgrade":
+        return _upgrade(sid, current, cores, partitions, pool)
     if cores is not None and not st.cores.min <= cores <= st.cores.max:
         raise InvalidChange(f"{sid}: cores must be within [{st.cores.min}, {st.cores.max}] (apps.yaml), got {cores}")
     if partitions is not None and not 1 <= partitions <= 1024:
@@ -127,6 +129,15 @@ def validate_change(reg: StageRegistry, stage_ref: str, action: str, *, cores: i
     return Change(sid, action, cores, partitions, pool)
 
 
+def _upgrade(sid: str, current: Current, cores: int | None, partitions: int | None, pool: str | None) -> Change:
+    """An upgrade changes the code (what changed is the executor's to find: execute.stages.code_change)."""
+    if current.cores is None:
+        raise InvalidChange(f"{sid}: an upgrade replaces a running stage's code; it never ran: start it")
+    if cores is not None or partitions is not None or pool is not None:
+        raise InvalidChange(f"{sid}: an upgrade keeps the cores, partitions and pool; change them apart")
+    return Change(sid, "upgrade", current.cores, None, None)
+
+
 @dataclass(frozen=True)
 class StageNow:
     """What the re-plan knows of a stage when it grants: its live configuration, whether a change
@@ -149,7 +160,7 @@ def grant_refusal(r: Request, now: StageNow | None) -> str | None:
     A request made while a change of the stage was in flight, or on metrics from before it,
     describes a configuration that is gone (a second scale-out 2→2 was granted this way); one
     that changes nothing would spend a token and an output gap on nothing."""
-    if r.action not in ACTIONS or now is None:
+    if r.action not in ACTIONS or r.action == "upgrade" or now is None:
         return None
     if now.in_flight:
         return "a change of this stage is in flight"

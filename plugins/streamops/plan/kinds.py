@@ -13,6 +13,7 @@ class Action(StrEnum):
     SCALE_OUT = "scale_out"
     SCALE_IN = "scale_in"
     MIGRATE = "migrate"
+    UPGRADE = "upgrade"  # new code or a new job spec for the running stage; its cores and pool stay
 
     @classmethod
     def parse(cls, text: str) -> Action:

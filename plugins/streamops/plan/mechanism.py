@@ -10,13 +10,16 @@ from pathlib import Path
 STAGED_MAX_LAG_BATCHES = 30
 
 
+_NEEDS_DRIVER = {"upgrade": "runs new code"}
+
+
 def live_refusal(action: str, pool_kind: str, from_pool: str, target_pool: str | None, target_cores: int,
                  executor_cores: int, state_partitions: int | None, target_partitions: int | None) -> str | None:
     """Why a change cannot be made live (by adding or removing executors while the query runs),
     or None when it can: a scale-out or scale-in on a standalone pool, in whole executors, that
     keeps the pool and the state partitions, to at most one core per state partition (key group)."""
     if action not in ("scale_out", "scale_in"):
-        return f"a {action} moves the stage: it needs a new driver"
+        return f"a {action} {_NEEDS_DRIVER.get(action, 'moves the stage')}: it needs a new driver"
     if pool_kind != "standalone":
         return "the pool is local: its driver's cores are fixed at start"
     if target_pool not in (None, from_pool):
@@ -37,7 +40,7 @@ def in_driver_refusal(action: str, pool_kind: str, from_pool: str, target_pool: 
     can: a scale-out or scale-in that keeps the pool and, on a local pool, the cores (local[N] is
     fixed at start; a standalone pool's driver changes its executors)."""
     if action not in ("scale_out", "scale_in"):
-        return f"a {action} moves the stage: it needs a new driver"
+        return f"a {action} {_NEEDS_DRIVER.get(action, 'moves the stage')}: it needs a new driver"
     if target_pool not in (None, from_pool):
         return f"the target pool {target_pool!r} is not the stage's pool {from_pool!r}: a new driver"
     if pool_kind != "standalone" and target_cores != current_cores:

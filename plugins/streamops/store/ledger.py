@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 
 from sqlalchemy import Connection, Row
 
+from streamops.run_spec import COMMANDS, CommandArgs, StopArgs
 from streamops.store import db
 
 
@@ -159,16 +160,19 @@ def request_stop(stage_id: str, role: str, is_alive: Callable[[Row], bool], requ
         conn.execute(db.query("deployment_stopping"), {"id": dep.id})
         conn.execute(db.query("command_insert"), {
             "stage_id": stage_id, "deployment_id": dep.id, "command": "stop",
-            "args": json.dumps({"deadline_s": deadline_s}), "requested_by": requested_by,
+            "args": StopArgs(deadline_s=deadline_s).model_dump_json(exclude_none=True), "requested_by": requested_by,
         })
     return dep, True
 
 
 # -- commands to a live run and live scaling ---------------------------------------------------------
-def send_command(stage_id: str, dep_id: int, command: str, args: dict, requested_by: str) -> int:
-    """A command for run `dep_id`'s driver (its poller acknowledges it within a second)."""
+def send_command(stage_id: str, dep_id: int, command: str, args: CommandArgs, requested_by: str) -> int:
+    """A command for run `dep_id`'s driver (its poller acknowledges it within a second), with the
+    typed arguments the driver validates again (run_spec.COMMANDS)."""
+    if not isinstance(args, COMMANDS[command]):
+        raise TypeError(f"command {command!r} takes {COMMANDS[command].__name__}, got {type(args).__name__}")
     return db.write("command_insert", stage_id=stage_id, deployment_id=dep_id, command=command,
-                    args=json.dumps(args), requested_by=requested_by).id
+                    args=args.model_dump_json(exclude_none=True), requested_by=requested_by).id
 
 
 def command(command_id: int) -> Row:

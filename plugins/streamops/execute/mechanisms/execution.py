@@ -16,6 +16,7 @@ from sqlalchemy import Row
 from sqlalchemy.exc import OperationalError
 
 from streamops import registry
+from streamops.run_spec import CommandArgs, CommandOutcome
 from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import checkpoint, stages
 from streamops.plan.kinds import Phase, RunStatus
@@ -203,17 +204,18 @@ def check_room_to_grow(ex: Execution, live: Row, pool_cores: int | None, target_
                                       f"{total} cores; stage {ex.stage_id} needs {target_cores - live.cores} more")
 
 
-def driver_command(ex: Execution, run: Row, command: str, args: dict, wait_s: float) -> Row:
+def driver_command(ex: Execution, run: Row, command: str, args: CommandArgs, wait_s: float) -> CommandOutcome:
     """Send a command to the run's driver, naming this reconfiguration, and wait for its outcome,
-    which must start with 'done'."""
-    args = {**args, "reconfiguration_id": ex.row.id}
+    which must be `done`."""
+    args = args.model_copy(update={"reconfiguration_id": ex.row.id})
     cid = ledger.send_command(ex.stage_id, run.id, command, args, f"reconfiguration {ex.row.id}")
     cmd = wait_until(lambda: (c := ledger.command(cid)).done_at is not None and c, wait_s, 0.25)
     if not cmd:
         raise RuntimeError(f"the driver did not carry out the {command} command within {wait_s:.0f}s")
-    if not (cmd.outcome or "").startswith("done"):
-        raise RuntimeError(f"the driver could not {command}: {cmd.outcome}")
-    return cmd
+    outcome = CommandOutcome.parse(cmd.outcome) or CommandOutcome(status="failed", detail="no outcome")
+    if not outcome.ok:
+        raise RuntimeError(f"the driver could not {command}: {outcome}")
+    return outcome
 
 
 def restore_previous(ex: Execution, reason: str) -> None:
@@ -231,9 +233,10 @@ def restore_previous(ex: Execution, reason: str) -> None:
         raise RuntimeError("no previous run to roll back to")
     if ex.rollback_copy is not None and ex.rollback_copy.exists():
         checkpoint.restore(ex.rollback_copy, Path(old.checkpoint))
+    # The old run's job spec and code too: an upgrade's rollback restores the code that worked.
     res = stages.start_stage(ex.stage_id, ex.reg, cores=old.cores, state_partitions=old.state_partitions,
                              pool=old.pool, checkpoint_path=old.checkpoint, wait_s=ex.deadlines.first_batch_s,
-                             warm_up=False)
+                             warm_up=False, as_run=old)
     why_not = wait_first_batch(ex, res.deployment_id, stamp=False)
     if why_not:
         raise RuntimeError(f"the restored configuration does not run either: {why_not}")

@@ -16,6 +16,7 @@ from streamops.execute import checkpoint
 from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, check_room_to_grow, \
     driver_command, recover_by_restore, restore_previous, running_primary, same_run_holds_target, target_partitions
 from streamops.plan.kinds import MechanismName, Phase
+from streamops.run_spec import RepartitionArgs
 from streamops.plan.mechanism import in_driver_refusal
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
@@ -42,14 +43,14 @@ class InDriver:
         ex.stamp(Phase.STOP_REQUESTED)
         ex.changed_at = datetime.now(timezone.utc)
         wait_s = ex.deadlines.stop_s + ex.deadlines.first_batch_s
-        cmd = driver_command(ex, live, "repartition", {
-            "cores": r.target_cores, "partitions": partitions,
-            "stop_deadline_s": ex.deadlines.stop_s, "timeout_s": ex.deadlines.first_batch_s}, wait_s)
+        outcome = driver_command(ex, live, "repartition", RepartitionArgs(
+            cores=r.target_cores, partitions=partitions, stop_deadline_s=ex.deadlines.stop_s,
+            timeout_s=ex.deadlines.first_batch_s), wait_s)
         if r.target_cores != live.cores:
             ledger.record_scaling(live.id, live.cores, r.target_cores, r.id)
         ex.new_deployment_id = live.id
         rstore.link(r.id, old_deployment_id=live.id, new_deployment_id=live.id)
-        ex.progress(f"{ex.stage_id}: {cmd.outcome.removeprefix('done: ')}")
+        ex.progress(f"{ex.stage_id}: {outcome.detail}")
 
     def rollback(self, ex: Execution, reason: str) -> None:
         """Restart the old configuration from the copy (the driver may be half-way)."""

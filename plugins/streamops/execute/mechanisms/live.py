@@ -12,6 +12,7 @@ from sqlalchemy import Row
 from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, check_room_to_grow, \
     driver_command, recover_by_restore, restore_previous, running_primary, same_run_holds_target
 from streamops.plan.kinds import MechanismName, Phase
+from streamops.run_spec import ScaleArgs
 from streamops.plan.mechanism import live_refusal
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
@@ -40,11 +41,11 @@ class LiveScale:
     def _scale(self, ex: Execution, run: Row, cores: int) -> None:
         ex.stamp(Phase.SCALE_REQUESTED)
         ex.changed_at = datetime.now(timezone.utc)
-        cmd = driver_command(ex, run, "scale", {"cores": cores, "timeout_s": self.COMMAND_WAIT_S - 15},
-                             self.COMMAND_WAIT_S)
+        outcome = driver_command(ex, run, "scale", ScaleArgs(cores=cores, timeout_s=self.COMMAND_WAIT_S - 15),
+                                 self.COMMAND_WAIT_S)
         ledger.record_scaling(run.id, run.cores, cores, ex.row.id)
         ex.stamp(Phase.EXECUTORS_READY)
-        ex.progress(f"{ex.stage_id}: {cmd.outcome.removeprefix('done: ')}")
+        ex.progress(f"{ex.stage_id}: {outcome.detail}")
 
     def rollback(self, ex: Execution, reason: str) -> None:
         """Back to the old cores in the same run if it still runs; else restart it as it was."""
