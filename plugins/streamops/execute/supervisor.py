@@ -5,7 +5,10 @@ reads once a minute: each replica's latest run. A driver whose process is gone i
 one poll; a stopped one (SIGSTOP, a debugger: its process or its JVM in the kernel's stopped
 state) once it is seen stopped for `stopped_s` (0.5 s, two polls: `stops.StopWatch`); any other hung one
 when its heartbeat is older than `stale_s` (3 × the 5 s beat); a stalled one
-when it beats but has committed nothing for `stall_s` (180 s) while input waits. Each failure
+when it beats but has committed nothing for `stall_s` (180 s) while input waits. Silence is
+judged only while the database takes writes: each poll first writes as a beat does (a write probe,
+`watchdog.write_gap`), and a probe that fails or is slow (a lock on `heartbeats`, an fsync stall)
+is a database gap, as a failed read is; the probe is made again before a kill. Each failure
 is recovered exactly as the watchdog does it (`watchdog.recover`: the `failures` row first, then
 a restart from the run's own checkpoint under the stage lock), in a thread of its own so that two
 failed stages restart in parallel. The `failures` row it writes wakes the `streamops_watchdog`
@@ -63,6 +66,7 @@ class SupervisorOptions:
     warm_spares: bool = True
     spare_after_s: float = 20.0  # after a start or a recovery, before building a spare (not during catch-up)
     slow_poll_s: float = 5.0  # a poll slower than this: the database stalled (its beats did too)
+    write_probe_s: float = watchdog.WRITE_PROBE_S  # a beat's write slower than this: the database holds beats back
 
 
 class Supervisor:
@@ -94,6 +98,9 @@ class Supervisor:
 
     def poll(self) -> list[watchdog.Failure]:
         """One look: note who is alive, hand each new failure to a recovery thread."""
+        # Before the read: a database that answers reads at once may still hold every beat back.
+        if (gap := watchdog.write_gap(self.opts.write_probe_s)) is not None:
+            self._distrust_heartbeats(gap)
         now = datetime.now(timezone.utc)
         candidates = failures.watchdog_candidates()
         stopped = self._stops.look(candidates, now)
@@ -129,15 +136,19 @@ class Supervisor:
         with rstore.stage_lock(f.stage_id) as free:
             # Busy (a reconfiguration, the DAG, or this stage's other replica): the next poll retries.
             if (not free or f.stage_id in rstore.active_stage_ids()
-                    or not watchdog.still_failed(f, self.opts.stale_s, self.opts.stall_s)):
+                    or not watchdog.still_failed(f, self.opts.stale_s, self.opts.stall_s, self.opts.write_probe_s)):
                 return None
             spare = self._take_spare(f.stage_id)
             try:
                 rec = watchdog.recover(f, app, self.reg, max_restarts=self.opts.max_restarts, wait_s=self.opts.wait_s,
-                                       progress=self.progress, detected_by="supervisor", spare=spare)
+                                       progress=self.progress, detected_by="supervisor", spare=spare,
+                                       probe_s=self.opts.write_probe_s)
             finally:
                 if spare is not None and not spare.adopted:  # cores differed, the replica is no longer
                     self._discard(spare)                     # wanted, the restart failed: not a leaked JVM
+        if rec.status == "withdrawn":  # not killed: the database held its beats back
+            self._distrust_heartbeats(rec.detail)
+            return None
         self._quiet_until = time.monotonic() + self.opts.spare_after_s
         self.recoveries.append(rec)
         return rec
