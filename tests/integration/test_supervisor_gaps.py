@@ -8,6 +8,7 @@ so that a wrong kill ends as a `retrying` recovery, not as a real driver started
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ import pytest
 from sqlalchemy import text
 
 from streamops import registry
-from streamops.execute import stages, supervisor
+from streamops.execute import replicas, stages, supervisor
 from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
@@ -114,3 +115,28 @@ def test_a_gap_that_begins_after_the_look_is_caught_before_the_kill(beating_run,
         locker.rollback()
     assert rec.status == "withdrawn" and rec.detail.startswith("a write probe failed: canceling statement"), rec
     assert _failures(clean_db) == [] and proc.poll() is None
+
+
+def test_a_failing_housekeeping_step_is_logged_and_counted_and_hang_detection_goes_on(beating_run, clean_db,
+                                                                                        monkeypatch, caplog):
+    """Item 7: any exception from housekeeping was taken for a database gap, every pass: with a
+    step failing, a run silent past the limit was never found. Now the step's failure is logged
+    with its traceback and counted, and the silent run is found as if housekeeping were healthy."""
+    reg, dep, proc = beating_run
+
+    def broken(*_, **__):
+        raise ValueError("a bug in a housekeeping step")
+
+    monkeypatch.setattr(replicas, "reconcile", broken)
+    caplog.set_level(logging.WARNING, logger="streamops.supervisor")
+    sup, end = _supervise(reg, housekeeping_s=0.1)  # every pass
+    try:
+        assert _until(lambda: _failures(clean_db), 3 * STALE_S + 3) == [("stale_heartbeat", "supervisor")]
+        assert _until(lambda: proc.poll() is not None, 5), "the silent run was not killed"
+    finally:
+        end()
+    logged = [r for r in caplog.records if "replicas" in r.getMessage() and r.exc_info]
+    assert logged and logged[0].exc_info[0] is ValueError, [r.getMessage() for r in caplog.records]
+    assert "housekeeping step; heartbeats are not judged" not in caplog.text, "a step's failure is not the database's"
+    step = sup.housekeeping_failures["replicas"]
+    assert step.count >= 2 and step.error == "ValueError: a bug in a housekeeping step", step

@@ -19,12 +19,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from sqlalchemy.exc import DBAPIError
-
 from streamops import processes, registry, spark_cluster
 from streamops.execute import mechanisms, reconfigure, replicas, stages, stops
 from streamops.execute.launcher import launcher_for
-from streamops.store import failures, ledger
+from streamops.store import db, failures, ledger
 from streamops.store import reconfigurations as rstore
 
 log = logging.getLogger("streamops.watchdog")
@@ -113,9 +111,15 @@ def write_gap(limit_s: float = WRITE_PROBE_S) -> str | None:
     stall) silences every driver while the silence reads fast: then it proves nothing."""
     try:
         took = failures.beat_write_s(limit_s)
-    except DBAPIError as e:
-        return "a write probe failed: " + (str(e.orig).strip().splitlines() or [type(e.orig).__name__])[0]
+    except db.UNAVAILABLE as e:
+        return f"a write probe failed: {first_line(e)}"
     return f"a write probe took {took:.1f}s" if took > limit_s else None
+
+
+def first_line(e: BaseException) -> str:
+    """An error in one line: a database error's own message (not SQLAlchemy's statement dump)."""
+    text = str(getattr(e, "orig", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
