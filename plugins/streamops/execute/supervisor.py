@@ -5,7 +5,10 @@ reads once a minute: each replica's latest run. A driver whose process is gone i
 one poll; a stopped one (SIGSTOP, a debugger: its process or its JVM in the kernel's stopped
 state) once it is seen stopped for `stopped_s` (0.5 s, two polls: `stops.StopWatch`); any other hung one
 when its heartbeat is older than `stale_s` (3 × the 5 s beat); a stalled one
-when it beats but has committed nothing for `stall_s` (180 s) while input waits. Each failure
+when it beats but has committed nothing for `stall_s` (180 s) while input waits. Silence is
+judged only while the database takes writes: each poll first writes as a beat does (a write probe,
+`watchdog.write_gap`), and a probe that fails or is slow (a lock on `heartbeats`, an fsync stall)
+is a database gap, as a failed read is; the probe is made again before a kill. Each failure
 is recovered exactly as the watchdog does it (`watchdog.recover`: the `failures` row first, then
 a restart from the run's own checkpoint under the stage lock), in a thread of its own so that two
 failed stages restart in parallel. The `failures` row it writes wakes the `streamops_watchdog`
@@ -63,6 +66,15 @@ class SupervisorOptions:
     warm_spares: bool = True
     spare_after_s: float = 20.0  # after a start or a recovery, before building a spare (not during catch-up)
     slow_poll_s: float = 5.0  # a poll slower than this: the database stalled (its beats did too)
+    write_probe_s: float = watchdog.WRITE_PROBE_S  # a beat's write slower than this: the database holds beats back
+
+
+@dataclass(frozen=True)
+class StepFailure:
+    """A housekeeping step failing: passes in a row, its last error, since when."""
+    count: int
+    error: str
+    since: datetime
 
 
 class Supervisor:
@@ -91,9 +103,14 @@ class Supervisor:
         # monotonic: heartbeats are judged from then on. A poll that failed or took long (the database
         # away, stopped or stalled) silenced every driver's beats too: they get `stale_s` to resume.
         self._trusted_from = 0.0
+        # The housekeeping steps failing now, by name: each is retried every pass, the others run on.
+        self.housekeeping_failures: dict[str, StepFailure] = {}
 
     def poll(self) -> list[watchdog.Failure]:
         """One look: note who is alive, hand each new failure to a recovery thread."""
+        # Before the read: a database that answers reads at once may still hold every beat back.
+        if (gap := watchdog.write_gap(self.opts.write_probe_s)) is not None:
+            self._distrust_heartbeats(gap)
         now = datetime.now(timezone.utc)
         candidates = failures.watchdog_candidates()
         stopped = self._stops.look(candidates, now)
@@ -129,15 +146,19 @@ class Supervisor:
         with rstore.stage_lock(f.stage_id) as free:
             # Busy (a reconfiguration, the DAG, or this stage's other replica): the next poll retries.
             if (not free or f.stage_id in rstore.active_stage_ids()
-                    or not watchdog.still_failed(f, self.opts.stale_s, self.opts.stall_s)):
+                    or not watchdog.still_failed(f, self.opts.stale_s, self.opts.stall_s, self.opts.write_probe_s)):
                 return None
             spare = self._take_spare(f.stage_id)
             try:
                 rec = watchdog.recover(f, app, self.reg, max_restarts=self.opts.max_restarts, wait_s=self.opts.wait_s,
-                                       progress=self.progress, detected_by="supervisor", spare=spare)
+                                       progress=self.progress, detected_by="supervisor", spare=spare,
+                                       probe_s=self.opts.write_probe_s)
             finally:
                 if spare is not None and not spare.adopted:  # cores differed, the replica is no longer
                     self._discard(spare)                     # wanted, the restart failed: not a leaked JVM
+        if rec.status == "withdrawn":  # not killed: the database held its beats back
+            self._distrust_heartbeats(rec.detail)
+            return None
         self._quiet_until = time.monotonic() + self.opts.spare_after_s
         self.recoveries.append(rec)
         return rec
@@ -198,21 +219,45 @@ class Supervisor:
             self._discard(spare)
 
     def housekeeping(self) -> None:
-        watchdog.close_late_failures(self.progress)
+        """Each step on its own: one that fails is logged and counted, and the others still run.
+        No step's failure is a database gap: heartbeats stay judged (only the poll's reads say)."""
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("close-late-failures", lambda: watchdog.close_late_failures(self.progress)),
+            ("rotate-logs", self._rotate_logs),
+            ("heal-cluster", lambda: watchdog.heal_cluster("supervisor", self.progress)),
+            *((f"keep {keep!r}", lambda keep=keep: keep(self.progress)) for keep in self.keepers),
+            ("replicas", self._reconcile_replicas),
+            *((("spares", self.keep_spares),) if self.opts.warm_spares else ()),
+        ]
+        for name, step in steps:
+            self._housekeeping_step(name, step)
+
+    def _housekeeping_step(self, name: str, step: Callable[[], object]) -> None:
+        before = self.housekeeping_failures.get(name)
+        try:
+            step()
+        except Exception as e:
+            error = f"{type(e).__name__}: {watchdog.first_line(e)}"
+            now = StepFailure(before.count + 1 if before else 1, error, before.since if before else
+                              datetime.now(timezone.utc))
+            self.housekeeping_failures[name] = now
+            # The traceback once per new error, then a line per pass: not one every 5 s for hours.
+            log.error("action=housekeeping step=%s failed (%d passes in a row); tried again next pass: %s", name,
+                      now.count, error, exc_info=before is None or before.error != error)
+            return
+        if before is not None:
+            del self.housekeeping_failures[name]
+            log.info("action=housekeeping step=%s works again after %d failed passes", name, before.count)
+
+    def _rotate_logs(self) -> None:
         if time.monotonic() - self._last_rotation >= 60:  # a stat per log file: cheap, but not every 5 s
             self._last_rotation = time.monotonic()
             housekeeping.rotate_logs()
-        watchdog.heal_cluster("supervisor", self.progress)
-        for keep in self.keepers:
-            try:
-                keep(self.progress)
-            except Exception:  # one keeper's failure is not the database's: heartbeats stay trusted
-                log.exception("action=keep %r failed; tried again next pass", keep)
+
+    def _reconcile_replicas(self) -> None:
         done = replicas.reconcile(self.reg, progress=self.progress)
         for item in done.started + done.stopped + done.refused:
             self.progress(f"action=replicas {item}")
-        if self.opts.warm_spares:
-            self.keep_spares()
 
     def run(self, stop: threading.Event | None = None, duration_s: float | None = None) -> None:
         """Poll until `stop` is set (or `duration_s` passed); a failed poll (the database away) is
@@ -222,21 +267,31 @@ class Supervisor:
         log.info("action=supervise poll=%.1fs stale=%.0fs", self.opts.poll_s, self.opts.stale_s)
         exporter = self._start_exporter()
         while not stop.is_set() and (ends is None or time.monotonic() < ends):
-            started = time.monotonic()
-            try:
-                self.poll()
-                if time.monotonic() - started > self.opts.slow_poll_s:
-                    self._distrust_heartbeats("a poll took %.0fs" % (time.monotonic() - started))
-                if time.monotonic() - self._last_housekeeping >= self.opts.housekeeping_s:
-                    self._last_housekeeping = time.monotonic()
-                    self.housekeeping()
-            except Exception as e:  # keep supervising through a database restart
-                self._distrust_heartbeats(f"a poll failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            if self._poll_once() and time.monotonic() - self._last_housekeeping >= self.opts.housekeeping_s:
+                self._last_housekeeping = time.monotonic()
+                self.housekeeping()
             stop.wait(self.opts.poll_s)
         self._threads.shutdown(wait=True)
         self.release_spares()
         if exporter is not None:
             exporter.close()
+
+    def _poll_once(self) -> bool:
+        """One poll; False when the database failed it (housekeeping then waits too). Only the
+        database failing it (away, restarting, stalled: `db.UNAVAILABLE`) or slowing it silenced
+        the beats too; any other error is a bug, logged with its traceback, and heartbeats stay judged."""
+        started = time.monotonic()
+        try:
+            self.poll()
+        except db.UNAVAILABLE as e:  # keep supervising through a database restart
+            self._distrust_heartbeats(f"a poll failed: {watchdog.first_line(e)}")
+            return False
+        except Exception:
+            log.exception("action=poll failed; tried again next poll")
+            return True
+        if time.monotonic() - started > self.opts.slow_poll_s:
+            self._distrust_heartbeats("a poll took %.0fs" % (time.monotonic() - started))
+        return True
 
     def _start_exporter(self) -> Closeable | None:
         """The exporter passed in, started; never the supervisor's end (a warning naming the action)."""

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from streamops import processes, registry, spark_cluster
 from streamops.execute import mechanisms, reconfigure, replicas, stages, stops
 from streamops.execute.launcher import launcher_for
-from streamops.store import failures, ledger
+from streamops.store import db, failures, ledger
 from streamops.store import reconfigurations as rstore
 
 log = logging.getLogger("streamops.watchdog")
@@ -51,7 +51,7 @@ class Recovery:
     stage_id: str
     failure_id: int
     kind: str
-    status: str  # recovered | retrying | gave_up
+    status: str  # recovered | retrying | gave_up | withdrawn (not a failure: the database held its beats back)
     attempts: int
     mttr_s: float | None = None
     downtime_s: float | None = None
@@ -101,6 +101,27 @@ def stalled_for(beat_info: dict | None, silent_s: float | None, stall_s: float |
     return idle if idle > stall_s else None
 
 
+# A heartbeat's write (a few ms) taking longer than this: the database holds the beats back.
+WRITE_PROBE_S = 1.0
+
+
+def write_gap(limit_s: float = WRITE_PROBE_S) -> str | None:
+    """Why a driver's beat would not be written now (it fails, or takes over `limit_s`), else None.
+    A database slow to write but quick to read (a migration's lock on `heartbeats`, an fsync
+    stall) silences every driver while the silence reads fast: then it proves nothing."""
+    try:
+        took = failures.beat_write_s(limit_s)
+    except db.UNAVAILABLE as e:
+        return f"a write probe failed: {first_line(e)}"
+    return f"a write probe took {took:.1f}s" if took > limit_s else None
+
+
+def first_line(e: BaseException) -> str:
+    """An error in one line: a database error's own message (not SQLAlchemy's statement dump)."""
+    text = str(getattr(e, "orig", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
            candidates: list | None = None, stall_s: float | None = STALL_S,
            stopped: dict[int, stops.Stopped] | None = None) -> list[Failure]:
@@ -146,12 +167,13 @@ def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
     return out
 
 
-def still_failed(f: Failure, stale_s: float, stall_s: float | None = STALL_S) -> bool:
+def still_failed(f: Failure, stale_s: float, stall_s: float | None = STALL_S,
+                 probe_s: float = WRITE_PROBE_S) -> bool:
     """Under the stage lock: is `f`'s run still its replica's latest (a supervisor and the DAG
     may both have found it; the first to take the lock recovers it, the other does nothing), and
-    for a hung driver, is it still silent? A recovery may wait its turn behind others (or behind
-    the lock) while a driver that was only cut off by a database outage beats again: it must not
-    be killed on an old reading."""
+    for a hung driver, is it still silent, with the database taking writes? A recovery may wait
+    its turn behind others (or behind the lock) while a driver that was only cut off by a
+    database outage beats again: it must not be killed on an old reading."""
     latest = ledger.latest_run(f.stage_id, role=f.role)
     if latest is None or latest.id != f.deployment_id:
         return False
@@ -164,16 +186,21 @@ def still_failed(f: Failure, stale_s: float, stall_s: float | None = STALL_S) ->
         return False
     if f.kind == "stalled":
         return stalled_for(now.beat_info, now.silent_s, stall_s) is not None
-    return silent_too_long(now.silent_s, now.server_up_s, stale_s)
+    return silent_too_long(now.silent_s, now.server_up_s, stale_s) and write_gap(probe_s) is None
 
 
 def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int = 3, wait_s: float = 180,
-            progress=lambda _: None, detected_by: str = "watchdog", spare=None) -> Recovery:
+            progress=lambda _: None, detected_by: str = "watchdog", spare=None,
+            probe_s: float = WRITE_PROBE_S) -> Recovery:
     fid, attempts, new = failures.open_failure(f.stage_id, app, f.deployment_id, f.kind, f.detail, f.failed_at,
                                                role=f.role, detected_by=detected_by)
     if new:
         log.warning("stage %s: action=failure-detected role=%s kind=%s failure=%d by=%s: %s", f.stage_id, f.role,
                     f.kind, fid, detected_by, f.detail)
+    # Once more, after the failure row's own write and just before the kill: a database that
+    # stopped taking writes since the last look holds every beat back, and a kill is not undone.
+    if f.kind == "stale_heartbeat" and (gap := write_gap(probe_s)) is not None:
+        return _withdraw(f, fid, new, attempts, gap, progress)
     dep = ledger.deployment(f.deployment_id)
     if f.kind in ("stale_heartbeat", "stopped", "stalled", "launch_failed") and dep.pid is not None:
         # a hung, stopped or stalled driver must not keep writing beside its successor: SIGKILL
@@ -225,6 +252,15 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     return Recovery(f.stage_id, fid, f.kind, "retrying", attempts, detail=why or "")
 
 
+def _withdraw(f: Failure, fid: int, new: bool, attempts: int, gap: str, progress) -> Recovery:
+    """A silent run not killed: the database gap silenced it. Its failure row, if just written, goes."""
+    withdrawn = new and failures.withdraw(fid)
+    log.warning("stage %s: action=failure-withdrawn role=%s failure=%d%s: %s; the silence is the database's",
+                f.stage_id, f.role, fid, " (deleted)" if withdrawn else "", gap)
+    progress(f"{f.who}: not killed: {gap}")
+    return Recovery(f.stage_id, fid, f.kind, "withdrawn", attempts, detail=gap)
+
+
 def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_restarts: int = 3,
           wait_s: float = 180, stall_s: float | None = STALL_S, progress=lambda _: None) -> WatchdogReport:
     """One watchdog pass: finish reconfigurations a dead executor left, then recover failed stages."""
@@ -253,8 +289,11 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
             if not still_failed(f, stale_s, stall_s):
                 report.skipped.append(f"{f.who}: already recovered")
                 continue
-            report.recoveries.append(recover(f, apps[f.stage_id], reg, max_restarts=max_restarts, wait_s=wait_s,
-                                             progress=progress))
+            rec = recover(f, apps[f.stage_id], reg, max_restarts=max_restarts, wait_s=wait_s, progress=progress)
+            if rec.status == "withdrawn":
+                report.skipped.append(f"{f.who}: not killed: {rec.detail}")
+            else:
+                report.recoveries.append(rec)
     # Replicas that are wanted but not running (a new count, or the primary is back).
     report.replicas = replicas.reconcile(reg, progress=progress)
     return report

@@ -11,7 +11,8 @@ import time
 from typing import Any, Iterable, Iterator, Mapping
 
 from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from streamops.paths import sql_dir
 from streamops.store import embedded
@@ -95,6 +96,11 @@ def check_outage() -> None:
 
         raise OperationalError("connect", {}, psycopg2.OperationalError(
             "could not connect to server: Connection refused (injected database outage)"))
+
+
+# What a database away, stopped or stalled raises: a driver error (a refused connection, a
+# statement cancelled, a lock not granted), no connection free in the pool, none configured.
+UNAVAILABLE = (DBAPIError, PoolTimeout, DatabaseUnavailable)
 
 
 # Every connection of the platform: a server that stops answering (stopped, stalled, a network

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 from sqlalchemy import Row
@@ -17,6 +18,24 @@ def watchdog_candidates() -> list[Row]:
 def heartbeat_silence(deployment_id: int) -> Row | None:
     """(silent_s, server_up_s) of one run, read now."""
     return db.row("heartbeat_silence", deployment_id=deployment_id)
+
+
+def beat_write_s(limit_s: float) -> float:
+    """Seconds a driver's heartbeat write takes now, measured by writing as a beat does (its lock on
+    `heartbeats`, a commit record in the WAL, no wait for the flush) without a row. A lock held (a
+    migration) or a stalled WAL holds every beat back while reads still answer at once. Raises
+    (OperationalError) when the lock or the statement takes longer than `limit_s`."""
+    started = time.monotonic()
+    with db.transaction(durable=False) as conn:
+        conn.execute(db.query("heartbeat_write_probe_limits"), {"ms": str(max(1, round(limit_s * 1000)))})
+        conn.execute(db.query("heartbeat_write_probe"))
+    return time.monotonic() - started
+
+
+def withdraw(failure_id: int) -> bool:
+    """Delete a failure just recorded that was none (open, nothing restarted); whether it was."""
+    with db.transaction() as conn:
+        return conn.execute(db.query("failure_withdraw"), {"id": failure_id}).rowcount == 1
 
 
 def open_failure(stage_id: str, app: str, deployment_id: int, kind: str, detail: str,
