@@ -44,7 +44,7 @@ def parse(path: Path, line: str) -> dict:
     try:
         return json.loads(line)
     except json.JSONDecodeError as e:
-        raise CheckpointUnreadable(path, f"{e.msg} at line char {e.pos}") from e
+        raise CheckpointUnreadable(path, f"{e.msg} (char {e.pos} of a line)") from e
 
 
 def _batch_ids(d: Path) -> list[int]:
