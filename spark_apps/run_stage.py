@@ -33,6 +33,7 @@ from streamops.agent.faults import BatchPause, FaultInjector
 from streamops.agent.input_watch import Landing
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import PoisonBook
+from streamops import checkpoint_repair
 from streamops.checkpoint_layout import QUERIES
 from streamops.registry import Pool, resolve_path
 from streamops.run_spec import CommandOutcome, RunSpec
@@ -217,6 +218,9 @@ class StageDriver:
 
     def _start_queries(self) -> None:
         rid = self.run_spec.reconfiguration_id
+        # start_stage repaired a torn checkpoint before admission; a driver started any other way
+        # (run_stage.py by hand) is covered here, now that this run is the checkpoint's only user.
+        checkpoint_repair.repair_stage(self.ckpt)
         prepare_state(self.spark, self.stage, self.ctx, self.ckpt, self.agent, self.supervisor.excluded,
                       self.dep.state_partitions, rid)
         self.agent.queries = [self.restart(q, self.supervisor.excluded[q]) for q in QUERIES]

@@ -17,6 +17,36 @@ from pathlib import Path
 from urllib.parse import unquote
 
 
+class CheckpointUnreadable(ValueError):
+    """A checkpoint file that is not what Spark writes (torn by a crash, truncated, not UTF-8): the
+    message names the file and the fix, never a bare JSONDecodeError."""
+
+    def __init__(self, path: Path, why: str):
+        self.path, self.why = Path(path), why
+        super().__init__(f"{path}: unreadable checkpoint file ({why}). Fix: `streamops start` moves a torn newest "
+                         f"log entry aside by itself; otherwise restore the checkpoint from a rollback copy")
+
+
+def read_entry(path: Path) -> list[str]:
+    """The lines of a log entry (`offsets/N`, `commits/N`, `sources/0/N`, ...) after its version
+    line ("v1"), unparsed. FileNotFoundError is the caller's to handle."""
+    try:
+        lines = Path(path).read_bytes().decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise CheckpointUnreadable(path, f"not UTF-8: {e.reason}") from e
+    if not re.fullmatch(r"v\d+", lines[0]):
+        raise CheckpointUnreadable(path, f"no version line, found {lines[0][:40]!r}")
+    return [line for line in lines[1:] if line.strip()]
+
+
+def parse(path: Path, line: str) -> dict:
+    """One JSON line of `path`'s entry; a torn one is named."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise CheckpointUnreadable(path, f"{e.msg} (char {e.pos} of a line)") from e
+
+
 def _batch_ids(d: Path) -> list[int]:
     try:
         return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit())
@@ -40,8 +70,9 @@ def state_partitions(ckpt: Path) -> int | None:
     n = last_planned_batch(ckpt)
     if n is None:
         return None
-    lines = (Path(ckpt) / "offsets" / str(n)).read_text().splitlines()
-    conf = json.loads(lines[1]).get("conf", {}) if len(lines) > 1 else {}
+    path = Path(ckpt) / "offsets" / str(n)
+    lines = read_entry(path)
+    conf = parse(path, lines[0]).get("conf", {}) if lines else {}
     value = conf.get("spark.sql.shuffle.partitions")
     return int(value) if value is not None else None
 
@@ -54,7 +85,7 @@ def batch_files(ckpt: Path, batch_id: int) -> list[str]:
     for path in candidates:
         if not path.is_file() or (path.name.endswith(".compact") and int(path.name.split(".")[0]) < batch_id):
             continue
-        entries = [json.loads(line) for line in path.read_text().splitlines()[1:] if line.strip()]
+        entries = [parse(path, line) for line in read_entry(path)]
         files = [e["path"] for e in entries if e.get("batchId", batch_id) == batch_id]
         if files:
             return [re.sub(r"^file:(//)?", "", f) for f in files]
@@ -129,7 +160,7 @@ class SourceLog:
         """Files listed in the log entry `name` (read once, their names kept), None if it is not there."""
         if name not in self._lines:
             try:
-                lines = [line for line in (self.log_dir / name).read_text().splitlines()[1:] if line.strip()]
+                lines = read_entry(self.log_dir / name)
             except FileNotFoundError:
                 return None
             self._names.update(file_name(e["path"]) for e in self._new_entries(name, lines))
@@ -143,10 +174,10 @@ class SourceLog:
         batch = int(name.split(".")[0])
         before = self._read_upto(batch - 1) if name.endswith(".compact") else None
         if before is not None and before <= len(lines):
-            tail = [json.loads(line) for line in lines[before:]]
+            tail = [parse(self.log_dir / name, line) for line in lines[before:]]
             if all(e.get("batchId", batch) == batch for e in tail):
                 return tail
-        return [json.loads(line) for line in lines]
+        return [parse(self.log_dir / name, line) for line in lines]
 
     def _read_upto(self, batch_id: int) -> int | None:
         """Files of batches 0 … batch_id, if the entries that list them were read already (no file

@@ -31,6 +31,8 @@ class RunSpec(BaseModel):
     operator_manager: str | None = Field(default=None, description="module:function the driver asks every period")
     code_archive: str | None = Field(default=None, description="the job's code, zipped, shipped with addPyFile")
     code_sha256: str | None = Field(default=None, description="the content hash of that code")
+    checkpoint_repair: str | None = Field(default=None, description="what the start moved aside from a torn "
+                                                                    "checkpoint (checkpoint_repair)")
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> RunSpec:

@@ -218,7 +218,7 @@ def test_the_redundancy_manager_climbs_during_faults_and_comes_back_down():
 def test_replica_changes_are_recorded_as_granted_decisions():
     s = run_simulation("threshold3_tuned", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS), redundancy=True,
                        stages=(COUNT_STAGE,))
-    st = s["ha"]["stages"]["wordcount"]
+    st = s["ha"]["stages"]["count"]
     adds = sum(e["action"] == "add_replica" for e in st["replica_log"])
     assert adds >= 1 and s["decisions"]["add_replica"]["granted"] == adds
     assert st["redundancy_r_final"] is not None and st["replicas_max"] == 2
@@ -230,12 +230,12 @@ def test_replica_changes_go_through_the_application_manager():
     """Adding a replica spends a token: with an empty bucket every add is declined; removing is free."""
     s = run_simulation("threshold3_tuned", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS), redundancy=True,
                        stages=(COUNT_STAGE,), capacity=0.0)
-    st = s["ha"]["stages"]["wordcount"]
+    st = s["ha"]["stages"]["count"]
     assert s["decisions"]["add_replica"]["declined"] >= 3 and s["decisions"]["add_replica"]["granted"] == 0
     assert st["replicas_max"] == 1 and st["replica_log"] == []
     granted = run_simulation("threshold3_tuned", HA_TRACE, duration_s=1800, plot=False, faults=list(KILLS),
                              redundancy=True, stages=(COUNT_STAGE,))
-    log = granted["ha"]["stages"]["wordcount"]["replica_log"]
+    log = granted["ha"]["stages"]["count"]["replica_log"]
     assert any(e["action"] == "remove_replica" for e in log)
     assert all(e["grant"] and e["requested_t_s"] == e["t_s"] for e in log)  # filed and granted in the same cycle
     assert granted["decisions"]["remove_replica"]["granted"] == sum(e["action"] == "remove_replica" for e in log)

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from streamops import processes, registry
+from streamops import checkpoint_repair, processes, registry
 from streamops.execute.launcher import launcher_for
 from streamops.jobs import CodeBundle, package_code
 from streamops.paths import data_dir
@@ -45,6 +45,7 @@ class StartResult:
     pid: int | None
     already_running: bool
     log_path: str | None
+    repaired: str | None = None  # what a torn checkpoint had moved aside before the start
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ def start_stage(
     # its query keeps state is known only once it ran, and a stateless query ignores them.
     first_partitions = key_groups(st.state_partitions, st.cores.max, True) if pool.kind == "standalone" \
         else st.state_partitions
+    repaired = _repair_checkpoint(sid, role, ckpt, progress)
     partitions = state_partitions or checkpoint.state_partitions(ckpt) or first_partitions
     launcher = launcher_for(pool.master)
 
@@ -167,7 +169,7 @@ def start_stage(
         st, code = old.spec, CodeBundle(old.code_archive, old.code_sha256)
     spec = RunSpec(app=app, stage=name, spec=st, pool=pool, reconfiguration_id=reconfiguration_id, fault=fault,
                    speculation=_speculation(sid, st, pool), warm_up=warm_up, operator_manager=OPERATOR_MANAGER,
-                   code_archive=code.archive, code_sha256=code.sha256)
+                   code_archive=code.archive, code_sha256=code.sha256, checkpoint_repair=repaired)
     adm = ledger.admit(sid, role, pool_name, pool.cores, cores, is_alive, state_partitions=partitions, checkpoint=ckpt,
                        launcher=launcher.kind, config=spec.model_dump(mode="json"))
     if adm.live is not None:
@@ -198,7 +200,23 @@ def start_stage(
     progress(f"{sid}: driver pid {launched.pid} starting (log {launched.log_path})")
     if wait_s > 0:
         _wait_running(sid, dep_id, launched.pid, launcher, wait_s, progress)
-    return StartResult(sid, dep_id, launched.pid, False, launched.log_path)
+    return StartResult(sid, dep_id, launched.pid, False, launched.log_path, repaired)
+
+
+def _repair_checkpoint(sid: str, role: str, ckpt: str, progress: Progress) -> str | None:
+    """A torn checkpoint's newest entries moved aside (checkpoint_repair), unless a live run of the
+    stage's `role` uses it: what was moved, for the run's record, or None. Raises CheckpointTorn
+    (the file and the fix) when a repair must not touch it."""
+    live = ledger.latest_run(sid, live=True, role=role)
+    if live is not None and (live.status == "starting" and live.pid is None or is_alive(live)):
+        return None  # being launched by another caller right now, or running: not ours to touch
+    moved = checkpoint_repair.repair_stage(ckpt)
+    if not moved:
+        return None
+    what = checkpoint_repair.describe(moved)
+    log.warning("stage %s: action=checkpoint-repair moved aside %s", sid, what)
+    progress(f"{sid}: checkpoint repaired: moved aside {what}")
+    return what
 
 
 LAUNCH_FAILED = "launch failed"

@@ -61,6 +61,7 @@ class SupervisorOptions:
     stopped_s: float = stops.HOLD_S  # a driver seen stopped (SIGSTOP, a debugger) on consecutive polls this long
     stall_s: float = watchdog.STALL_S  # beating, but no commit for this long while input waits
     max_restarts: int = 3
+    restart_backoff_s: float = watchdog.RESTART_BACKOFF_S  # then doubling, jittered, between restarts of a stage
     wait_s: float = 120.0  # for the restarted run's first output
     housekeeping_s: float = 5.0  # dead Spark workers, replicas to start or stop, spares to build
     warm_spares: bool = True
@@ -152,7 +153,7 @@ class Supervisor:
             try:
                 rec = watchdog.recover(f, app, self.reg, max_restarts=self.opts.max_restarts, wait_s=self.opts.wait_s,
                                        progress=self.progress, detected_by="supervisor", spare=spare,
-                                       probe_s=self.opts.write_probe_s)
+                                       probe_s=self.opts.write_probe_s, backoff_s=self.opts.restart_backoff_s)
             finally:
                 if spare is not None and not spare.adopted:  # cores differed, the replica is no longer
                     self._discard(spare)                     # wanted, the restart failed: not a leaked JVM

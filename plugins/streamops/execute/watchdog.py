@@ -15,11 +15,12 @@ restarts in a row the stage is marked `failed` and `WatchdogAlert` is raised.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from streamops import processes, registry, spark_cluster
+from streamops import checkpoint_repair, processes, registry, spark_cluster
 from streamops.execute import mechanisms, reconfigure, replicas, stages, stops
 from streamops.execute.launcher import launcher_for
 from streamops.store import db, failures, ledger
@@ -76,6 +77,8 @@ class WatchdogReport:
 # pid: its driver never came up) has failed to launch.
 LAUNCH_LIMIT_S = 300.0
 LAUNCH_RETRIES = 10  # with the backoff, about six minutes of a master or a worker away
+# Restarts of a stage that fails by itself: 2, 4, 8, ... s apart (jittered), at most 30 s.
+RESTART_BACKOFF_S, RESTART_BACKOFF_CAP_S = 2.0, 30.0
 
 
 def silent_too_long(silent_s: float | None, server_up_s: float | None, stale_s: float) -> bool:
@@ -189,9 +192,33 @@ def still_failed(f: Failure, stale_s: float, stall_s: float | None = STALL_S,
     return silent_too_long(now.silent_s, now.server_up_s, stale_s) and write_gap(probe_s) is None
 
 
+def restart_delay(kind: str, attempts: int, base_s: float = RESTART_BACKOFF_S,
+                  rng: random.Random | None = None) -> float:
+    """Seconds to wait before restart number `attempts + 1` of the same failure: none for the
+    first, then doubling (base_s, 2 base_s, ...) up to a cap, drawn from the upper half of the step
+    so that stages failing together do not restart in step. A launch failure (the infrastructure)
+    waits longer."""
+    if attempts <= 0:
+        return 0.0
+    base, cap = (5.0, 60.0) if kind == "launch_failed" else (base_s, RESTART_BACKOFF_CAP_S)
+    step = min(base * 2 ** (attempts - 1), cap)
+    return step / 2 + (rng or random).uniform(0, step / 2)
+
+
+def repair_checkpoint(fid: int, ckpt: str, who: str, progress=lambda _: None) -> None:
+    """Before a restart, with the failed run gone: move a torn checkpoint's newest entries aside
+    (checkpoint_repair) and name them on the failure. Raises CheckpointTorn when it must not."""
+    moved = checkpoint_repair.repair_stage(ckpt)
+    if moved:
+        what = f"checkpoint repaired: moved aside {checkpoint_repair.describe(moved)}"
+        failures.note(fid, what)
+        log.warning("stage %s: action=checkpoint-repair failure=%d: %s", who, fid, what)
+        progress(f"{who}: {what}")
+
+
 def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int = 3, wait_s: float = 180,
             progress=lambda _: None, detected_by: str = "watchdog", spare=None,
-            probe_s: float = WRITE_PROBE_S) -> Recovery:
+            probe_s: float = WRITE_PROBE_S, backoff_s: float = RESTART_BACKOFF_S) -> Recovery:
     fid, attempts, new = failures.open_failure(f.stage_id, app, f.deployment_id, f.kind, f.detail, f.failed_at,
                                                role=f.role, detected_by=detected_by)
     if new:
@@ -216,10 +243,15 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
                         row.downtime_ms / 1000 if row else None, "replica no longer wanted")
     if f.kind == "launch_failed":
         # The infrastructure (a master, a worker, a spare) is what failed, not the stage: retry
-        # with a backoff, and for longer than a stage that fails by itself.
+        # for longer than a stage that fails by itself.
         max_restarts = max(max_restarts, LAUNCH_RETRIES)
-        if attempts:
-            time.sleep(min(5 * 2 ** (attempts - 1), 60))
+    time.sleep(restart_delay(f.kind, attempts, backoff_s))
+    try:
+        repair_checkpoint(fid, dep.checkpoint, f.who, progress)
+    except checkpoint_repair.CheckpointTorn as e:  # no restart can help: give up now, naming the file and the fix
+        failures.give_up(fid, str(e))
+        log.error("stage %s: action=give-up failure=%d: %s", f.stage_id, fid, e)
+        return Recovery(f.stage_id, fid, f.kind, "gave_up", attempts, detail=str(e))
     failures.count_attempt(fid)
     attempts += 1
     progress(f"{f.who}: {f.kind}: {f.detail}; restart {attempts} of {max_restarts} from its checkpoint")

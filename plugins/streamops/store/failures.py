@@ -57,6 +57,11 @@ def open_failure(stage_id: str, app: str, deployment_id: int, kind: str, detail:
     return fid, 0, True
 
 
+def note(failure_id: int, text: str) -> None:
+    """Add to the failure's detail what its recovery did (a checkpoint repaired)."""
+    db.write("failure_note", id=failure_id, note=text)
+
+
 def count_attempt(failure_id: int) -> None:
     db.write("failure_attempt", id=failure_id)
 
