@@ -241,6 +241,7 @@ _NEW_STATE = _V2.replace('F.max("ts").alias("last_click"))',
                          'F.max("ts").alias("last_click"), F.sum(F.length("url")).alias("chars"))')
 
 
+@pytest.mark.slow  # three active-backup cutovers, 5-9 min on 2 cores: `make test-all` (the gate's own test is quick)
 def test_an_upgrade_of_a_stateful_job_cuts_over_and_bad_versions_are_rolled_back(clean_db, tmp_path):
     """Deploying changed code is an `upgrade`: active backup by default (the new version catches up
     beside the old and cuts over). A version whose output fails the quality gate, and one whose
@@ -273,10 +274,10 @@ def test_an_upgrade_of_a_stateful_job_cuts_over_and_bad_versions_are_rolled_back
         last = max(datetime.fromisoformat(r["ts"]) for r in _valid(feeder.lines))
         feeder.write([json.dumps({"user": FLUSH_USER, "url": "https://shop.example",
                                   "ts": (last + timedelta(hours=1)).isoformat()}).encode()])
-    assert outcomes["v2"].status == "done" and "active_backup" in outcomes["v2"].detail, outcomes["v2"]
+    print({k: (o.status, o.downtime_ms, o.detail) for k, o in outcomes.items()})
+    assert outcomes["v2"].status == "done", outcomes["v2"]
     for bad in ("negative", "new state"):
         assert outcomes[bad].status == "rolled_back", outcomes[bad]
-    print({k: (o.status, o.downtime_ms, o.detail) for k, o in outcomes.items()})
     want = _sessions([r for r in _valid(feeder.lines) if r["user"] != FLUSH_USER])
     eventually(lambda: _sink_sessions(clean_db, sid) == want, 240, "every closed session, exactly once")
     with clean_db.connect() as conn:
@@ -284,7 +285,7 @@ def test_an_upgrade_of_a_stateful_job_cuts_over_and_bad_versions_are_rolled_back
                                  "WHERE stage_id = :s AND role = 'primary' ORDER BY id"), {"s": sid}).all()
         rows = conn.execute(text("SELECT action, status, mechanism, rollback_reason FROM reconfigurations "
                                  "WHERE stage_id = :s ORDER BY id"), {"s": sid}).all()
-    assert [r.action for r in rows] == ["upgrade"] * 3
+    assert [(r.action, r.mechanism) for r in rows] == [("upgrade", "active_backup")] * 3, rows
     assert "STATE" in (rows[2].rollback_reason or "").upper(), rows[2].rollback_reason
     live = [r for r in runs if r.status == "running"]
     assert len(live) == 1 and live[0].sha != runs[0].sha, "v2's code runs on after the two rollbacks"

@@ -1007,3 +1007,4 @@ def test_holding_cores_ranks_scale_ins_by_the_cores_they_give_back():
     # without a holding cost, equal gains keep the request order
     [e1, e2], _ = app_cycle([small, large], now=IN_WINDOW, app=budget_one)
     assert [d.request.stage_id for d in (e1, e2) if d.outcome == "granted"] == ["a"]
+

@@ -1,0 +1,26 @@
+"""An upgrade (issue 43) is a reconfiguration: it keeps cores and pool, and its new code needs a new driver."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamops import registry
+from tests.demo_jobs import demo_job
+
+def test_an_upgrade_keeps_cores_and_pool_and_never_goes_live():
+    from streamops.plan.change import Current, InvalidChange, validate_change
+    from streamops.plan.mechanism import choose_mechanism, in_driver_refusal, live_refusal
+
+    reg = registry.parse({"pools": {"p": {"cores": 4}}, "apps": {"a": {
+        "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 5},
+        "stages": {"s": {**demo_job("wordcount", {"path": "x"}), "cores": {"initial": 1, "max": 2}, "pool": "p"}}}}})
+    change = validate_change(reg, "a.s", "upgrade", current=Current(2, "p", 4))
+    assert (change.action, change.cores, change.pool, change.partitions) == ("upgrade", 2, None, None)
+    with pytest.raises(InvalidChange, match="never ran"):
+        validate_change(reg, "a.s", "upgrade")
+    with pytest.raises(InvalidChange, match="keeps the cores"):
+        validate_change(reg, "a.s", "upgrade", cores=2, current=Current(1, "p", 4))
+    assert "runs new code" in live_refusal("upgrade", "standalone", "p", None, 2, 1, 4, None)
+    assert "runs new code" in in_driver_refusal("upgrade", "standalone", "p", None, 2, 2, 1)
+    assert choose_mechanism("upgrade", 2, 2, False, live_refused="x", in_driver_refused="x")[0] == "active_backup"
+    assert choose_mechanism("upgrade", 2, 1, False, live_refused="x", in_driver_refused="x")[0] == "pause_resume"
