@@ -20,7 +20,7 @@ from tests import oracles
 from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 
-pytestmark = [pytest.mark.e2e, pytest.mark.db]
+pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos]
 
 SID, PATH = "torn.wc", "torn/in"
 
