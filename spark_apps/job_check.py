@@ -18,7 +18,7 @@ from pathlib import Path
 
 from streamops.jobs import JobError
 from streamops.records import check_line
-from streamops.registry import Stage, load
+from streamops.registry import RegistryError, Stage, load
 
 # Operators (progress `stateOperators[].operatorName`) whose RocksDB state the offline repartition
 # (`_streamingCheckpointManager.repartition`) was seen to rewrite on PySpark 4.3.0, 2 → 4, with the
@@ -59,8 +59,11 @@ def mechanisms_for(pool_kind: str, state_operators: list[str]) -> dict[str, str]
 
 
 def check(stage_ref: str, registry_path: Path | None, sample: int) -> JobReport:
-    reg = load(registry_path)
-    app, name, st = reg.stage(stage_ref)
+    try:
+        reg = load(registry_path)
+        app, name, st = reg.stage(stage_ref)
+    except RegistryError as e:
+        return JobReport(stage_ref, "?", "", error=f"invalid registry: {e}")
     report = JobReport(f"{app}.{name}", st.job, st.record_schema.ddl)
     try:
         _run(st, reg.pools[st.pool].kind, sample, report)

@@ -123,9 +123,9 @@ def print_report(r: dict) -> None:
               f"yes: {', '.join(r.get('state_operators') or [])}" if stateful else "no")
     for mech, why in (r.get("mechanisms") or {}).items():
         t.add_row(f"mechanism {mech}", why)
-    if r.get("error"):
-        t.add_row("[bold red]error[/]", f"[red]{r['error']}[/]")
     console.print(t)
+    if r.get("error"):  # whole, not in a cell that cuts it: the file and line are at its end
+        typer.echo(f"error: {r['error']}")
 
 
 @job_app.command("check")

@@ -184,6 +184,11 @@ class Redundancy(_Frozen):
     params: RedundancyParams = Field(default_factory=RedundancyOptions, description="overrides of RedundancyOptions")
 
 
+def _files_by_default(v: Any) -> Any:
+    """`source.kind` may be left out: a directory of files is the default source."""
+    return {"kind": "files", **v} if isinstance(v, dict) and "kind" not in v else v
+
+
 class Stage(_Frozen):
     job: str = Field(description=(
         "the team's transform, `package.module:function`: build(records, params) -> DataFrame (docs/jobs.md)"))
@@ -193,7 +198,7 @@ class Stage(_Frozen):
     output_mode: Literal["update", "append", "complete"] = Field(default="update", description=(
         "Spark's output mode for the job's result: update (the default) suits aggregations and "
         "stateless jobs; stream-stream joins need append"))
-    source: FileSource | KafkaSource = Field(discriminator="kind")
+    source: Annotated[FileSource | KafkaSource, BeforeValidator(_files_by_default)] = Field(discriminator="kind")
     sink: PostgresSink | ParquetSink | ForeachBatchSink = Field(default_factory=PostgresSink, discriminator="kind")
     cores: Cores
     state_partitions: int = Field(default=4, ge=1, le=1024)

@@ -9,6 +9,8 @@ from streamops.cli import app
 from tests.demo_jobs import demo_job
 
 runner = CliRunner()
+
+
 def _commands(group=None, path=()) -> list[list[str]]:
     """Every command and group of the CLI, read from the app itself: a new one cannot be missed."""
     import typer
