@@ -21,6 +21,7 @@ from streamops.agent.metrics import SinkStats
 from streamops.agent.sinks import BatchSink
 from streamops.jobs import JobError, check_signature, load_callable, user_error
 from streamops.registry import PostgresSink, Stage
+from streamops.store import sink_tables
 
 log = logging.getLogger("streamops.job")
 
@@ -89,6 +90,18 @@ def check_output(stage: Stage, output: DataFrame) -> None:
     event = _event_column(stage, cols)
     if event and types[event] != "timestamp":
         raise JobError(f"job {stage.job}: sink.event_time {event!r} is {types[event]}, expected timestamp")
+
+
+def ensure_table(stage: Stage, output: DataFrame, stage_id: str) -> None:
+    """`sink.table`: the typed view of the stage's results (store.sink_tables), created on the
+    first start and checked at every later one; a mismatch stops the start, naming the column."""
+    if isinstance(stage.sink, PostgresSink) and stage.sink.table:
+        try:
+            how = sink_tables.ensure(stage.sink.table, stage_id, [(f.name, f.dataType.simpleString())
+                                                                  for f in output.schema.fields])
+        except sink_tables.SinkTableMismatch as e:
+            raise JobError(f"job {stage.job}: {e}") from None
+        log.info("action=sink-table sinks.%s %s", stage.sink.table, how)
 
 
 def sink_shape(stage: Stage, output: DataFrame) -> Callable[[DataFrame, int], DataFrame]:

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_apps.job_runtime import build_output, shaped, sink_shape, user_sink
+from spark_apps.job_runtime import build_output, ensure_table, shaped, sink_shape, user_sink
 from spark_apps.parse import burn_cpu, parse_records
 from streamops import jvm_archive
 from streamops.agent.metrics import SinkStats, StageContext
@@ -428,8 +428,9 @@ def start_query(
     elif stage.sink.kind == "foreach_batch":
         sink = faulty(user_sink(stage, output, ctx.stage_id, ctx.deployment_id, on_commit=on_commit, abort=abort))
     else:
-        sink = shaped(faulty(PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)),
-                      sink_shape(stage, output))
+        shape = sink_shape(stage, output)
+        ensure_table(stage, output, ctx.stage_id)
+        sink = shaped(faulty(PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)), shape)
     if pause is not None:  # the fault injector's slow batches
         sink = _paused(sink, pause)
     return trigger(

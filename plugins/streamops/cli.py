@@ -330,6 +330,15 @@ def deploy(app_name: str = typer.Argument(..., metavar="APP", help="app name fro
     for name in reg.apps[app_name].stages if check else []:
         with console.status(f"checking {app_name}.{name}'s job over a sample …"):
             report = run_check(f"{app_name}.{name}")
+        table = getattr(reg.apps[app_name].stages[name].sink, "table", None)
+        if table and not report.get("error"):
+            from streamops.store import sink_tables
+
+            try:
+                sink_tables.ensure(table, f"{app_name}.{name}", [tuple(c) for c in report["output_schema"]],
+                                   apply=False)
+            except sink_tables.SinkTableMismatch as e:
+                report["error"] = str(e)
         if report.get("error"):
             print_report(report)
             _fail(f"{app_name}.{name}: the job fails its check; nothing was deployed", 2)

@@ -130,6 +130,9 @@ class PostgresSink(_Frozen):
     event_time: str | None = Field(default=None, description=(
         "the output's TIMESTAMP column whose age at commit is the end-to-end latency (default: the "
         "source's event_time, when the output has that column)"))
+    table: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_]{0,62}$", description=(
+        "analysts read the results as sinks.<table>, one typed column per output column (checked "
+        "against the job's output on deploy and at every start)"))
 
 
 class ForeachBatchSink(_Frozen):
@@ -330,6 +333,14 @@ def _bad_names(reg: Registry, source: str) -> list[str]:
 
 def _cross_check(reg: Registry, source: str) -> None:
     problems = _bad_names(reg, source)
+    tables: dict[str, str] = {}
+    for a, s, st in reg.stages():
+        table = getattr(st.sink, "table", None)
+        if table and table in tables:
+            problems.append(f"{source}: app {a!r}, stage {s!r}, field 'sink.table': {table!r} is already "
+                            f"{tables[table]}'s; one stage per table")
+        elif table:
+            tables[table] = f"{a}.{s}"
     for a, s, st in reg.stages():
         where = f"{source}: app {a!r}, stage {s!r}"
         if st.pool not in reg.pools:

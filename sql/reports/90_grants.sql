@@ -20,6 +20,10 @@ BEGIN
         END;
         GRANT USAGE ON SCHEMA reporting TO streamops_reader;
         GRANT SELECT ON ALL TABLES IN SCHEMA reporting TO streamops_reader;
+        -- the jobs' typed result views (sink.table, 033_typed_sinks.sql), now and to come
+        GRANT USAGE ON SCHEMA sinks TO streamops_reader;
+        GRANT SELECT ON ALL TABLES IN SCHEMA sinks TO streamops_reader;
+        ALTER DEFAULT PRIVILEGES IN SCHEMA sinks GRANT SELECT ON TABLES TO streamops_reader;
         -- the views call these SECURITY DEFINER functions; analysts may call them directly too
         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA reporting TO streamops_reader;
     END IF;

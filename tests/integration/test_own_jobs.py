@@ -54,7 +54,8 @@ def _registry() -> registry.Registry:
                                                      "event_time": "ts", "watermark": "10 seconds",
                                                      "max_files_per_trigger": 3},
                                           "sink": {"kind": "postgres", "key": ["user", "session_start"],
-                                                   "version": "clicks", "event_time": "last_click"}}}}},
+                                                   "version": "clicks", "event_time": "last_click",
+                                                   "table": "user_sessions"}}}}},
     })
 
 
@@ -219,6 +220,9 @@ def test_a_stateful_session_job_survives_a_kill_and_a_repartition_with_exact_ses
         dep = conn.execute(text("SELECT * FROM deployments WHERE stage_id = :s ORDER BY id DESC LIMIT 1"),
                            {"s": sid}).one()
     assert (dep.cores, dep.state_partitions) == (2, 4) and checkpoint.state_partitions(dep.checkpoint) == 4
+    with clean_db.connect() as conn:  # the same results, typed, by the table's name (sink.table)
+        typed = conn.execute(text('SELECT "user", session_start, clicks FROM sinks.user_sessions')).all()
+    assert {(u, start): n for u, start, n in typed} == want
     ops = [o["operator"] for o in dep.state_operators or []]
     assert ops and all(o["partitions"] == 4 for o in dep.state_operators), dep.state_operators
     print(f"session job: {len(want)} sessions; state operators {ops}")
@@ -254,6 +258,7 @@ def test_an_upgrade_of_a_stateful_job_cuts_over_and_bad_versions_are_rolled_back
     stage = base["apps"]["own"]["stages"]["sessions"]
     stage["code"] = [str(code)]
     stage["source"]["path"] = "own/upgrade"
+    stage["sink"].pop("table")  # v2 adds an output column: a typed table would refuse it (by design)
     reg = registry.parse({"pools": base["pools"],
                           "apps": {"own": {**base["apps"]["own"], "stages": {"sessions": stage}}}})
     sid = "own.sessions"
