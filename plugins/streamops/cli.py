@@ -797,8 +797,8 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
 
 @app.command()
 def bench(what: str = typer.Argument("all", help="policies | suite | scale | reconfig | reporting | sink | ha | "
-                                                  "ha-sim | jvm-archive | spark-ui | soak | all (soak is not in "
-                                                  "all: it takes an hour)"),
+                                                  "ha-sim | jvm-archive | spark-ui | upgrade | soak | all (soak is not "
+                                                  "in all: it takes an hour)"),
           quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only"),
           cluster: bool = typer.Option(False, help="reconfig and ha on the embedded Spark cluster: live and "
                                                    "in-driver changes, first batches, executor kills, MTTR on "
@@ -824,6 +824,7 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
                "suite": ["bench/suite.py"] + (["--quick"] if quick else []),
                "jvm-archive": ["bench/jvm_archive.py"] + (["--runs", "2"] if quick else []),
                "spark-ui": ["bench/spark_ui.py"] + (["--runs", "1", "--batches", "10"] if quick else []),
+               "upgrade": ["bench/upgrade.py"] + (["--runs", "2"] if quick else []),
                "soak": ["bench/soak.py"] + (["--minutes", "5", "--fault-every", "40"] if quick else [])}
     if cluster:
         scripts["reconfig"].append("--cluster")
