@@ -10,7 +10,9 @@ source, the parse, the sink, the metrics and the fencing.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable
 
@@ -37,6 +39,11 @@ def ship_code(spark, archive: str | None) -> bool:
     shipped = sc.__dict__.setdefault("_streamops_code", set())
     if not archive or archive in shipped:
         return False
+    for old in shipped:  # a spare warmed up on other code: its modules must not answer this run's imports
+        name = Path(old).name
+        sys.path[:] = [p for p in sys.path if Path(p).name != name]
+        for mod in [m for m, v in sys.modules.items() if name in (getattr(v, "__file__", None) or "")]:
+            del sys.modules[mod]
     sc.addPyFile(archive)
     shipped.add(archive)
     return True
@@ -51,8 +58,10 @@ def job_input(valid: DataFrame, stage: Stage) -> DataFrame:
     return df
 
 
-def build_output(stage: Stage, valid: DataFrame) -> DataFrame:
-    """The job's result over `valid` records; a JobError names the team's file and line."""
+def build_output(stage: Stage, valid: DataFrame, streaming: bool = True) -> DataFrame:
+    """The job's result over `valid` records; a JobError names the team's file and line.
+    `streaming` False: over a batch (the poison book's dry run): jobs are written for streams,
+    and most run on a batch unchanged (a watermark is ignored there)."""
     build = load_callable(stage.job, stage.code)
     check_signature(stage.job, build, 2, BUILD_SHAPE)
     try:
@@ -61,7 +70,7 @@ def build_output(stage: Stage, valid: DataFrame) -> DataFrame:
         raise user_error(stage.job, e, stage.code) from e
     if not isinstance(out, DataFrame):
         raise JobError(f"job {stage.job}: returned {type(out).__name__}, expected a DataFrame ({BUILD_SHAPE})")
-    if not out.isStreaming:
+    if streaming and not out.isStreaming:
         raise JobError(f"job {stage.job}: returned a batch DataFrame; build the result from `records`")
     return out
 

@@ -318,22 +318,11 @@ def fails_alone(spark: SparkSession, stage: Stage, ctx: StageContext, files: tup
     if fault in SINK_FAULTS:
         sink = SINK_FAULTS[fault](sink)
     try:
-        output = _batch_output(stage, valid)
+        output = build_output(stage, valid, streaming=False)
         sink(sink_shape(stage, output)(output, PostgresUpsertSink.DRY_RUN_BATCH), PostgresUpsertSink.DRY_RUN_BATCH)
     except Exception as e:  # noqa: BLE001 - whatever the batch raised is the answer
         return error_signature(str(e))
     return None
-
-
-def _batch_output(stage: Stage, valid):
-    """The job over a batch DataFrame: jobs are written for streams, and most of them run on a
-    batch unchanged (a watermark is ignored there), which is what the poison book's dry run needs."""
-    from types import MappingProxyType
-
-    from spark_apps.job_runtime import job_input
-    from streamops.jobs import load_callable
-
-    return load_callable(stage.job, stage.code)(job_input(valid, stage), MappingProxyType(dict(stage.params)))
 
 
 def start_stage_queries(
