@@ -21,7 +21,7 @@ from streamops.execute import checkpoint, reconfigure, stages
 from streamops.paths import REPO_ROOT
 from streamops.records import RecordSchema, check_line
 from streamops.store import ledger
-from tests.integration.test_e2e_stage import eventually
+from tests.integration.test_e2e_stage import _commits, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
@@ -106,12 +106,6 @@ class ClickFeeder:
 def _valid(lines: list[bytes]) -> list[dict]:
     schema = RecordSchema.of(CLICKS)
     return [json.loads(b) for b in lines if check_line(schema, b, 1024).valid]
-
-
-def _commits(engine, sid: str) -> int:
-    with engine.connect() as conn:
-        return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"),
-                            {"s": sid}).scalar_one()
 
 
 def _quarantined(engine, sid: str) -> Counter:

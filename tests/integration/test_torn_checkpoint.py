@@ -18,7 +18,7 @@ from streamops.checkpoint_layout import last_committed_batch, last_planned_batch
 from streamops.execute import stages
 from tests import oracles
 from tests.demo_jobs import demo_job
-from tests.integration.test_e2e_stage import eventually
+from tests.integration.test_e2e_stage import _commits, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos]
 
@@ -35,12 +35,6 @@ def _registry() -> registry.Registry:
     })
 
 
-def _committed(engine) -> int:
-    with engine.connect() as conn:
-        return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"),
-                            {"s": SID}).scalar_one()
-
-
 def _config(engine, dep_id: int) -> dict:
     with engine.connect() as conn:
         return conn.execute(text("SELECT config FROM deployments WHERE id = :i"), {"i": dep_id}).scalar_one()
@@ -54,7 +48,7 @@ def test_a_torn_newest_offsets_file_is_moved_aside_and_the_stage_resumes_exactly
                        start=datetime(2026, 11, 27, 12, tzinfo=timezone.utc))
     reg = _registry()
     first = stages.start_stage(SID, reg, warm_up=False)
-    eventually(lambda: _committed(clean_db) >= 2, 90, "two committed batches")
+    eventually(lambda: _commits(clean_db, SID) >= 2, 90, "two committed batches")
     stages.stop_stage(SID, reg, deadline_s=30)
 
     ckpt = Path(stages.checkpoint_for(SID))
