@@ -17,15 +17,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from streamops.jobs import JobError
+from streamops.plan.mechanism import repartition_refusal
 from streamops.records import check_line
 from streamops.registry import RegistryError, Stage, load
 
-# Operators (progress `stateOperators[].operatorName`) whose RocksDB state the offline repartition
-# (`_streamingCheckpointManager.repartition`) was seen to rewrite on PySpark 4.3.0, 2 → 4, with the
-# state intact after the restart (docs/jobs.md, "Stateful operators"). Others are not refused by
-# Spark up front; they are reported as untried.
-REPARTITIONABLE = {"stateStoreSave", "dedupe", "dedupeWithinWatermark", "sessionWindowStateStoreSaveExec",
-                   "symmetricHashJoin", "applyInPandasWithState"}
 
 
 @dataclass
@@ -45,11 +40,11 @@ class JobReport:
 def mechanisms_for(pool_kind: str, state_operators: list[str]) -> dict[str, str]:
     """Which reconfiguration mechanisms apply to this query, and why not where they do not."""
     out = {m: "applies" for m in ("pause_resume", "prestaged", "active_backup", "migrate")}
-    refused = sorted(set(state_operators) - REPARTITIONABLE)
+    refused = repartition_refusal(tuple(state_operators))
     if not state_operators:
         out["state repartition"] = "not needed: the query keeps no state"
     elif refused:
-        out["state repartition"] = f"untried: operator(s) {', '.join(refused)} (a refusal rolls the change back)"
+        out["state repartition"] = f"refused: {refused}"
     else:
         out["state repartition"] = "applies (offline, between stop and restart)"
     if pool_kind == "standalone":

@@ -24,3 +24,19 @@ def test_an_upgrade_keeps_cores_and_pool_and_never_goes_live():
     assert "runs new code" in in_driver_refusal("upgrade", "standalone", "p", None, 2, 2, 1)
     assert choose_mechanism("upgrade", 2, 2, False, live_refused="x", in_driver_refused="x")[0] == "active_backup"
     assert choose_mechanism("upgrade", 2, 1, False, live_refused="x", in_driver_refused="x")[0] == "pause_resume"
+
+
+def test_a_state_repartition_is_refused_up_front_for_an_operator_not_known_to_survive_it():
+    from streamops.plan.change import Current, InvalidChange, validate_change
+
+    reg = registry.parse({"pools": {"p": {"cores": 4}}, "apps": {"a": {
+        "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 5},
+        "stages": {"s": {**demo_job("wordcount", {"path": "x"}), "cores": {"initial": 1, "max": 2}, "pool": "p"}}}}})
+    ok = Current(1, "p", 4, ("sessionWindowStateStoreSaveExec",))
+    assert validate_change(reg, "a.s", "scale_out", cores=2, partitions=8, current=ok).partitions == 8
+    odd = Current(1, "p", 4, ("stateStoreSave", "transformWithStateInPandasExec"))
+    with pytest.raises(InvalidChange, match="transformWithStateInPandasExec are not known to repartition"):
+        validate_change(reg, "a.s", "scale_out", cores=2, partitions=8, current=odd)
+    assert validate_change(reg, "a.s", "scale_out", cores=2, current=odd).cores == 2, "cores alone may change"
+    with pytest.raises(InvalidChange, match="keeps no state"):
+        validate_change(reg, "a.s", "scale_out", partitions=8, current=Current(1, "p", None, ()))

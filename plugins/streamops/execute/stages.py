@@ -111,8 +111,11 @@ def current(sid: str) -> Current:
     """The stage's configuration now (its latest run), for `plan.change.validate_change`."""
     from streamops.execute import checkpoint
 
-    cores, pool, ckpt = current_config(sid)
-    return Current(cores, pool, checkpoint.state_partitions(ckpt) if ckpt else None)
+    row = ledger.latest_run(sid)
+    if row is None:
+        return Current()
+    ops = tuple(o["operator"] for o in row.state_operators) if row.state_operators is not None else None
+    return Current(row.cores, row.pool, checkpoint.state_partitions(row.checkpoint) if row.checkpoint else None, ops)
 
 
 def start_stage(

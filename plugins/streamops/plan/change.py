@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from streamops.plan.mechanism import repartition_refusal
 from streamops.plan.model import Request, stage_id
 
 ACTIONS = ("scale_out", "scale_in", "migrate", "upgrade")
@@ -33,6 +34,7 @@ class Current:
     cores: int | None = None
     pool: str | None = None
     partitions: int | None = None
+    state_operators: tuple[str, ...] | None = None  # as its latest run's progress named them
 
 
 @dataclass(frozen=True)
@@ -95,13 +97,8 @@ def validate_change(reg: StageRegistry, stage_ref: str, action: str, *, cores: i
         return _upgrade(sid, current, cores, partitions, pool)
     if cores is not None and not st.cores.min <= cores <= st.cores.max:
         raise InvalidChange(f"{sid}: cores must be within [{st.cores.min}, {st.cores.max}] (apps.yaml), got {cores}")
-    if partitions is not None and not 1 <= partitions <= 1024:
-        raise InvalidChange(f"{sid}: partitions must be within [1, 1024], got {partitions}")
-    # Whether the query keeps state is learned from its checkpoint (a run that ran with no state
-    # store), never assumed from the job's name; a stage that never ran may be given partitions.
-    if partitions is not None and current.cores is not None and current.partitions is None:
-        raise InvalidChange(f"{sid}: the query keeps no state (its checkpoint has none): there are no state "
-                            f"partitions to change")
+    if partitions is not None:
+        _check_partitions(sid, partitions, current)
     if pool is not None and pool not in reg.pools:
         raise InvalidChange(f"{sid}: no pool {pool!r}; known pools: {', '.join(reg.pools)}")
     if action == "migrate":
@@ -127,6 +124,19 @@ def validate_change(reg: StageRegistry, stage_ref: str, action: str, *, cores: i
             + (f" in pool {current.pool!r}" if pool is not None else "")
         raise InvalidChange(f"{sid}: nothing to change: the stage already runs with {has}; not restarting it")
     return Change(sid, action, cores, partitions, pool)
+
+
+def _check_partitions(sid: str, partitions: int, current: Current) -> None:
+    if not 1 <= partitions <= 1024:
+        raise InvalidChange(f"{sid}: partitions must be within [1, 1024], got {partitions}")
+    # Whether the query keeps state is learned from its checkpoint (a run that ran with no state
+    # store) and its progress, never assumed from the job's name; a stage that never ran may be
+    # given partitions.
+    if current.cores is not None and current.partitions is None:
+        raise InvalidChange(f"{sid}: the query keeps no state (its checkpoint has none): there are no state "
+                            f"partitions to change")
+    if why := repartition_refusal(current.state_operators):
+        raise InvalidChange(f"{sid}: no state repartition: {why}")
 
 
 def _upgrade(sid: str, current: Current, cores: int | None, partitions: int | None, pool: str | None) -> Change:

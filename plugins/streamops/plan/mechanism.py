@@ -12,6 +12,22 @@ STAGED_MAX_LAG_BATCHES = 30
 
 _NEEDS_DRIVER = {"upgrade": "runs new code"}
 
+# Stateful operators (a query's progress `stateOperators[].operatorName`) whose RocksDB state the
+# offline repartition (`_streamingCheckpointManager.repartition`) was seen to rewrite on PySpark
+# 4.3.0, 2 → 4 partitions, with the state intact after the restart (docs/jobs.md).
+REPARTITIONABLE = frozenset({"stateStoreSave", "dedupe", "dedupeWithinWatermark", "sessionWindowStateStoreSaveExec",
+                             "symmetricHashJoin", "applyInPandasWithState"})
+
+
+def repartition_refusal(state_operators: tuple[str, ...] | None) -> str | None:
+    """Why the query's state must not be repartitioned, or None: an operator nobody has seen the
+    repartition rewrite correctly is refused up front, not found out half-way through a change."""
+    untried = sorted(set(state_operators or ()) - REPARTITIONABLE)
+    if untried:
+        return (f"its stateful operator(s) {', '.join(untried)} are not known to repartition correctly "
+                f"(docs/jobs.md); change its cores only")
+    return None
+
 
 def live_refusal(action: str, pool_kind: str, from_pool: str, target_pool: str | None, target_cores: int,
                  executor_cores: int, state_partitions: int | None, target_partitions: int | None) -> str | None:
