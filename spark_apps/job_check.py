@@ -71,7 +71,7 @@ def check(stage_ref: str, registry_path: Path | None, sample: int) -> JobReport:
 
 def _run(st: Stage, pool_kind: str, sample: int, report: JobReport) -> None:
     from spark_apps.job_runtime import build_output, check_output
-    from spark_apps.parse import parse_records
+    from spark_apps.parse import parse_records, read_lines, write_sample
     from spark_apps.stage import build_session, warm_up_sample
     from streamops.jobs import load_callable
 
@@ -83,10 +83,9 @@ def _run(st: Stage, pool_kind: str, sample: int, report: JobReport) -> None:
     spark = build_session("streamops-job-check", 1, st.state_partitions)
     tmp = Path(tempfile.mkdtemp(prefix="streamops-job-check-"))
     try:
-        (tmp / "in").mkdir()
-        (tmp / "in" / "sample.json").write_text("\n".join(lines) + "\n")
-        records = parse_records(spark.readStream.format("text").load(str(tmp / "in")), st.record_schema,
-                                st.max_record_bytes)
+        write_sample(spark, st.record_schema, lines, tmp / "in")
+        records = parse_records(read_lines(spark, st.record_schema, str(tmp / "in"), streaming=True),
+                                st.record_schema, st.max_record_bytes)
         output = build_output(st, records.where("reason IS NULL"))
         report.output_schema = [[f.name, f.dataType.simpleString()] for f in output.schema.fields]
         check_output(st, output)

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_apps.job_runtime import build_output, ensure_table, shaped, sink_shape, user_sink
-from spark_apps.parse import burn_cpu, parse_records
+from spark_apps.parse import burn_cpu, parse_records, read_lines, write_sample
 from streamops import jvm_archive
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.sinks import ParquetSink, PostgresUpsertSink, QuarantineSink
@@ -177,7 +177,7 @@ def warm_up_sample(stage: Stage, sample_lines: int = 400) -> list[str]:
     from streamops.generator import sample_lines as synthetic
 
     files = sorted((p for p in resolve_path(stage.source.path).glob("*") if p.is_file() and not p.name.startswith(".")),
-                   key=lambda p: p.stat().st_mtime)[-3:]
+                   key=lambda p: p.stat().st_mtime)[-3:] if stage.record_schema.format != "parquet" else []
     lines = [ln for p in files for ln in p.read_text(errors="replace").splitlines()][:sample_lines]
     if lines:
         return lines
@@ -197,10 +197,7 @@ def warm_up(spark: SparkSession, stage: Stage, cores: int, partitions: int, samp
     lines = warm_up_sample(stage, sample_lines)
     tmp = Path(tempfile.mkdtemp(prefix="streamops-warmup-"))
     try:
-        (tmp / "in").mkdir()
-        step = -(-len(lines) // max(1, cores))
-        for i in range(0, len(lines), step):
-            (tmp / "in" / f"sample-{i:04d}.json").write_text("\n".join(lines[i:i + step]) + "\n")
+        write_sample(spark, stage.record_schema, lines, tmp / "in", files=cores)
         ctx = StageContext(stage_id="warm-up", deployment_id=None, cores=cores, state_partitions=partitions,
                            trigger_interval_ms=stage.trigger_interval_ms)
         q = start_query("main", spark, stage, ctx, tmp / "in", tmp / "ckpt", available_now=True, discard=True)
@@ -311,7 +308,7 @@ def fails_alone(spark: SparkSession, stage: Stage, ctx: StageContext, files: tup
 
     if stage.sink.kind != "postgres":
         return None
-    lines = spark.read.format("text").load(list(files))
+    lines = read_lines(spark, stage.record_schema, list(files), streaming=False)
     records = parse_records(lines, stage.record_schema, stage.max_record_bytes, None)
     valid = burn_cpu(records.where(F.col("reason").isNull()), int(stage.params.get("cpu_cost", 0)))
     sink = PostgresUpsertSink(ctx.stage_id, ctx.deployment_id).dry_run
@@ -370,11 +367,8 @@ def start_query(
     a run do not share a cold executor's cores."""
     spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
     Path(input_dir).mkdir(parents=True, exist_ok=True)
-    lines = (
-        spark.readStream.format("text")
-        .option("maxFilesPerTrigger", files_per_trigger(stage, which))
-        .load(str(input_dir))
-    )
+    lines = read_lines(spark, stage.record_schema, str(input_dir), streaming=True,
+                       max_files=files_per_trigger(stage, which))
     records = parse_records(lines, stage.record_schema, stage.max_record_bytes, exclude_files)
 
     def trigger(writer, interval_ms: int = ctx.trigger_interval_ms):

@@ -26,7 +26,7 @@ from typing import Any
 DDL_TYPES: dict[str, str] = {"STRING": "string", "TIMESTAMP": "timestamp", "INT": "int", "INTEGER": "int",
                              "BIGINT": "bigint", "LONG": "bigint", "DOUBLE": "double", "FLOAT": "double",
                              "BOOLEAN": "boolean"}
-FORMATS = ("json", "csv", "text")
+FORMATS = ("json", "csv", "text", "parquet")
 
 # Event times: Spark's first watermark is the epoch, so an event before 1970 is late and dropped
 # from windowed aggregates; windows near year 9999 leave the calendar.
@@ -308,6 +308,7 @@ def _check_line(schema: RecordSchema, raw: bytes, max_bytes: int) -> Verdict:
         return text
     if schema.format == "text":
         return Verdict(record={schema.fields[0][0]: text})
+    # parquet rows reach the check as their JSON rendering (spark_apps.parse.read_lines)
     obj = _csv_object(schema, text) if schema.format == "csv" else _json_object(text)
     if isinstance(obj, Verdict):
         return obj

@@ -18,9 +18,9 @@ class _Records(_Frozen):
     """What a record of the source is: the declared schema every line is checked against
     (streamops.records.check_line), and the event time the job's windows and the latency use."""
 
-    format: Literal["json", "csv", "text"] = Field(default="json", description=(
+    format: Literal["json", "csv", "text", "parquet"] = Field(default="json", description=(
         "json: one object per line; csv: one row per line, columns in the schema's order; text: the "
-        "line itself, in the schema's one STRING column"))
+        "line itself, in the schema's one STRING column; parquet: files of rows, read with the schema"))
     schema_: str = Field(alias="schema", description=(
         "a Spark DDL string ('user STRING, url STRING, ts TIMESTAMP') or the name of one in the registry's "
         "`schemas`"))

@@ -143,3 +143,38 @@ def test_parquet_sink_replay_overwrites_the_batch(spark, clean_db, tmp_path):
     sink(batch, 0)
     sink(batch, 0)
     assert spark.read.parquet(str(tmp_path / "out")).count() == 100
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_csv_or_parquet_source_gets_the_same_contract(spark, clean_db, tmp_path, fmt):
+    """Declared input in other formats (issue 43 item 2): valid rows reach the job, the others go
+    to quarantine with their reason, by the same check_line."""
+    path = f"in-{fmt}"
+    inputs = registry.resolve_path(path)
+    inputs.mkdir(parents=True)
+    schema = "user STRING, n BIGINT, ts TIMESTAMP"
+    rows = [("u1", 3, "2026-01-01T00:00:00Z"), ("u2", 99, "2026-01-01T00:00:01Z"), ("u3", None, "2026-01-01T00:00:02Z"),
+            ("u4", 4, "2026-01-01T00:00:03Z")]
+    if fmt == "csv":
+        (inputs / "part-0.csv").write_text("".join(f"{u},{'' if n is None else n},{t}\n" for u, n, t in rows)
+                                           + "u5,not a number,2026-01-01T00:00:04Z\n")
+    else:
+        spark.createDataFrame([(u, n, datetime.fromisoformat(t)) for u, n, t in rows], schema) \
+            .coalesce(1).write.parquet(str(tmp_path / "pq"))
+        for part in (tmp_path / "pq").glob("*.parquet"):
+            part.rename(inputs / part.name)
+    stage = registry.Stage.model_validate({
+        "job": "demo_jobs.web:identity", "code": demo_job("identity")["code"], "pool": "p",
+        "cores": {"initial": 1, "max": 2}, "state_partitions": 2,
+        "source": {"path": path, "format": fmt, "schema": schema, "ranges": {"n": [0, 10]}, "event_time": "ts"},
+        "sink": {"kind": "postgres", "key": ["user"]}})
+    sid = f"t.{fmt}"
+    run_to_completion(spark, clean_db, stage, sid, tmp_path)
+    with clean_db.connect() as conn:
+        got = {v["user"]: v["n"] for (v,) in conn.execute(text("SELECT value FROM sink_outputs WHERE stage_id = :s"),
+                                                         {"s": sid})}
+        bad = dict(conn.execute(text("SELECT reason_kind, count(*) FROM quarantine WHERE stage_id = :s GROUP BY 1"),
+                                {"s": sid}).all())
+    assert got == {"u1": 3, "u4": 4}
+    want_bad = {"out of range": 1, "missing field": 1} | ({"wrong type": 1} if fmt == "csv" else {})
+    assert bad == want_bad, bad

@@ -46,7 +46,7 @@ def sample_lines(schema: RecordSchema, n: int, *, rng: random.Random, ts_from: d
     kind = kind_for(schema)
     recs = (make_records(kind, n, rng=rng, start_seq=0, run="sample", ts_from=ts_from, ts_to=ts_to) if kind
             else make_schema_records(schema, n, rng=rng, start_seq=0, run="sample", ts_from=ts_from, ts_to=ts_to))
-    if schema.format == "json":
+    if schema.format in ("json", "parquet"):  # a Parquet sample is written from its JSON rows
         return [dumps(r) for r in recs]
     if schema.format == "text":
         return [str(next(iter(r.values()))) for r in recs]
