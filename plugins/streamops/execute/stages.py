@@ -95,9 +95,15 @@ def is_alive(dep) -> bool:
     host = getattr(dep, "host", None)
     if host and host != socket.gethostname():
         return True
-    if not launcher_for(dep.master).is_alive(dep.pid, dep.driver_id):
+    if not launcher_for(_master_of(dep)).is_alive(dep.pid, dep.driver_id):
         return False
     return processes.is_same_process(dep.pid, getattr(dep, "pid_started_at", None))
+
+
+def _master_of(dep) -> str:
+    """The pool master of a run: joined in by most queries; a bare `deployments` row has it in its
+    config (a row written by hand, or by a release before the config had a pool: local)."""
+    return getattr(dep, "master", None) or ((dep.config or {}).get("pool") or {}).get("master") or "local"
 
 
 def current_config(sid: str, role: str = "primary") -> tuple[int | None, str | None, str | None]:
@@ -321,7 +327,7 @@ def reap(dep, grace_s: float = 30.0) -> str:
     another host "fenced": it cannot be reached from here, and its run is no longer current."""
     if dep.host and dep.host != socket.gethostname():
         return "fenced"
-    launcher = launcher_for(getattr(dep, "master", None) or dep.config["pool"]["master"])  # a bare deployments row
+    launcher = launcher_for(_master_of(dep))
     if not launcher.is_alive(dep.pid, dep.driver_id) or not processes.is_same_process(dep.pid, dep.pid_started_at):
         return "exited"
     if _wait_exit(launcher, dep.pid, grace_s):
