@@ -233,7 +233,12 @@ class BatchSink:
             return committed if self._commit(conn, batch_id, n, committed) else None
 
     def _commit(self, conn, batch_id: int, n: int, committed: datetime) -> bool:
-        """The batch's `sink_commits` row, in `conn`'s transaction; False when the run is fenced."""
+        """The batch's `sink_commits` row, in `conn`'s transaction; False when the run is fenced.
+        The run's row is locked first, so an admission of a newer run waits for this commit or
+        is seen by its check (sink_commit_lock.sql); the check is the next statement, so it reads
+        after the lock was granted."""
+        if self.deployment_id:
+            conn.execute(db.query("sink_commit_lock"), {"deployment_id": self.deployment_id})
         return conn.execute(db.query("sink_commit"), {
             "stage_id": self.stage_id, "deployment_id": self.deployment_id or 0, "batch_id": batch_id, "rows": n,
             "committed_at": committed}).first() is not None or not self.deployment_id
