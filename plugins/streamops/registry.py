@@ -331,8 +331,26 @@ def _bad_names(reg: Registry, source: str) -> list[str]:
     return [f"{source}: {where}: {NAME_RULE}" for where, name in named if not NAME.match(name)]
 
 
+PARQUET_ONE_REPLICA = ("a parquet sink runs one replica: its drivers would replace the same batch_id=N "
+                      "directories unfenced (use a postgres sink, whose upserts are fenced)")
+
+
+def _parquet_replicas(reg: Registry, source: str) -> list[str]:
+    """A Parquet sink's batch swap is fenced only by its own run's check: two live writers of one
+    stage (replicas, or the redundancy manager adding them) could interleave their swaps."""
+    problems = []
+    for a, s, st in reg.stages():
+        if st.sink.kind != "parquet":
+            continue
+        if st.replicas > 1:
+            problems.append(f"{source}: app {a!r}, stage {s!r}, field 'replicas': {PARQUET_ONE_REPLICA}")
+        if st.redundancy is not None and st.redundancy.enabled and st.redundancy.max_replicas > 1:
+            problems.append(f"{source}: app {a!r}, stage {s!r}, field 'redundancy': {PARQUET_ONE_REPLICA}")
+    return problems
+
+
 def _cross_check(reg: Registry, source: str) -> None:
-    problems = _bad_names(reg, source)
+    problems = _bad_names(reg, source) + _parquet_replicas(reg, source)
     tables: dict[str, str] = {}
     for a, s, st in reg.stages():
         table = getattr(st.sink, "table", None)

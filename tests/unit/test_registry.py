@@ -179,3 +179,24 @@ def test_options_are_typed_once_at_load_and_stored_as_the_overrides_apps_yaml_wr
     assert dumped["redundancy"]["params"] == {"r_max": 0.5}
     assert app.model_dump(mode="json", exclude={"stages"})["control"] == {"capacity": 2.0}, "beta 0.75 is the default"
     assert registry.Stage.model_validate(dumped) == st
+
+
+@pytest.mark.parametrize("field, value", [("replicas", 2), ("redundancy", {"max_replicas": 2})])
+def test_replicas_of_a_parquet_sink_are_refused(field, value):
+    """Two drivers would swap the same batch_id=N directories with no fencing between them (issue 44)."""
+    data = _with(STAGE + ["sink"], {"kind": "parquet", "path": "out/top10"})
+    data["apps"]["taxi"]["stages"]["top10"][field] = value
+    with pytest.raises(registry.RegistryError) as e:
+        registry.parse(data)
+    assert f"app 'taxi', stage 'top10', field {field!r}: a parquet sink runs one replica" in str(e.value), str(e.value)
+    registry.parse(_with(STAGE + ["sink"], {"kind": "parquet", "path": "out/top10"}))  # one replica: accepted
+
+
+def test_the_deploy_s_replicas_param_is_refused_for_a_parquet_sink(tmp_path, monkeypatch):
+    from streamops.orchestrate import tasks
+
+    data = _with(STAGE + ["sink"], {"kind": "parquet", "path": "out/top10"})
+    (tmp_path / "apps.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("STREAMOPS_APPS", str(tmp_path / "apps.yaml"))
+    with pytest.raises(ValueError, match="replicas: stage taxi.top10 has a parquet sink, which runs one replica"):
+        tasks.deploy("taxi", replicas_override=2)

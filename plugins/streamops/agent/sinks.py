@@ -13,8 +13,10 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from streamops.agent import dir_swap
 from streamops.agent.errors import TransientError, is_transient, tag_sqlstate
 from streamops.agent.fencing import exit_fenced, fence
 from streamops.agent.metrics import SinkStats, latency_from_event_times
@@ -233,7 +235,12 @@ class BatchSink:
             return committed if self._commit(conn, batch_id, n, committed) else None
 
     def _commit(self, conn, batch_id: int, n: int, committed: datetime) -> bool:
-        """The batch's `sink_commits` row, in `conn`'s transaction; False when the run is fenced."""
+        """The batch's `sink_commits` row, in `conn`'s transaction; False when the run is fenced.
+        The run's row is locked first, so an admission of a newer run waits for this commit or
+        is seen by its check (sink_commit_lock.sql); the check is the next statement, so it reads
+        after the lock was granted."""
+        if self.deployment_id:
+            conn.execute(db.query("sink_commit_lock"), {"deployment_id": self.deployment_id})
         return conn.execute(db.query("sink_commit"), {
             "stage_id": self.stage_id, "deployment_id": self.deployment_id or 0, "batch_id": batch_id, "rows": n,
             "committed_at": committed}).first() is not None or not self.deployment_id
@@ -300,14 +307,25 @@ class PostgresUpsertSink(BatchSink):
 
 
 class ParquetSink(BatchSink):
-    """One directory per batch id, overwritten on replay: the same batch always holds the same rows."""
+    """One directory per batch id, replaced whole on replay: the same batch always holds the same
+    rows. The batch is written aside, and swapped in only while the run is current (dir_swap), so
+    neither a crash nor the fenced exit leaves half a batch. One writer per stage: the registry
+    refuses replicas of a Parquet sink."""
 
     def __init__(self, path: str, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.path = path
+        self._recovered = False
 
     def write(self, df: DataFrame, batch_id: int) -> None:
-        df.write.mode("overwrite").parquet(f"{self.path}/batch_id={batch_id}")
+        root = Path(self.path)
+        if not self._recovered:  # a crashed run's swap is finished before this run swaps any
+            dir_swap.recover(root, self.deployment_id)
+            self._recovered = True
+        new = dir_swap.staging_dir(root, f"batch_id={batch_id}", self.deployment_id)
+        df.write.parquet(str(new))
+        fence(self.stage_id, self.deployment_id, f"the swap of batch {batch_id}")
+        dir_swap.replace_dir(new, root / f"batch_id={batch_id}")
 
 
 class QuarantineSink:

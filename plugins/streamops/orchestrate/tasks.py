@@ -44,6 +44,14 @@ def choices() -> dict[str, list[str]]:
 
 
 # -- streamops_deploy -------------------------------------------------------------------------
+def _refuse_parquet_replicas(reg: registry.Registry, app: str) -> None:
+    """The replicas Param must not do what apps.yaml may not (registry._parquet_replicas)."""
+    for a, s, st in reg.stages():
+        if a == app and st.sink.kind == "parquet":
+            raise ValueError(f"replicas: stage {registry.stage_id(a, s)} has a parquet sink, which runs one "
+                             "replica (its drivers would replace the same batch directories unfenced)")
+
+
 def deploy(app: str, restart: bool = False, wait_s: float = 240,
            replicas_override: int | None = None) -> dict[str, Any]:
     """Validate and sync the registry, then make sure every stage of `app` runs. A running stage
@@ -55,6 +63,8 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240,
     reg = registry.load()
     if replicas_override is not None and not 1 <= replicas_override <= 4:
         raise ValueError(f"replicas must be between 1 and 4, got {replicas_override}")
+    if replicas_override and replicas_override > 1:
+        _refuse_parquet_replicas(reg, app)
     # The override stays through every later sync (each start, each failover) until the next deploy.
     synced = stages.sync_registry(reg, [app], replicas_override=replicas_override, set_override=True)
     watchdog.clear_health(synced)  # a deploy puts a given-up stage back under the watchdog

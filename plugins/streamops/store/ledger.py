@@ -131,6 +131,9 @@ def admit(stage_id: str, role: str, pool: str, pool_cores: int, cores: int, is_a
     `run` holds the row's other columns (state_partitions, config, launcher, checkpoint)."""
     with db.transaction() as conn:
         conn.execute(db.query("pool_lock"), {"pool": pool})
+        # Fencing is a lock, not only a read: the run this admission replaces cannot commit a
+        # batch from here to our COMMIT (deployment_fence_lock.sql).
+        conn.execute(db.query("deployment_fence_lock"), {"stage_id": stage_id, "role": role})
         live = conn.execute(db.query("live_deployment"), {"stage_id": stage_id, "role": role}).first()
         if live is not None and not _reap(conn, live, is_alive):
             return Admission(live.id, live=live)
