@@ -47,8 +47,9 @@ def choices() -> dict[str, list[str]]:
 def deploy(app: str, restart: bool = False, wait_s: float = 240,
            replicas_override: int | None = None) -> dict[str, Any]:
     """Validate and sync the registry, then make sure every stage of `app` runs. A running stage
-    is left alone unless `restart`; a stage that is not running starts with its configured pool
-    and cores (from apps.yaml) from its checkpoint. `replicas_override` sets every stage's replica
+    is left alone unless `restart`; a stage that is not running starts in its configured pool
+    (from apps.yaml) from its checkpoint, at the cores it last ran at (`cores.initial` the first
+    time: `stages.restart_cores`). `replicas_override` sets every stage's replica
     count instead of apps.yaml's (until the next deploy without it)."""
     from streamops.execute import replicas, stages, watchdog
 
@@ -67,7 +68,7 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240,
                 replicas.stop_with_replicas(sid, reg, requested_by="airflow:streamops_deploy", progress=_say)
             except stages.StageNotRunning:
                 pass
-        res = stages.start_stage(sid, reg, cores=st.cores.initial, pool=st.pool, wait_s=wait_s, progress=_say)
+        res = stages.start_stage(sid, reg, pool=st.pool, wait_s=wait_s, progress=_say)
         if res.already_running and (done := upgrade_changed(reg, [sid], progress=_say)):
             o = done[0]
             result[sid] = {"deployment": res.deployment_id, "action": f"upgrade {o.status}",
@@ -78,8 +79,7 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240,
             _say(f"stage {sid}: action=deploy already running (deployment {res.deployment_id}); left alone")
             result[sid] = {"deployment": res.deployment_id, "action": "left running"}
         else:
-            _say(f"stage {sid}: action=deploy running (deployment {res.deployment_id}, {st.cores.initial} cores, "
-                 f"pool {st.pool})")
+            _say(f"stage {sid}: action=deploy running (deployment {res.deployment_id}, pool {st.pool})")
             result[sid] = {"deployment": res.deployment_id, "action": "restarted" if restart else "started"}
     # An HA stage's other replicas, now that its primary runs (the supervisor keeps them up).
     started = replicas.reconcile(reg, wait_s=wait_s, progress=_say).started
