@@ -104,7 +104,7 @@ def upgrade_changed(reg: registry.Registry, stage_ids: list[str], mechanism: str
             continue
         progress(f"stage {sid}: action=upgrade ({what})")
         rid = reconfigure.request(sid, "upgrade", mechanism=mechanism, reg=reg, requested_by="deploy")
-        o = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, progress=progress)
+        o = reconfigure.execute_requested(rid, gate=quality.gate_new_run, reg=reg, progress=progress)
         gap = "–" if o.downtime_ms is None else f"{o.downtime_ms / 1000:.1f} s"
         progress(f"stage {sid}: action=upgrade {o.status} (reconfiguration {rid}, output gap {gap}): {o.detail}")
         outcomes.append(o)
@@ -175,7 +175,7 @@ def reconfigure(stage: str, action: str, cores: int | None = None, partitions: i
         rid = reconfigure.request(stage, action, cores=cores, partitions=partitions, pool=pool,
                                  mechanism=mechanism, reg=reg, requested_by=requested_by)
         _say(f"stage {stage}: action={action} reconfiguration {rid} recorded as pending")
-        outcomes = [reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, progress=_say)]
+        outcomes = [reconfigure.execute_requested(rid, gate=quality.gate_new_run, reg=reg, progress=_say)]
     summary = []
     for o in outcomes:
         gap = "–" if o.downtime_ms is None else f"{o.downtime_ms / 1000:.1f}s"
