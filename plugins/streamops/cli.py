@@ -583,7 +583,7 @@ def reconfigure(
             _say(f"reconfiguration {rid} recorded as pending")
             if not wait:
                 return
-            outcomes.append(reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, progress=_say))
+            outcomes.append(reconfigure.execute_requested(rid, gate=quality.gate_new_run, reg=reg, progress=_say))
         elif pending or resume:
             outcomes += reconfigure.resume(reg, progress=_say, gate=quality.gate_new_run)
         else:

@@ -52,6 +52,15 @@ class ReconfigurationBusy(RuntimeError):
     """Another executor holds the stage."""
 
 
+class StageBusy(ReconfigurationBusy):
+    """The stage lock is held (a recovery, another executor): the row is still `pending`."""
+
+
+# How long a person's reconfiguration waits for a busy stage (a failover's recovery takes seconds to
+# a minute) before it is cancelled: it must not stay pending, to run later when nobody expects it.
+BUSY_WAIT_S, BUSY_POLL_S = 60.0, 2.0
+
+
 class GateVerdict(Protocol):
     passed: bool
     reason: str | None
@@ -105,8 +114,8 @@ def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
         raise LookupError(f"no reconfiguration {reconfiguration_id}")
     with rstore.stage_lock(row.stage_id) as free:
         if not free:
-            raise ReconfigurationBusy(f"stage {row.stage_id} is being reconfigured by another process; "
-                                      f"reconfiguration {reconfiguration_id} stays {row.status}")
+            raise StageBusy(f"stage {row.stage_id} is being reconfigured or recovered by another process; "
+                            f"reconfiguration {reconfiguration_id} stays {row.status}")
         if row.status == RunStatus.PENDING and _is_noop(row, reg):
             # The stage already has the target (a change made meanwhile): no stop, no output gap,
             # and not counted as a reconfiguration (a granted 2→2 once cost 6.7 s of "downtime").
@@ -136,6 +145,41 @@ def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
         progress(f"{row.stage_id}: {claimed.action} {claimed.from_cores}→{claimed.target_cores} cores with {mech.name} "
                  f"(reconfiguration {reconfiguration_id})")
         return _run(ex, mech, gate, started, started_mono)
+
+
+def execute_requested(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | None = None,
+                      progress: Progress = lambda _: None, busy_wait_s: float | None = None) -> Outcome:
+    """Execute the reconfiguration this caller just `request`ed (a person's, from the CLI or a
+    DAG's form). A busy stage (a recovery, another executor) is waited for up to `busy_wait_s`
+    (BUSY_WAIT_S); still busy, the row is cancelled with the reason and ReconfigurationBusy
+    raised: nobody is left with a change to run later unasked. Policy grants, realized later in
+    their window, do not come here."""
+    wait_s = BUSY_WAIT_S if busy_wait_s is None else busy_wait_s
+    ends, said = time.monotonic() + wait_s, 0.0
+    while True:
+        try:
+            return execute(reconfiguration_id, gate=gate, reg=reg, progress=progress)
+        except StageBusy as e:
+            left = ends - time.monotonic()
+            if left <= 0:
+                raise _cancel_busy(reconfiguration_id, wait_s, progress) from e
+            if time.monotonic() - said >= 10:  # a line every 10 s, not every poll
+                said = time.monotonic()
+                progress(f"reconfiguration {reconfiguration_id}: the stage is busy (a recovery or another executor "
+                         f"holds it); waiting up to {left:.0f}s more")
+            time.sleep(min(BUSY_POLL_S, left))
+
+
+def _cancel_busy(rid: int, wait_s: float, progress: Progress) -> ReconfigurationBusy:
+    """The row cancelled with why (unless claimed meanwhile), and the error for the caller."""
+    why = (f"cancelled: the stage stayed busy for {wait_s:.0f}s (a recovery or another executor held it); "
+           "nothing was changed; request it again")
+    if rstore.cancel_pending(rid, why):
+        log.warning("reconfiguration %d: action=cancel %s", rid, why)
+        progress(f"reconfiguration {rid} {why}")
+        return ReconfigurationBusy(f"reconfiguration {rid} {why}")
+    row = rstore.get(rid)
+    return ReconfigurationBusy(f"reconfiguration {rid} was taken over meanwhile: it is {row.status if row else 'gone'}")
 
 
 def _choose(s: Situation) -> tuple[str, str]:

@@ -124,6 +124,14 @@ def current(sid: str) -> Current:
     return Current(row.cores, row.pool, checkpoint.state_partitions(row.checkpoint) if row.checkpoint else None, ops)
 
 
+def restart_cores(last: int | None, st) -> int:
+    """The cores a start that names none gets: the stage's last run's (a restart must not undo a
+    scale-out), within the registry's bounds now; `cores.initial` for a first start."""
+    if last is None:
+        return st.cores.initial
+    return min(max(last, st.cores.min), st.cores.max)
+
+
 def start_stage(
     ref: str,
     reg: Registry | None = None,
@@ -158,7 +166,7 @@ def start_stage(
     sync_registry(reg, [app])
     # A replica restarts as itself (its own checkpoint and pool); an active backup is always told.
     last_cores, last_pool, last_ckpt = current_config(sid, role if role.startswith("replica-") else "primary")
-    cores = cores or last_cores or st.cores.initial
+    cores = cores or restart_cores(last_cores, st)
     pool_name = pool or last_pool or st.pool
     if pool_name not in reg.pools:
         raise registry.RegistryError(f"no pool {pool_name!r}; known pools: {', '.join(reg.pools)}")

@@ -9,7 +9,8 @@ on is skipped: its executor holds the stage lock and owns the restart (or the ro
 Every failure is one `failures` row, written before the restart (persist first, then act).
 The restart reuses the last run's cores, pool and checkpoint, so the replayable source and the
 idempotent sink make the output the same as a failure-free run's. After `max_restarts` failed
-restarts in a row the stage is marked `failed` and `WatchdogAlert` is raised.
+restarts in a row the stage is marked `failed` and `WatchdogAlert` is raised. A given-up stage is
+still watched: a failure of its run is recorded, not restarted, until a start clears the give-up.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from streamops import checkpoint_repair, processes, registry, spark_cluster
@@ -41,6 +42,7 @@ class Failure:
     detail: str
     failed_at: datetime
     role: str = "primary"
+    given_up: str | None = None  # the stage was given up on (why): recorded, not restarted
 
     @property
     def who(self) -> str:
@@ -128,46 +130,64 @@ def first_line(e: BaseException) -> str:
 def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
            candidates: list | None = None, stall_s: float | None = STALL_S,
            stopped: dict[int, stops.Stopped] | None = None) -> list[Failure]:
-    """The replicas (the primary, 'replica-N') whose latest run has failed, of stages the watchdog
-    has not given up on. `seen_alive`: when a caller that polls often (the supervisor) last saw
-    each driver alive, a closer failure time than its last heartbeat. `stopped`: the runs whose
-    driver that caller has seen stopped long enough (`stops.StopWatch`), by deployment id."""
+    """The replicas (the primary, 'replica-N') whose latest run has failed. `seen_alive`: when a
+    caller that polls often (the supervisor) last saw each driver alive, a closer failure time
+    than its last heartbeat. `stopped`: the runs whose driver that caller has seen stopped long
+    enough (`stops.StopWatch`), by deployment id. A stage the watchdog gave up on is still
+    watched (its failure says so, `given_up`: recorded, not restarted), but a run that ended
+    before the give-up is the one given up on, recorded already."""
     seen_alive, stopped = seen_alive or {}, stopped or {}
     out = []
     for d in failures.watchdog_candidates() if candidates is None else candidates:
-        if d.health == "failed":
+        if d.health == "failed" and _given_up_on(d):
             continue
-        last_sign = d.beat_at or d.running_at or d.started_at
-        # A run still `starting` without a pid is being launched right now: not a failure (until
-        # LAUNCH_LIMIT_S). A
-        # `stopping` run whose driver is gone was asked to stop: its stopper records the end.
-        if d.status in ("starting", "running") and d.pid is not None and not stages.is_alive(d):
-            out.append(Failure(d.stage_id, d.id, "dead_pid", f"driver pid {d.pid} is gone while the run is {d.status}",
-                               max(last_sign, seen_alive.get(d.id, last_sign)), d.role))
-        elif d.status in ("starting", "running") and (stop := stopped.get(d.id)) is not None:
-            # it stopped after the last poll that saw it running (and after its last beat)
-            out.append(Failure(d.stage_id, d.id, "stopped", stop.detail,
-                               max(last_sign, stop.last_running or last_sign), d.role))
-        elif d.status == "starting" and d.silent_s is not None and d.silent_s > LAUNCH_LIMIT_S:
-            what = "its launch never completed (no pid)" if d.pid is None else "its driver never came up"
-            out.append(Failure(d.stage_id, d.id, "launch_failed", f"still starting after {d.silent_s:.0f}s: {what}",
-                               d.started_at, d.role))
-        elif d.status == "running" and silent_too_long(d.silent_s, d.server_up_s, stale_s):
-            out.append(Failure(d.stage_id, d.id, "stale_heartbeat",
-                               f"no heartbeat for {d.silent_s:.0f}s (limit {stale_s:.0f}s)", d.beat_at or d.running_at,
-                               d.role))
-        elif d.status == "running" and (idle := stalled_for(d.beat_info, d.silent_s, stall_s)) is not None:
-            out.append(Failure(d.stage_id, d.id, "stalled",
-                               f"no commit for {idle:.0f}s while {d.beat_info['backlog_files']} input file(s) wait "
-                               f"(limit {stall_s:.0f}s)", d.beat_at, d.role))
-        elif d.status == "failed" and (d.stop_reason or "").startswith(stages.LAUNCH_FAILED):
-            out.append(Failure(d.stage_id, d.id, "launch_failed", d.stop_reason, d.stopped_at or d.started_at, d.role))
-        elif d.status == "failed" and not (d.stop_reason or "").startswith("driver process gone"):
-            out.append(Failure(d.stage_id, d.id, "query_failed", d.stop_reason or "the driver recorded a failure",
-                               d.stopped_at or d.started_at, d.role))
-        elif d.status == "failed":
-            out.append(Failure(d.stage_id, d.id, "dead_pid", d.stop_reason, d.stopped_at or d.started_at, d.role))
+        f = _failure_of(d, stale_s, seen_alive, stall_s, stopped)
+        if f is not None:
+            out.append(f if d.health != "failed" else replace(f, given_up=d.health_reason or "given up"))
     return out
+
+
+def _given_up_on(d) -> bool:
+    """Is a given-up stage's run the one (or one before the one) it was given up on?"""
+    if d.status in ("starting", "running"):
+        return False  # started since, or never ended: its death is news
+    return d.given_up_at is None or (d.stopped_at or d.started_at) <= d.given_up_at
+
+
+def _failure_of(d, stale_s: float, seen_alive: dict[int, datetime], stall_s: float | None,
+                stopped: dict[int, stops.Stopped]) -> Failure | None:
+    """How a `watchdog_candidates` row's run has failed, or None."""
+    last_sign = d.beat_at or d.running_at or d.started_at
+    # A run still `starting` without a pid is being launched right now: not a failure (until
+    # LAUNCH_LIMIT_S). A `stopping` run whose driver is gone was asked to stop: its stopper
+    # records the end.
+    if d.status in ("starting", "running") and d.pid is not None and not stages.is_alive(d):
+        return Failure(d.stage_id, d.id, "dead_pid", f"driver pid {d.pid} is gone while the run is {d.status}",
+                       max(last_sign, seen_alive.get(d.id, last_sign)), d.role)
+    if d.status in ("starting", "running") and (stop := stopped.get(d.id)) is not None:
+        # it stopped after the last poll that saw it running (and after its last beat)
+        return Failure(d.stage_id, d.id, "stopped", stop.detail,
+                       max(last_sign, stop.last_running or last_sign), d.role)
+    if d.status == "starting" and d.silent_s is not None and d.silent_s > LAUNCH_LIMIT_S:
+        what = "its launch never completed (no pid)" if d.pid is None else "its driver never came up"
+        return Failure(d.stage_id, d.id, "launch_failed", f"still starting after {d.silent_s:.0f}s: {what}",
+                       d.started_at, d.role)
+    if d.status == "running" and silent_too_long(d.silent_s, d.server_up_s, stale_s):
+        return Failure(d.stage_id, d.id, "stale_heartbeat",
+                       f"no heartbeat for {d.silent_s:.0f}s (limit {stale_s:.0f}s)", d.beat_at or d.running_at,
+                       d.role)
+    if d.status == "running" and (idle := stalled_for(d.beat_info, d.silent_s, stall_s)) is not None:
+        return Failure(d.stage_id, d.id, "stalled",
+                       f"no commit for {idle:.0f}s while {d.beat_info['backlog_files']} input file(s) wait "
+                       f"(limit {stall_s:.0f}s)", d.beat_at, d.role)
+    if d.status == "failed" and (d.stop_reason or "").startswith(stages.LAUNCH_FAILED):
+        return Failure(d.stage_id, d.id, "launch_failed", d.stop_reason, d.stopped_at or d.started_at, d.role)
+    if d.status == "failed" and not (d.stop_reason or "").startswith("driver process gone"):
+        return Failure(d.stage_id, d.id, "query_failed", d.stop_reason or "the driver recorded a failure",
+                       d.stopped_at or d.started_at, d.role)
+    if d.status == "failed":
+        return Failure(d.stage_id, d.id, "dead_pid", d.stop_reason, d.stopped_at or d.started_at, d.role)
+    return None
 
 
 def still_failed(f: Failure, stale_s: float, stall_s: float | None = STALL_S,
@@ -234,6 +254,8 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
         # to its process group (its JVM too) reaches a stopped process as well
         launcher_for(dep.master).terminate(dep.pid, dep.driver_id, force=True)
     ledger.finish(f.deployment_id, "failed", f"watchdog: {f.detail}")
+    if f.given_up is not None:
+        return _recorded_only(f, fid, attempts, progress)
     if f.role != replicas.PRIMARY and replicas.index(f.role) >= replicas.wanted(f.stage_id):
         # A replica no longer wanted (the redundancy manager gave it back): not restarted; the
         # failure ends with the stage's next output from the others.
@@ -282,6 +304,19 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
         return Recovery(f.stage_id, fid, f.kind, "gave_up", attempts, detail=reason)
     log.warning("stage %s: action=restart-failed failure=%d attempt=%d: %s", f.stage_id, fid, attempts, why)
     return Recovery(f.stage_id, fid, f.kind, "retrying", attempts, detail=why or "")
+
+
+def _recorded_only(f: Failure, fid: int, attempts: int, progress) -> Recovery:
+    """A run of a stage given up on failed: recorded (the run `failed`, the failure given up, the
+    stage's reason kept), not restarted. The give-up stops the automatic restarts, not the watching:
+    a run started by hand since, then lost, is not left `running` with a dead pid."""
+    what = "not restarted: the watchdog had given up on the stage; fix it, then start or redeploy it"
+    failures.note(fid, what)
+    failures.give_up(fid, f.given_up or what)
+    log.error("stage %s: action=failure-recorded role=%s failure=%d kind=%s: %s", f.stage_id, f.role, fid, f.kind,
+              what)
+    progress(f"{f.who}: {f.kind}: {f.detail}; {what}")
+    return Recovery(f.stage_id, fid, f.kind, "gave_up", attempts, detail=f"{f.detail}; {what}")
 
 
 def _withdraw(f: Failure, fid: int, new: bool, attempts: int, gap: str, progress) -> Recovery:

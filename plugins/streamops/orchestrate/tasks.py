@@ -55,8 +55,9 @@ def _refuse_parquet_replicas(reg: registry.Registry, app: str) -> None:
 def deploy(app: str, restart: bool = False, wait_s: float = 240,
            replicas_override: int | None = None) -> dict[str, Any]:
     """Validate and sync the registry, then make sure every stage of `app` runs. A running stage
-    is left alone unless `restart`; a stage that is not running starts with its configured pool
-    and cores (from apps.yaml) from its checkpoint. `replicas_override` sets every stage's replica
+    is left alone unless `restart`; a stage that is not running starts in its configured pool
+    (from apps.yaml) from its checkpoint, at the cores it last ran at (`cores.initial` the first
+    time: `stages.restart_cores`). `replicas_override` sets every stage's replica
     count instead of apps.yaml's (until the next deploy without it)."""
     from streamops.execute import replicas, stages, watchdog
 
@@ -77,7 +78,7 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240,
                 replicas.stop_with_replicas(sid, reg, requested_by="airflow:streamops_deploy", progress=_say)
             except stages.StageNotRunning:
                 pass
-        res = stages.start_stage(sid, reg, cores=st.cores.initial, pool=st.pool, wait_s=wait_s, progress=_say)
+        res = stages.start_stage(sid, reg, pool=st.pool, wait_s=wait_s, progress=_say)
         if res.already_running and (done := upgrade_changed(reg, [sid], progress=_say)):
             o = done[0]
             result[sid] = {"deployment": res.deployment_id, "action": f"upgrade {o.status}",
@@ -88,8 +89,7 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240,
             _say(f"stage {sid}: action=deploy already running (deployment {res.deployment_id}); left alone")
             result[sid] = {"deployment": res.deployment_id, "action": "left running"}
         else:
-            _say(f"stage {sid}: action=deploy running (deployment {res.deployment_id}, {st.cores.initial} cores, "
-                 f"pool {st.pool})")
+            _say(f"stage {sid}: action=deploy running (deployment {res.deployment_id}, pool {st.pool})")
             result[sid] = {"deployment": res.deployment_id, "action": "restarted" if restart else "started"}
     # An HA stage's other replicas, now that its primary runs (the supervisor keeps them up).
     started = replicas.reconcile(reg, wait_s=wait_s, progress=_say).started
@@ -114,7 +114,7 @@ def upgrade_changed(reg: registry.Registry, stage_ids: list[str], mechanism: str
             continue
         progress(f"stage {sid}: action=upgrade ({what})")
         rid = reconfigure.request(sid, "upgrade", mechanism=mechanism, reg=reg, requested_by="deploy")
-        o = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, progress=progress)
+        o = reconfigure.execute_requested(rid, gate=quality.gate_new_run, reg=reg, progress=progress)
         gap = "–" if o.downtime_ms is None else f"{o.downtime_ms / 1000:.1f} s"
         progress(f"stage {sid}: action=upgrade {o.status} (reconfiguration {rid}, output gap {gap}): {o.detail}")
         outcomes.append(o)
@@ -185,7 +185,7 @@ def reconfigure(stage: str, action: str, cores: int | None = None, partitions: i
         rid = reconfigure.request(stage, action, cores=cores, partitions=partitions, pool=pool,
                                  mechanism=mechanism, reg=reg, requested_by=requested_by)
         _say(f"stage {stage}: action={action} reconfiguration {rid} recorded as pending")
-        outcomes = [reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg, progress=_say)]
+        outcomes = [reconfigure.execute_requested(rid, gate=quality.gate_new_run, reg=reg, progress=_say)]
     summary = []
     for o in outcomes:
         gap = "–" if o.downtime_ms is None else f"{o.downtime_ms / 1000:.1f}s"

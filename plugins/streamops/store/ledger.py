@@ -100,7 +100,7 @@ def mark_launched(dep_id: int, pid: int | None, driver_id: str | None, log_path:
 
 def mark_running(dep_id: int, driver_id: str, pid: int, host: str, ui_url: str | None = None) -> None:
     """The driver's own report that its queries run, with the Spark UI's URL as Spark bound it
-    (None: off)."""
+    (None: off). A start that gets this far clears a give-up of its stage (and role)."""
     db.write("deployment_running", id=dep_id, driver_id=driver_id, pid=pid, host=host, ui_url=ui_url)
 
 

@@ -65,6 +65,11 @@ def finish(rid: int, status: str, outcome: str, rollback_reason: str | None, dow
     return done
 
 
+def cancel_pending(rid: int, outcome: str) -> bool:
+    """Cancel a reconfiguration that has not started, with why; False when it was claimed (or ended) meanwhile."""
+    return db.write("reconfiguration_cancel_pending", id=rid, outcome=outcome) is not None
+
+
 def link(rid: int, *, old_deployment_id: int | None = None, new_deployment_id: int | None = None,
          staged_checkpoint: str | None = None) -> None:
     """Record which runs (and staged copy) reconfiguration `rid` used."""
