@@ -21,6 +21,7 @@ from streamops.execute import reconfigure, stages, supervisor
 from streamops.orchestrate import tasks
 from streamops.store import failures, ledger
 from streamops.store import reconfigurations as rstore
+from streamops.waiting import wait_until
 from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
@@ -60,15 +61,6 @@ def _health(engine) -> str:
 def _failures(engine) -> list:
     with engine.connect() as conn:
         return conn.execute(text("SELECT kind, status FROM failures ORDER BY id")).all()
-
-
-def _until(check, timeout_s: float):
-    ends = time.monotonic() + timeout_s
-    while time.monotonic() < ends:
-        if got := check():
-            return got
-        time.sleep(0.1)
-    return check()
 
 
 @pytest.fixture
@@ -125,7 +117,8 @@ def test_a_given_up_stage_is_still_watched_and_its_dead_driver_recorded_not_rest
         assert _failures(clean_db) == [("query_failed", "gave_up")], "a living run of a given-up stage was touched"
         sleeper.kill()
         sleeper.wait(10)
-        assert _until(lambda: len(_failures(clean_db)) == 2, 10), "the dead driver of a given-up stage went unseen"
+        assert wait_until(lambda: len(_failures(clean_db)) == 2, 10, 0.1), \
+            "the dead driver of a given-up stage went unseen"
         time.sleep(1.5)  # several more polls
     finally:
         stop.set()

@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from streamops import registry
 from streamops.execute import replicas, stages, supervisor
+from streamops.waiting import wait_until
 from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
@@ -70,15 +71,6 @@ def _failures(engine) -> list:
         return conn.execute(text("SELECT kind, detected_by FROM failures ORDER BY id")).all()
 
 
-def _until(check, timeout_s: float):
-    ends = time.monotonic() + timeout_s
-    while time.monotonic() < ends:
-        if got := check():
-            return got
-        time.sleep(0.1)
-    return check()
-
-
 def test_a_lock_that_holds_every_heartbeat_back_is_a_database_gap_not_hung_drivers(beating_run, clean_db):
     """Item 6: `heartbeats` held under an EXCLUSIVE lock (a long migration) for three times the
     stale limit: reads pass, every beat waits. The supervisor records nothing and kills
@@ -93,8 +85,8 @@ def test_a_lock_that_holds_every_heartbeat_back_is_a_database_gap_not_hung_drive
             assert proc.poll() is None, "the run's driver was killed while the database held its beats back"
             locker.rollback()
         # The lock is gone and the run stays silent (no driver beats): a hung driver, found.
-        assert _until(lambda: _failures(clean_db), 3 * STALE_S + 3) == [("stale_heartbeat", "supervisor")]
-        assert _until(lambda: proc.poll() is not None, 5), "the silent run was not killed"
+        assert wait_until(lambda: _failures(clean_db), 3 * STALE_S + 3, 0.1) == [("stale_heartbeat", "supervisor")]
+        assert wait_until(lambda: proc.poll() is not None, 5, 0.1), "the silent run was not killed"
     finally:
         end()
 
@@ -131,8 +123,8 @@ def test_a_failing_housekeeping_step_is_logged_and_counted_and_hang_detection_go
     caplog.set_level(logging.WARNING, logger="streamops.supervisor")
     sup, end = _supervise(reg, housekeeping_s=0.1)  # every pass
     try:
-        assert _until(lambda: _failures(clean_db), 3 * STALE_S + 3) == [("stale_heartbeat", "supervisor")]
-        assert _until(lambda: proc.poll() is not None, 5), "the silent run was not killed"
+        assert wait_until(lambda: _failures(clean_db), 3 * STALE_S + 3, 0.1) == [("stale_heartbeat", "supervisor")]
+        assert wait_until(lambda: proc.poll() is not None, 5, 0.1), "the silent run was not killed"
     finally:
         end()
     logged = [r for r in caplog.records if "replicas" in r.getMessage() and r.exc_info]
