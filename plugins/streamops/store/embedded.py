@@ -410,7 +410,7 @@ def _check_listening(c: Cluster) -> None:
 
 def commits_wait_for_disk(c: Cluster) -> bool:
     """Whether the running cluster acknowledges a commit only once its WAL is on disk: one started
-    by an earlier streamops ran with synchronous_commit=off, which only a restart changes."""
+    by an earlier streamops ran with synchronous_commit off, which only a restart changes."""
     import psycopg2
 
     from streamops.paths import sql_dir
