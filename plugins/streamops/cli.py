@@ -13,18 +13,36 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 from streamops.cli_job import job_app, print_report, run_check
 from streamops import registry
 from streamops.plan.options import OperatorOptions
 from streamops.paths import state_dir
 
+class _Commands(TyperGroup):
+    """Every command: a database that does not answer (refused, timed out, stalled) is one line
+    and exit 1, not the ~500-line traceback of SQLAlchemy and psycopg2 (issue 48)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Exception as e:
+            from streamops.store import db, observe
+
+            if isinstance(e, observe.NOT_ANSWERING):
+                _fail(f"database not answering: {observe.reason(e)}")
+            if isinstance(e, db.DatabaseUnavailable):  # none configured: its message says what to do
+                _fail(str(e))
+            raise
+
+
 app = typer.Typer(help="Operations platform for streaming Spark applications.", no_args_is_help=True,
-                  context_settings={"help_option_names": ["-h", "--help"]})
+                  context_settings={"help_option_names": ["-h", "--help"]}, cls=_Commands)
 db_app = typer.Typer(help="The PostgreSQL database: embedded cluster and schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 airflow_app = typer.Typer(help="The Airflow that runs the DAGs: metadata in the embedded PostgreSQL.",
@@ -925,9 +943,34 @@ def _stop_generators(sid: str | None = None) -> list[str]:
 # -- status ------------------------------------------------------------------------------------
 def status_table(wide: bool = False) -> Table:
     from streamops.status_view import status_table as view
-    from streamops.store import db
+    from streamops.store import observe
 
-    return view(db.rows("stage_status"), None if wide else console.width)
+    return view(observe.rows("stage_status"), None if wide else console.width)
+
+
+class WatchState:
+    """What `status --watch` keeps between refreshes: the last table, and since when the
+    database has not answered (None while it does)."""
+
+    def __init__(self) -> None:
+        self.last: Table | None = None
+        self.down_since: datetime | None = None
+
+
+def watch_frame(state: WatchState, wide: bool) -> RenderableType:
+    """One refresh of `status --watch`: the table, or, while the database does not answer, the
+    last table and a line saying since when. Never raises for the database: the loop outlives
+    an outage (a stalled server too: the read has a deadline)."""
+    from streamops.store import observe
+
+    try:
+        table = observe.within(lambda: status_table(wide))
+    except observe.NOT_ANSWERING as e:
+        state.down_since = state.down_since or datetime.now()
+        line = Text(f"database not answering since {state.down_since:%H:%M:%S}: {observe.reason(e)}", style="bold red")
+        return Group(state.last, line) if state.last is not None else line
+    state.last, state.down_since = table, None
+    return table
 
 
 @app.command()
@@ -936,27 +979,26 @@ def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
            interval: float = typer.Option(2.0, help="seconds between refreshes with --watch"),
            wide: bool = typer.Option(False, "--wide", help="every column, even if the terminal is too narrow")) -> None:
     """A table per stage: run state, cores/partitions, p95 latency, rows/s in and out, backlog,
-    heartbeat age, pool, plan, failures and quarantined lines. On a narrow terminal the least
-    important columns are left out (the caption says which); --wide keeps them all."""
-    from streamops.store import db
+    heartbeat age, pool, plan, failures and quarantined lines (last 24 h). On a narrow terminal
+    the least important columns are left out (the caption says which); --wide keeps them all."""
+    from streamops.store import observe
 
     try:
-        if not watch:
-            console.print(status_table(wide), crop=not wide)  # --wide: the terminal wraps or scrolls, no cell cut
+        if not watch:  # a database that does not answer: one line and exit 1 (_Commands)
+            console.print(observe.within(lambda: status_table(wide)), crop=not wide)  # --wide: no cell cut
             console.print(Text(_last_report_line()), soft_wrap=wide)
             return
+        state = WatchState()
         if not console.is_terminal:  # piped (`make demo | tee`): Live would print nothing; a table per refresh
             while True:
                 console.print(f"-- {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC", highlight=False)
-                console.print(status_table(wide))
+                console.print(watch_frame(state, wide))
                 console.file.flush()
                 time.sleep(max(interval, 5.0))
-        with Live(status_table(wide), console=console, refresh_per_second=4) as live:
+        with Live(watch_frame(state, wide), console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(interval)
-                live.update(status_table(wide))
-    except db.DatabaseUnavailable as e:
-        _fail(str(e))
+                live.update(watch_frame(state, wide))
     except KeyboardInterrupt:
         pass
 
@@ -965,8 +1007,9 @@ def _last_report_line() -> str:
     """Where the last report is: `reports/D/index.html (day D, generated …)`."""
     from streamops.paths import REPO_ROOT
     from streamops.report.nightly import last_report
+    from streamops.store import observe
 
-    r = last_report()
+    r = observe.within(lambda: last_report(observe.engine()))
     if r is None:
         return "last report: none yet (`streamops report`, or the streamops_nightly_report DAG, writes one)"
     path = Path(r["path"])

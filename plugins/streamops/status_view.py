@@ -36,7 +36,7 @@ COLUMNS = [
     Column("beat", "right", 3, "beat: heartbeat age"),
     Column("fail 24h", "right", 3, "fail 24h: failures handled in the last day"),
     Column("plan", "left", 4, "plan: granted or deferred reconfiguration"),
-    Column("quar.", "right", 4, "quar.: quarantined lines"),
+    Column("quar.", "right", 4, "quar.: quarantined lines, last 24 h"),
     Column("pool", "left", 5, "pool: where the run is"),
     Column("out/s", "right", 5),
     Column("replicas", "left", 6, "replicas: live/wanted, and the one that leads (least input left)"),

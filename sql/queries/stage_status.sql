@@ -1,5 +1,6 @@
 -- One row per registered stage: its latest run, latest batch metrics, heartbeat age and quarantine
--- count; for an HA stage also its live replicas and which one leads (the least input left to read).
+-- count (last 24 h); for an HA stage also its live replicas and which one leads (the least input
+-- left to read).
 WITH latest_run AS (  -- the primary's line (or an active backup's); replicas are counted below
     SELECT DISTINCT ON (stage_id) * FROM deployments WHERE role NOT LIKE 'replica-%'
     ORDER BY stage_id, started_at DESC, id DESC
@@ -32,7 +33,10 @@ recent AS (  -- rates over the last minute are steadier than one batch's; replic
     FROM stage_metrics m JOIN deployments d ON d.id = m.deployment_id
     WHERE m.ts > now() - interval '60 seconds' AND d.role NOT LIKE 'replica-%' GROUP BY m.stage_id
 ),
-q AS (SELECT stage_id, count(*) AS quarantined FROM quarantine GROUP BY stage_id),
+q AS (  -- the last 24 h (quarantine_time): the whole table is 90 days of lines, read on every refresh
+    SELECT stage_id, count(*) AS quarantined FROM quarantine
+    WHERE quarantined_at > now() - interval '1 day' GROUP BY stage_id
+),
 plan AS (  -- what the control loop has in store for the stage: a planned change, else a deferred one
     SELECT DISTINCT ON (stage_id) stage_id, label FROM (
         SELECT stage_id, 1 AS prio, requested_at AS at,

@@ -5,6 +5,7 @@ per-run gauges against what `stage_metrics` holds."""
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from datetime import datetime, timedelta, timezone
 
@@ -215,3 +216,41 @@ def test_the_cli_prints_the_same_families(rows):
                                                             "streamops_stage_quarantined_lines_created"}
     assert {n.removesuffix("_total") for n in prometheus.metric_names()} == \
         {n for n in names if not n.endswith("_created")}
+
+
+def _get(url: str) -> tuple[float, dict[str, dict[tuple, float]]]:
+    t0 = time.monotonic()
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        assert resp.status == 200  # Prometheus keeps the series of a target that answers
+        body = resp.read().decode()
+    values: dict[str, dict[tuple, float]] = {}
+    for f in text_string_to_metric_families(body):
+        for s in f.samples:
+            values.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return time.monotonic() - t0, values
+
+
+def test_a_locked_metrics_table_is_a_prompt_scrape_saying_the_database_is_down(rows):
+    """Issue 48: with stage_metrics locked, /metrics hung for over 20 s. It answers within the
+    observability timeout (3 s) with streamops_database_up 0 and the last read's age, and the
+    figures come back with the lock's end."""
+    exporter = prometheus.serve("127.0.0.1", 0, prometheus.StreamopsCollector(max_age_s=0))
+    try:
+        _, before = _get(exporter.url)
+        assert before["streamops_database_up"] == {(): 1.0}
+        with rows.connect() as locker:
+            locker.execute(text("LOCK TABLE stage_metrics IN ACCESS EXCLUSIVE MODE"))
+            took, during = _get(exporter.url)
+            locker.rollback()
+        assert took < 5, f"the scrape took {took:.1f} s"
+        assert during["streamops_database_up"] == {(): 0.0}
+        assert set(during) == {"streamops_database_up", "streamops_snapshot_age_seconds"}
+        assert during["streamops_snapshot_age_seconds"][()] >= 2.5  # the read before the lock
+        # The read the lock held may still be finishing: the next scrape it has not ended by says 0.
+        deadline = time.monotonic() + 10
+        while _get(exporter.url)[1]["streamops_database_up"] != {(): 1.0}:
+            assert time.monotonic() < deadline, "the figures did not come back after the lock"
+            time.sleep(0.2)
+        assert _get(exporter.url)[1]["streamops_stage_cores"]
+    finally:
+        exporter.close()

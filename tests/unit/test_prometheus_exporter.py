@@ -148,3 +148,56 @@ def test_names_follow_prometheus_conventions(name):
     if name.endswith("_total"):
         assert not any(unit in name for unit in ("_seconds", "_ms"))
     assert "_ms" not in name and "_milliseconds" not in name, "base units: seconds"
+
+
+# -- the cached snapshot: one read for many scrapes, a prompt answer when the database hangs (issue 44/48) --
+def _hanging_read(release):
+    def read(since):
+        release.wait(30)
+        return prometheus.Snapshot(since=since)
+    return read
+
+
+def test_many_scrapes_at_once_make_one_read(monkeypatch):
+    import threading
+
+    reads, release = [], threading.Event()
+
+    def slow(since):
+        reads.append(since)
+        release.wait(10)
+        return prometheus.Snapshot(since=since)
+
+    monkeypatch.setattr(prometheus, "read", slow)
+    collector = prometheus.StreamopsCollector(since=lambda: SINCE, max_age_s=60, wait_s=10)
+    got: list[dict] = []
+    scrapes = [threading.Thread(target=lambda: got.append(_parse(collector.collect()))) for _ in range(8)]
+    for t in scrapes:
+        t.start()
+    release.set()
+    for t in scrapes:
+        t.join(15)
+    assert len(got) == 8 and all(g["streamops_database_up"] == {(): 1.0} for g in got)
+    _parse(collector.collect())  # fresh enough: served from the snapshot
+    assert len(reads) == 1
+
+
+def test_a_read_that_hangs_is_a_prompt_scrape_with_the_last_snapshots_age(monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setattr(prometheus, "read", lambda since: prometheus.Snapshot(since=since))
+    collector = prometheus.StreamopsCollector(since=lambda: SINCE, max_age_s=0, wait_s=0.5)
+    assert _parse(collector.collect())["streamops_database_up"] == {(): 1.0}
+    release = threading.Event()
+    monkeypatch.setattr(prometheus, "read", _hanging_read(release))  # a stalled server: no timeout fires
+    try:
+        for _ in range(2):  # the second finds the first's read still hanging: no wait at all
+            t0 = time.monotonic()
+            values = _parse(collector.collect())
+            assert time.monotonic() - t0 < 2
+            assert values["streamops_database_up"] == {(): 0.0}
+            assert values["streamops_snapshot_age_seconds"][()] >= 0
+            assert set(values) == {"streamops_database_up", "streamops_snapshot_age_seconds"}, "no stale figures"
+    finally:
+        release.set()

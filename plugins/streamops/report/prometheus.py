@@ -1,9 +1,13 @@
-"""Prometheus metrics: `/metrics`, read from PostgreSQL on each scrape.
+"""Prometheus metrics: `/metrics`, read from PostgreSQL.
 
-PostgreSQL is the source of truth: a scrape runs a few small named queries (`sql/queries/metrics_*.sql`)
-in one connection and turns their rows into metric families (`families`, pure). Nothing is kept in
-the exporter's memory, so any number of exporters give the same figures, and a restarted one
-carries on where the tables are.
+PostgreSQL is the source of truth: a read runs a few small named queries (`sql/queries/metrics_*.sql`)
+in one connection and turns their rows into metric families (`families`, pure). The exporter keeps
+only its latest read (`CachedSnapshot`): one thread reads at a time, at most every
+`STREAMOPS_METRICS_MAX_AGE_S` (5 s), so any number of scrapes cost one read; any number of
+exporters give the same figures, and a restarted one carries on where the tables are. Reads go
+through `store/observe.py`: an engine of their own (2 connections, not the supervisor's pool),
+short timeouts, and a deadline, so a locked table or a stalled server is a prompt
+`streamops_database_up 0`, never a scrape that hangs (issue 48).
 
 The exporter is started with the supervisor (`streamops supervise`; the CLI passes `start_exporter`
 in, since execute/ sits beside report/), not served by the Airflow plugin: Prometheus scrapes it
@@ -23,6 +27,8 @@ from __future__ import annotations
 import logging
 import operator
 import os
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
@@ -31,11 +37,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from streamops.store import db
+from streamops.store import db, observe
 
 log = logging.getLogger("streamops.metrics")
 
 HOST_ENV, PORT_ENV = "STREAMOPS_METRICS_HOST", "STREAMOPS_METRICS_PORT"
+MAX_AGE_ENV, DEFAULT_MAX_AGE_S = "STREAMOPS_METRICS_MAX_AGE_S", 5.0  # a third of Prometheus's usual 15 s
 DEFAULT_HOST = "127.0.0.1"  # loopback: the figures name every stage; exposing them is a choice
 DEFAULT_PORT = 9464  # the port OpenTelemetry's Prometheus exporters use; 0: no exporter
 # Upper bounds (s) of the output-gap histogram: a masked failure costs about one trigger interval,
@@ -82,8 +89,8 @@ class Snapshot:
 
 
 def read(since: datetime) -> Snapshot:
-    """The scrape's rows, in one connection."""
-    with db.connection() as conn:
+    """The scrape's rows, in one connection of the observability engine."""
+    with db.connection(observe.engine()) as conn:
         def q(statement: Any, **params: Any) -> Sequence[Any]:
             return conn.execute(statement, params).all()
 
@@ -135,14 +142,19 @@ def _le(bound: float) -> str:
     return str(floatToGoString(float(bound)))
 
 
-def families(s: Snapshot, database_up: bool = True) -> list[Metric]:
-    """The metric families of one scrape's rows (pure)."""
-    up = GaugeMetricFamily("streamops_database_up", "1 when this scrape read PostgreSQL, 0 when it could not "
-                           "(then no other streamops_ metric is in it)", value=1.0 if database_up else 0.0)
+def families(s: Snapshot, database_up: bool = True, age_s: float | None = None) -> list[Metric]:
+    """The metric families of one scrape's rows (pure); `age_s`: seconds since they were read."""
+    up = GaugeMetricFamily("streamops_database_up", "1 when this scrape's figures are a fresh read of PostgreSQL, "
+                           "0 when it did not answer in time (then only the snapshot's age is in it)",
+                           value=1.0 if database_up else 0.0)
+    age = GaugeMetricFamily("streamops_snapshot_age_seconds", "seconds since the exporter last read PostgreSQL "
+                            "successfully (absent before its first read)")
+    if age_s is not None:
+        age.add_metric([], max(0.0, age_s))
     if not database_up:
-        return [up]
+        return [up, age]  # no stale figure that would read as live
     since = s.since.timestamp()
-    out: list[Metric] = [up]
+    out: list[Metric] = [up, age]
     for name, doc in RUN_GAUGES.items():
         column = _RUN_COLUMNS.get(name, name)
         out.append(_gauge(f"streamops_stage_{name}", doc, RUN, s.runs, operator.attrgetter(column)))
@@ -172,29 +184,85 @@ def metric_names() -> list[str]:
             for f in families(Snapshot(since=datetime.fromtimestamp(0, timezone.utc)))]
 
 
-class StreamopsCollector(Collector):
-    """Reads PostgreSQL on each `collect` (each scrape); a database that does not answer gives
-    `streamops_database_up 0` and nothing else, logged once until it answers again. `since`
-    gives the start of the windowed counters (00:00 UTC; a test passes its own)."""
+class CachedSnapshot:
+    """The exporter's latest read. One read at a time, by a thread of its own; a new one at most
+    every `max_age_s` (a failed one too: an outage is not hammered); a scrape waits at most
+    `wait_s` for it, less the time the read has already taken, so while a read hangs every
+    scrape answers at once."""
 
-    def __init__(self, since: Callable[[], datetime] = start_of_utc_day) -> None:
+    def __init__(self, read: Callable[[], Snapshot], max_age_s: float, wait_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._read, self.max_age_s, self.wait_s, self._clock = read, max_age_s, wait_s, clock
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._read_at: float | None = None  # when the last good read ended
+        self._started_at: float | None = None  # when the last read started
+        self._error: BaseException | None = None  # the last finished read's, None if it worked
+        self._reading: threading.Thread | None = None
+
+    def get(self) -> tuple[Snapshot | None, float | None, BaseException | None]:
+        """(the snapshot, or None if the database did not answer; seconds since the last good read,
+        None before one; why not)."""
+        with self._lock:
+            self._start_if_due()
+            reading, started = self._reading, self._started_at
+        if reading is not None:
+            reading.join(max(0.0, self.wait_s - (self._clock() - started)))
+        with self._lock:
+            age = None if self._read_at is None else self._clock() - self._read_at
+            if self._reading is not None:
+                return None, age, observe.NotAnswering(f"no answer within {self.wait_s:g} s")
+            return (None, age, self._error) if self._error is not None else (self._snapshot, age, None)
+
+    def _start_if_due(self) -> None:
+        now = self._clock()
+        if self._reading is not None or (self._started_at is not None and now - self._started_at < self.max_age_s):
+            return
+        self._started_at = now
+        self._reading = threading.Thread(target=self._run, name="streamops-metrics-read", daemon=True)
+        self._reading.start()
+
+    def _run(self) -> None:
+        try:
+            snapshot, error = self._read(), None
+        except Exception as e:  # kept for the scrapes to report
+            snapshot, error = None, e
+        with self._lock:
+            if error is None:
+                self._snapshot, self._read_at = snapshot, self._clock()
+            self._error, self._reading = error, None
+
+
+class StreamopsCollector(Collector):
+    """Serves the cached snapshot on each `collect` (each scrape); a database that does not
+    answer gives `streamops_database_up 0` and the last good read's age, logged once until it
+    answers again. `since` gives the start of the windowed counters (00:00 UTC; a test passes
+    its own); `max_age_s` (STREAMOPS_METRICS_MAX_AGE_S) and `wait_s` (observe's timeout) as in
+    CachedSnapshot."""
+
+    def __init__(self, since: Callable[[], datetime] = start_of_utc_day, max_age_s: float | None = None,
+                 wait_s: float | None = None) -> None:
         self.since = since
+        if max_age_s is None:
+            max_age_s = float(os.environ.get(MAX_AGE_ENV) or DEFAULT_MAX_AGE_S)
+        # `read` looked up at each call: a test replaces the module's
+        self._cache = CachedSnapshot(lambda: read(self.since()), max_age_s,
+                                     observe.timeout_s() if wait_s is None else wait_s)
         self._down = False
 
     def describe(self) -> list[Metric]:
         return []  # registering must not query the database
 
     def collect(self) -> Iterable[Metric]:
-        try:
-            snapshot = read(self.since())
-        except Exception as e:  # the database away: say so in the scrape, not with an HTTP 500
+        snapshot, age, error = self._cache.get()
+        if snapshot is None:  # the database away or stalled: say so in the scrape, not with an HTTP 500
             if not self._down:
-                log.warning("action=metrics scrape could not read the database: %s: %s", type(e).__name__,
-                            str(e).splitlines()[0] if str(e) else "")
+                log.warning("action=metrics scrape could not read the database: %s: %s", type(error).__name__,
+                            observe.reason(error) if error else "")
             self._down = True
-            return families(Snapshot(since=self.since()), database_up=False)
+            return families(Snapshot(since=self.since()), database_up=False, age_s=age)
         self._down = False
-        return families(snapshot)
+        return families(snapshot, age_s=age)
 
 
 def registry(collector: Collector | None = None) -> CollectorRegistry:

@@ -1,0 +1,105 @@
+"""Reads for observability (the `/metrics` exporter, the Streams page, `streamops status`): an
+engine of their own, and a deadline on every read.
+
+They must answer while PostgreSQL is in trouble, which is when one looks at them. The process's
+engine (`db.engine()`) waits up to 10 s to connect and 300 s for a statement, and its pool is
+the supervisor's: a locked table hung `/metrics` and the page for over 20 s, and scrapes queued
+on the supervisor's connections. Here a connection is read-only, connects within
+`STREAMOPS_OBSERVE_TIMEOUT_S` (3 s) and cancels a statement after as long, from a pool of 2
+that a caller waits the same time for. A server that is stopped (SIGSTOP) or cut off never
+sends the cancellation, so `within` also gives up on the client side.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import threading
+from typing import Any, Callable, TypeVar
+
+from sqlalchemy import Engine, Row, create_engine
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from streamops.store import db
+
+TIMEOUT_ENV = "STREAMOPS_OBSERVE_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 3.0
+POOL_SIZE = 2  # the exporter reads with one (single flight); a second for a `streamops metrics` beside it
+
+T = TypeVar("T")
+
+
+class NotAnswering(db.DatabaseUnavailable):
+    """The database did not answer a read within its deadline."""
+
+
+# What "the database is not answering" is: refused, cut, timed out, cancelled, no pooled
+# connection free in time, no answer at all. Not a ProgrammingError: that is a bug to see whole.
+NOT_ANSWERING = (OperationalError, InterfaceError, PoolTimeout, NotAnswering)
+
+
+def timeout_s() -> float:
+    return float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
+
+
+def connect_args() -> dict:
+    """db.connect_args() with this module's limits; libpq's connect_timeout is whole seconds, at least 2."""
+    t = timeout_s()
+    options = (f"-c statement_timeout={int(t * 1000)} -c lock_timeout={int(t * 1000)} "
+               "-c default_transaction_read_only=on")
+    return {**db.connect_args(), "connect_timeout": max(2, math.ceil(t)), "options": options}
+
+
+def engine() -> Engine:
+    """The observability engine of this process's database."""
+    return _engine(db.database_url())
+
+
+@functools.cache
+def _engine(url: str) -> Engine:
+    return create_engine(db.sqlalchemy_url(url), pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=0,
+                         pool_timeout=timeout_s(), connect_args=connect_args())
+
+
+def rows(name: str, **params: Any) -> list[Row]:
+    """Every row of the named query, on the observability engine."""
+    with db.connection(engine()) as conn:
+        return conn.execute(db.query(name), params).all()
+
+
+def row(name: str, **params: Any) -> Row | None:
+    """The first row of the named query, or None, on the observability engine."""
+    with db.connection(engine()) as conn:
+        return conn.execute(db.query(name), params).first()
+
+
+def within(read: Callable[[], T], deadline_s: float | None = None) -> T:
+    """`read()`, or NotAnswering once `deadline_s` (STREAMOPS_OBSERVE_TIMEOUT_S) has passed. The
+    read goes on in a daemon thread that ends when the server answers or the connection fails;
+    the pool's size bounds how many such threads hold a connection."""
+    limit = deadline_s if deadline_s is not None else timeout_s()
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = read()
+        except BaseException as e:  # handed to the caller, whatever it is
+            out["error"] = e
+
+    worker = threading.Thread(target=run, name="streamops-observe-read", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        raise NotAnswering(f"no answer within {limit:g} s")
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def reason(e: BaseException) -> str:
+    """One line saying why a read failed: the driver's message, not SQLAlchemy's wrapping."""
+    text = str(getattr(e, "orig", None) or e).strip()
+    first = text.splitlines()[0].strip() if text else type(e).__name__
+    return first if len(first) <= 200 else first[:199] + "…"
