@@ -21,22 +21,22 @@ def _row(conn, sid: str, key: str, value: dict) -> None:
 
 
 def test_a_sink_table_is_typed_by_the_jobs_output_and_checked_at_every_start(clean_db):
-    assert sink_tables.ensure("user_sessions", "t.s", COLUMNS, apply=False) == "new"
-    assert sink_tables.ensure("user_sessions", "t.s", COLUMNS) == "created"
-    assert sink_tables.ensure("user_sessions", "t.s", COLUMNS) == "unchanged"
+    assert sink_tables.ensure("t_user_sessions", "t.s", COLUMNS, apply=False) == "new"
+    assert sink_tables.ensure("t_user_sessions", "t.s", COLUMNS) == "created"
+    assert sink_tables.ensure("t_user_sessions", "t.s", COLUMNS) == "unchanged"
     with clean_db.begin() as conn:
         _row(conn, "t.s", "u1|a", {"user": "u1", "session_start": "2026-01-01T00:00:00.000Z", "clicks": 3,
                                    "tags": ["a", "b"]})
         _row(conn, "t.other", "u9|a", {"user": "u9", "session_start": "2026-01-01T00:00:00.000Z", "clicks": 1})
     with clean_db.connect() as conn:
-        rows = conn.execute(text("SELECT * FROM sinks.user_sessions")).mappings().all()
+        rows = conn.execute(text("SELECT * FROM sinks.t_user_sessions")).mappings().all()
         types = dict(conn.execute(text("SELECT column_name, data_type FROM information_schema.columns "
-                                       "WHERE table_schema = 'sinks' AND table_name = 'user_sessions'")).all())
+                                       "WHERE table_schema = 'sinks' AND table_name = 't_user_sessions'")).all())
     assert [(r["user"], r["clicks"], r["tags"]) for r in rows] == [("u1", 3, ["a", "b"])], "only its stage's rows"
     assert rows[0]["session_start"].year == 2026
     with clean_db.connect() as conn:  # the analysts' role reads it by name (the raw table stays refused)
         conn.execute(text("SET ROLE streamops_reader"))
-        assert conn.execute(text("SELECT count(*) FROM sinks.user_sessions")).scalar_one() == 1
+        assert conn.execute(text("SELECT count(*) FROM sinks.t_user_sessions")).scalar_one() == 1
         conn.rollback()
     assert types == {"stage_id": "text", "user": "text", "session_start": "timestamp with time zone",
                      "clicks": "bigint", "tags": "jsonb", "written_at": "timestamp with time zone"}
