@@ -70,10 +70,10 @@ def check(stage_ref: str, registry_path: Path | None, sample: int) -> JobReport:
 
 
 def _run(st: Stage, pool_kind: str, sample: int, report: JobReport) -> None:
-    from spark_apps.job_runtime import build_output, check_output
+    from spark_apps.job_runtime import build_output, check_output, ship_code
     from spark_apps.parse import parse_records, read_lines, write_sample
     from spark_apps.stage import build_session, warm_up_sample
-    from streamops.jobs import load_callable
+    from streamops.jobs import load_callable, package_code
 
     load_callable(st.job, st.code)  # an import error names the file and line before any JVM starts
     lines = warm_up_sample(st, sample)
@@ -81,6 +81,7 @@ def _run(st: Stage, pool_kind: str, sample: int, report: JobReport) -> None:
     verdicts = [check_line(st.record_schema, ln.encode("utf-8"), st.max_record_bytes) for ln in lines]
     report.quarantined = dict(Counter(v.kind for v in verdicts if not v.valid))
     spark = build_session("streamops-job-check", 1, st.state_partitions)
+    ship_code(spark, package_code(st.code).archive)  # its Python workers import the job's UDFs too
     tmp = Path(tempfile.mkdtemp(prefix="streamops-job-check-"))
     try:
         write_sample(spark, st.record_schema, lines, tmp / "in")

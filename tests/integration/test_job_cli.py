@@ -68,3 +68,23 @@ def test_deploy_refuses_a_job_that_fails_its_check_and_syncs_nothing(broken_regi
     assert result.exit_code == 2 and "fails its check; nothing was deployed" in result.output, result.output
     with clean_db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM stages WHERE app = 'team'")).scalar_one() == 0
+
+
+def test_job_check_runs_a_job_whose_python_udf_its_workers_import(monkeypatch, tmp_path):
+    """The check ships the job's code to its Python workers as a driver does (the clicks fixture's
+    section is a module-level UDF, which a worker imports by name)."""
+    from streamops.paths import REPO_ROOT
+
+    apps = tmp_path / "apps.yaml"
+    apps.write_text(yaml.safe_dump({
+        "code": [str(REPO_ROOT / "tests" / "fixtures" / "jobs" / "clicks_team")], "pools": {"p": {"cores": 2}},
+        "apps": {"team": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                          "stages": {"s": {"job": "clicks.clean:build", "cores": {"initial": 1, "max": 1},
+                                           "pool": "p", "params": {"site": "s"},
+                                           "source": {"path": str(tmp_path / "in"),
+                                                      "schema": "user STRING, url STRING, ts TIMESTAMP"}}}}}}))
+    monkeypatch.setenv("STREAMOPS_APPS", str(apps))
+    result = runner.invoke(app, ["job", "check", "team.s", "--sample", "50"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "section string" in text and "stateful │ no" in text, text

@@ -192,6 +192,32 @@ def _sink_sessions(engine, sid: str) -> dict:
     return {(v["user"], datetime.fromisoformat(v["session_start"])): v["clicks"] for (v,) in rows}
 
 
+def test_a_session_window_job_emits_every_closed_session_exactly(spark, clean_db, tmp_path):
+    """The stateful job on the in-process session (make test's quick check of it; the kill and the
+    repartition are the slow test below): append mode, the platform's watermark, sink.table."""
+    from tests.integration.test_workloads import run_to_completion
+
+    st = _registry().stage("own.sessions")[2]
+    st = st.model_copy(update={"source": st.source.model_copy(update={"path": "own/quick",
+                                                                      "max_files_per_trigger": 1})})
+    feeder = ClickFeeder("own/quick", seed=4)
+    feeder.write([line for i in range(60) for line in feeder._clicks(i)])
+    valid = _valid(feeder.lines)
+    last = max(datetime.fromisoformat(r["ts"]) for r in valid)
+    for hours in (1, 2):  # the first moves the watermark past every session; the next batch emits them
+        feeder.write([json.dumps({"user": FLUSH_USER, "url": "https://shop.example",
+                                  "ts": (last + timedelta(hours=hours)).isoformat()}).encode()])
+    run_to_completion(spark, clean_db, st, "own.sessions", tmp_path)
+    want = _sessions(valid)  # the first flush click's session is closed by the second: not compared
+    got = {k: n for k, n in _sink_sessions(clean_db, "own.sessions").items() if k[0] != FLUSH_USER}
+    assert len(want) > 10 and got == want
+    with clean_db.connect() as conn:
+        typed = conn.execute(text('SELECT "user", session_start, clicks FROM sinks.user_sessions '
+                                  'WHERE "user" <> :f'), {"f": FLUSH_USER}).all()
+    assert {(u, start): n for u, start, n in typed} == want
+
+
+@pytest.mark.slow  # 2-3 min on 2 cores: the kill is the stateless test's, the repartition test_reconfigure's
 def test_a_stateful_session_job_survives_a_kill_and_a_repartition_with_exact_sessions(clean_db):
     reg = _registry()
     sid = "own.sessions"

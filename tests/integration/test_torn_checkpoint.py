@@ -20,7 +20,9 @@ from tests import oracles
 from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import _commits, eventually
 
-pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos]
+# A real fault on a real driver (about 40 s): make test-chaos; the repair itself is
+# tests/unit/test_checkpoint_repair.py's, in make test.
+pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos, pytest.mark.slow]
 
 SID, PATH = "torn.wc", "torn/in"
 

@@ -145,7 +145,9 @@ def test_parquet_sink_replay_overwrites_the_batch(spark, clean_db, tmp_path):
     assert spark.read.parquet(str(tmp_path / "out")).count() == 100
 
 
-@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+# csv lines take the text path json takes (their parse is tests/unit/test_input_contract.py's):
+# make test runs parquet, whose rows take a path of their own.
+@pytest.mark.parametrize("fmt", [pytest.param("csv", marks=pytest.mark.slow), "parquet"])
 def test_a_csv_or_parquet_source_gets_the_same_contract(spark, clean_db, tmp_path, fmt):
     """Declared input in other formats (issue 43 item 2): valid rows reach the job, the others go
     to quarantine with their reason, by the same check_line."""
