@@ -359,6 +359,9 @@ def _assert_nothing_listens_beyond_loopback(site):
 
 
 
+# 2-3 min: make test-all. Its REST trigger with a real scheduler is the Streams page test's too (the
+# Deploy button's run), and the reconfigure DAG is test_deploy_then_reconfigure_then_watchdog's.
+@pytest.mark.slow
 def test_rest_api_scales_a_running_stage(airflow_site, reg, clean_db):
     """A real Airflow (api-server, scheduler, dag-processor, triggerer; LocalExecutor) on the
     test database: the admin's token triggers streamops_reconfigure with a conf that scales a

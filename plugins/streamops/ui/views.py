@@ -1,7 +1,6 @@
 """What the Airflow page shows, read from PostgreSQL: every stage's row of `streamops status`
 (sql/queries/stage_status.sql) with its last failure, and per app the last hour's response
-time against R_max and the last day's failures. The same model feeds the page and its JSON.
-Read on observe's engine (short timeouts; app.py puts a deadline on each read)."""
+time against R_max and the last day's failures. The same model feeds the page and its JSON."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from streamops.store import observe
+from streamops.store import db
 
 
 @dataclass(frozen=True)
@@ -53,22 +52,22 @@ class AppView:
 def response_series() -> dict[str, list[tuple[datetime, float]]]:
     """app → its response time per minute over the last hour (sql/queries/ui_app_response.sql)."""
     series: dict[str, list[tuple[datetime, float]]] = {}
-    for r in observe.rows("ui_app_response"):
+    for r in db.rows("ui_app_response"):
         series.setdefault(r.app, []).append((r.minute, float(r.response_ms)))
     return series
 
 
 def r_max_ms() -> dict[str, int]:
-    return {r.name: r.r_max_ms for r in observe.rows("apps_r_max")}
+    return {r.name: r.r_max_ms for r in db.rows("apps_r_max")}
 
 
 def streams() -> list[AppView]:
     """Every registered app and stage, as the page shows them (four small queries)."""
-    rows = [dict(r._mapping) for r in observe.rows("stage_status")]
-    failures = {r.stage_id: dict(r._mapping) for r in observe.rows("ui_last_failures")}
+    rows = [dict(r._mapping) for r in db.rows("stage_status")]
+    failures = {r.stage_id: dict(r._mapping) for r in db.rows("ui_last_failures")}
     series = response_series()
     out = []
-    for a in observe.rows("ui_apps"):
+    for a in db.rows("ui_apps"):
         s = series.get(a.app, [])
         out.append(AppView(app=a.app, r_max_ms=a.r_max_ms, failures_24h=a.failures_24h,
                            failures_open=a.failures_open, downtime_24h_s=float(a.downtime_24h_s),
