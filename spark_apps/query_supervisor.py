@@ -1,5 +1,6 @@
 """The driver's query supervisor: a failed query is restarted in the same driver (no new JVM),
-and its failed batch is counted in the poison book (retried, quarantined, or the run fails)."""
+and its failed batch is counted in the poison book (retried, quarantined, or the run fails).
+An infrastructure error (errors.classify) is never counted against a batch."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from streamops import checkpoint_layout as checkpoint
-from streamops.agent.errors import is_transient
+from streamops.agent.errors import ErrorClass, classify
 from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, isolate
 from streamops.checkpoint_layout import QUERIES, query_checkpoint
 from streamops.registry import Stage
@@ -40,7 +41,7 @@ class QuerySupervisor:
             which = QUERIES[i]
             exc = q.exception()
             text = str(exc) if exc else "the query stopped by itself"
-            why, backoff_s = self._handle(which, text)
+            why, backoff_s = self._handle(which, text, classify(_java_exception(q) or exc or text))
             if why:
                 return f"query {q.name} terminated: {why}"
             if self.stopping.wait(backoff_s):
@@ -50,31 +51,39 @@ class QuerySupervisor:
         self._closed_episodes()
         return None
 
-    def _handle(self, which: str, text: str) -> tuple[str | None, float]:
+    def _handle(self, which: str, text: str, cls: ErrorClass) -> tuple[str | None, float]:
         """(why the run must fail, or None; seconds to wait before the restart)."""
         error = error_signature(text)
         self.failures_in_a_row += 1
         backoff_s = min(2 ** self.failures_in_a_row, 30)
-        if is_transient(text):
-            log.warning("action=query-failed query=%s transient, restarting: %s", which, error)
+        if cls.kind == "transient":
+            log.warning("action=query-failed query=%s transient (%s), restarting: %s", which, cls.name, error)
             return None, backoff_s
+        if cls.kind == "infrastructure":  # not the data's: a new run (the supervisor's restart) may help
+            log.error("action=query-failed query=%s %s (%d in a row): %s", which, cls, self.failures_in_a_row, error)
+            return (f"{error} [{cls}]" if self.failures_in_a_row >= self.GENERIC_LIMIT else None), backoff_s
         qckpt = query_checkpoint(which, self.ckpt)
         planned, committed = checkpoint.last_planned_batch(qckpt), checkpoint.last_committed_batch(qckpt)
         if planned is None or planned == committed:
             log.error("action=query-failed query=%s no batch to blame (%d in a row): %s", which,
                       self.failures_in_a_row, error)
             return (error if self.failures_in_a_row >= self.GENERIC_LIMIT else None), backoff_s
-        fb = FailedBatch(which, planned, tuple(checkpoint.batch_files(qckpt, planned)), error)
+        fb = FailedBatch(which, planned, tuple(checkpoint.batch_files(qckpt, planned)), error, str(cls))
         verdict = self.book.record(fb, self.stage.poison_after_failures)
         self.open[which] = planned
         if verdict.action == "fail":
             return f"{error} (batch {planned}: {verdict.why})", 0
         if verdict.action == "quarantine":
-            blamed = fb.files
-            if which == "main" and self.fails_alone is not None:
-                blamed = isolate(fb.files, error, self.fails_alone)
+            blamed = fb.files  # the quarantine query's: only their invalid lines are written
+            if which == "main":
+                blamed = isolate(fb.files, error, self.fails_alone) if self.fails_alone is not None else ()
                 log.info("action=isolate batch=%d blamed %d of %d file(s): %s", planned, len(blamed), len(fb.files),
                          ", ".join(Path(f).name for f in blamed))
+            if not blamed:
+                why = (f"no file of batch {planned} fails alone in a dry run: nothing quarantined; the run fails "
+                       f"for a restart [{cls}]")
+                self.book.not_blamed(fb, why)
+                return f"{error} ({why})", 0
             self.book.quarantine(fb, verdict.attempts, blamed)
             self.excluded[which] = sorted(set(self.excluded[which]) | set(blamed))
             return None, 0  # the cause is gone: restart at once
@@ -93,3 +102,13 @@ class QuerySupervisor:
             if done is not None and done >= self.open["quarantine"]:
                 self.open.pop("quarantine")
                 self.book.committed("quarantine", done)
+
+
+def _java_exception(q):
+    """The query's Java exception itself (py4j), whose classes and causes `classify` walks:
+    PySpark's StreamingQuery.exception() keeps only its cause's conversion. None if not there."""
+    try:
+        j = q._jsq.exception()
+        return j.get() if j.isDefined() else None
+    except Exception:  # noqa: BLE001 - no JVM query behind `q` (a test's, or a stopped session)
+        return None

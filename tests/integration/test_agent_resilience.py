@@ -257,7 +257,7 @@ def test_liveness_is_the_host_and_the_process_start_time_not_only_a_pid():
 @pytest.mark.parametrize("poison, expected_runs", [
     ({"f3"}, 6),            # one file of eight: found by halving
     ({"f0", "f7"}, 10),     # two, in both halves
-    (set(), 2),             # none fails alone (the batch fails only together): the whole batch
+    (set(), 2),             # none fails alone (the batch fails only together): nothing is blamed
 ])
 def test_a_failed_batch_is_bisected_to_the_files_that_fail_alone(poison, expected_runs):
     from streamops.agent.poison import isolate
@@ -270,7 +270,7 @@ def test_a_failed_batch_is_bisected_to_the_files_that_fail_alone(poison, expecte
         return "ValueError: bad" if poison & set(subset) else None
 
     blamed = isolate(files, "ValueError: bad", fails_alone)
-    assert set(blamed) == (poison or set(files))
+    assert set(blamed) == poison
     assert len(runs) == expected_runs
 
 
@@ -278,11 +278,11 @@ def test_bisecting_blames_only_the_batch_s_own_error_and_stops_at_its_budget():
     from streamops.agent.poison import isolate
 
     files = tuple(f"f{i}" for i in range(8))
-    assert isolate(files, "ValueError: bad", lambda s: "OtherError: x" if "f3" in s else None) == files, \
+    assert isolate(files, "ValueError: bad", lambda s: "OtherError: x" if "f3" in s else None) == (), \
         "a file that fails differently alone is not this batch's poison"
-    assert isolate(files, "ValueError: bad", lambda s: "ValueError: bad", budget=3) == files, \
-        "past the budget of dry runs: the whole batch"
-    assert isolate(("only",), "ValueError: bad", lambda s: None) == ("only",)
+    assert isolate(files, "ValueError: bad", lambda s: "ValueError: bad", budget=3) == ("f0",), \
+        "past the budget of dry runs: only the files proven to fail alone"
+    assert isolate(("only",), "ValueError: bad", lambda s: None) == ()
 
 
 def test_a_live_log_is_rotated_in_place_and_its_writer_goes_on_at_the_new_end(tmp_path):

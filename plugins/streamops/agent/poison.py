@@ -5,8 +5,10 @@ A batch that fails is replayed by every restart with the same files, so a determ
 (a value no sink accepts, a record that crashes the code) would fail every run forever: a poison
 pill. The driver counts failures per batch and error (`batch_failures`); at the stage's
 `poison_after_failures` the batch is bisected by file with dry runs (`isolate`), the files that
-fail alone are written to `quarantine` line by line with the error as the reason (the whole
-batch when none does), and the restarted query leaves those files out.
+fail alone are written to `quarantine` line by line with the error as the reason, and the
+restarted query leaves those files out. When no file fails alone, nothing is quarantined: the
+run fails with the error's class and the supervisor restarts it (a dry run has no checkpoint
+and no state, so an infrastructure error never fails alone).
 
 Two guards keep a broken *run* from quarantining good data:
 - a configuration that has never committed (a reconfiguration's new run on trial, when another
@@ -55,6 +57,7 @@ class FailedBatch:
     batch_id: int
     files: tuple[str, ...]
     error: str          # error_signature
+    error_class: str = ""  # errors.classify's, for the failure's detail
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,8 @@ class PoisonBook:
             facts = conn.execute(db.query("poison_guard"), params).one()
             verdict = judge(fb, attempts, poison_after, previous_same=facts.previous_same,
                             config_committed=facts.config_committed, any_committed=facts.any_committed)
-            detail = f"{fb.query} query, batch {fb.batch_id}: {fb.error} ({verdict.why})"
+            cls = f" [{fb.error_class}]" if fb.error_class else ""
+            detail = f"{fb.query} query, batch {fb.batch_id}: {fb.error}{cls} ({verdict.why})"
             self.failure_id = conn.execute(db.query("failure_batch_open"), {
                 "stage_id": self.stage_id, "deployment_id": self.deployment_id, "detail": detail[:2000]}).scalar_one()
         log.warning("stage %s: action=batch-failed query=%s batch=%d attempt=%d next=%s: %s", self.stage_id,
@@ -146,6 +150,14 @@ class PoisonBook:
                     self.stage_id, fb.query, fb.batch_id, len(files), len(fb.files), len(rows), added, fb.error)
         return len(rows)
 
+    def not_blamed(self, fb: FailedBatch, why: str) -> None:
+        """No file of the batch failed alone: nothing quarantined; the run's failure says so."""
+        if self.failure_id is not None:
+            with db.transaction(self.engine) as conn:
+                conn.execute(db.query("failure_note"), {"id": self.failure_id, "note": why})
+        log.error("stage %s: action=not-quarantined query=%s batch=%d: %s", self.stage_id, fb.query, fb.batch_id,
+                  why)
+
     def committed(self, query: str, batch_id: int) -> None:
         """A batch committed: failed batches up to it are behind us, and so is the run's failure."""
         with db.transaction(self.engine) as conn:
@@ -164,31 +176,35 @@ def isolate(files: tuple[str, ...], error: str, fails_alone: Callable[[tuple[str
             budget: int = 32) -> tuple[str, ...]:
     """The files of a failed batch to blame: bisect them, asking `fails_alone(subset)` (a dry run
     of those files' output; the error signature it raised, or None) and keeping the subsets that
-    fail with the batch's own `error`. A file is blamed only when it fails alone. If none does
-    (the failure needs files together, or the state of earlier batches), or the dry runs pass
-    `budget`, the whole batch is to blame, as before bisection."""
-    runs = 0
+    fail with the batch's own `error`. A file is blamed only when it fails alone, a batch of one
+    file too. None may: the failure needs files together, or the run's checkpoint and state,
+    which a dry run has not (an infrastructure error). Then nothing is blamed, and past `budget`
+    dry runs only the files found so far: valid records are never quarantined on a guess."""
+    runs, found = 0, []
 
-    def blame(subset: tuple[str, ...]) -> tuple[str, ...]:
+    def blame(subset: tuple[str, ...]) -> None:
         nonlocal runs
         if runs >= budget:
             raise _OverBudget
         runs += 1
         if fails_alone(subset) != error:
-            return ()
+            return
         if len(subset) == 1:
-            return subset
+            found.append(subset[0])
+            return
         half = len(subset) // 2
-        return blame(subset[:half]) + blame(subset[half:])
+        blame(subset[:half])
+        blame(subset[half:])
 
-    if len(files) <= 1:
-        return files
     try:
-        found = blame(files[: len(files) // 2]) + blame(files[len(files) // 2:])
+        if len(files) == 1:
+            blame(files)
+        else:
+            blame(files[: len(files) // 2])
+            blame(files[len(files) // 2:])
     except _OverBudget:
-        log.warning("action=isolate gave up after %d dry runs: the whole batch is quarantined", runs)
-        return files
-    return found or files
+        log.warning("action=isolate gave up after %d dry runs: %d file(s) found to fail alone", runs, len(found))
+    return tuple(found)
 
 
 class _OverBudget(Exception):
