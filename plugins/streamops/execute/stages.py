@@ -329,6 +329,19 @@ def stop_stage(
     return StopResult(sid, dep.id, outcome, seconds)
 
 
+def not_ours_to_kill(dep) -> str | None:
+    """Why a run's recorded driver must not be signalled from here, or None. On another host its
+    pid names nothing here: fencing ends it (its successor's admission makes the database refuse
+    its next heartbeat, and it exits with its JVM). A pid whose process started at another time
+    was reused by another process."""
+    host = getattr(dep, "host", None)
+    if host and host != socket.gethostname():
+        return f"its driver runs on {host}: fenced by its successor, not killed from here"
+    if not processes.is_same_process(dep.pid, getattr(dep, "pid_started_at", None)):
+        return f"pid {dep.pid} is no longer its driver (gone, or reused by another process)"
+    return None
+
+
 def reap(dep, grace_s: float = 30.0) -> str:
     """A finished run's driver that may still be shutting down (its stopper died while it
     waited): given `grace_s` to exit, then SIGKILLed with its JVM. "exited" or "sigkill"; on

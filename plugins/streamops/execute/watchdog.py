@@ -251,8 +251,13 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     dep = ledger.deployment(f.deployment_id)
     if f.kind in ("stale_heartbeat", "stopped", "stalled", "launch_failed") and dep.pid is not None:
         # a hung, stopped or stalled driver must not keep writing beside its successor: SIGKILL
-        # to its process group (its JVM too) reaches a stopped process as well
-        launcher_for(dep.master).terminate(dep.pid, dep.driver_id, force=True)
+        # to its process group (its JVM too) reaches a stopped process as well; only our own
+        # host's, still the recorded process: another host's is fenced by its successor
+        if (why := stages.not_ours_to_kill(dep)) is None:
+            launcher_for(dep.master).terminate(dep.pid, dep.driver_id, force=True)
+        else:
+            log.warning("stage %s: action=no-kill failure=%d: %s", f.stage_id, fid, why)
+            failures.note(fid, f"not killed: {why}")
     ledger.finish(f.deployment_id, "failed", f"watchdog: {f.detail}")
     if f.given_up is not None:
         return _recorded_only(f, fid, attempts, progress)
