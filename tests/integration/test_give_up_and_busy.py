@@ -204,3 +204,31 @@ def test_a_users_reconfiguration_runs_once_the_stage_is_free(clean_db, sleeper):
     t.join(10)
     assert o.status == "cancelled" and o.detail.startswith("nothing to change"), o
     assert any("busy" in s for s in said), said
+
+
+def test_a_paused_stage_lock_is_free_meanwhile_and_taken_back_after(clean_db):
+    """The launch retry's wait (watchdog.recover) lets the stage's advisory lock go and takes it
+    back; if another caller holds it then, the lock is not taken back (issue 44, item 13)."""
+    def free_now() -> bool:
+        out: list[bool] = []
+
+        def look():
+            with rstore.stage_lock("p.s") as free:
+                out.append(bool(free))
+        t = threading.Thread(target=look)
+        t.start()
+        t.join(10)
+        return out[0]
+
+    with rstore.stage_lock("p.s") as lock:
+        assert lock and not free_now()
+        seen = []
+        t = threading.Timer(0.2, lambda: seen.append(free_now()))
+        t.start()
+        assert lock.pause(1.0), "taken back after the wait"
+        t.join()
+        assert seen == [True], "another caller could not take the lock during the wait"
+        assert not free_now()
+        with rstore.stage_lock("p.s"):
+            pass
+    assert free_now()

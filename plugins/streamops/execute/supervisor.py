@@ -153,7 +153,8 @@ class Supervisor:
             try:
                 rec = watchdog.recover(f, app, self.reg, max_restarts=self.opts.max_restarts, wait_s=self.opts.wait_s,
                                        progress=self.progress, detected_by="supervisor", spare=spare,
-                                       probe_s=self.opts.write_probe_s, backoff_s=self.opts.restart_backoff_s)
+                                       probe_s=self.opts.write_probe_s, backoff_s=self.opts.restart_backoff_s,
+                                       lock=free)
             finally:
                 if spare is not None and not spare.adopted:  # cores differed, the replica is no longer
                     self._discard(spare)                     # wanted, the restart failed: not a leaked JVM

@@ -238,7 +238,10 @@ def repair_checkpoint(fid: int, ckpt: str, who: str, progress=lambda _: None) ->
 
 def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int = 3, wait_s: float = 180,
             progress=lambda _: None, detected_by: str = "watchdog", spare=None,
-            probe_s: float = WRITE_PROBE_S, backoff_s: float = RESTART_BACKOFF_S) -> Recovery:
+            probe_s: float = WRITE_PROBE_S, backoff_s: float = RESTART_BACKOFF_S,
+            lock: rstore.StageLock | None = None) -> Recovery:
+    """Record `f`, end its run and restart it; under the stage `lock`, which the wait before a
+    restart lets go (`_wait_unlocked`)."""
     fid, attempts, new = failures.open_failure(f.stage_id, app, f.deployment_id, f.kind, f.detail, f.failed_at,
                                                role=f.role, detected_by=detected_by)
     if new:
@@ -272,7 +275,9 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
         # The infrastructure (a master, a worker, a spare) is what failed, not the stage: retry
         # for longer than a stage that fails by itself.
         max_restarts = max(max_restarts, LAUNCH_RETRIES)
-    time.sleep(restart_delay(f.kind, attempts, backoff_s))
+    if (gone := _wait_unlocked(f, restart_delay(f.kind, attempts, backoff_s), lock)) is not None:
+        log.info("stage %s: action=retry-dropped failure=%d: %s", f.stage_id, fid, gone)
+        return Recovery(f.stage_id, fid, f.kind, "retrying", attempts, detail=gone)
     try:
         repair_checkpoint(fid, dep.checkpoint, f.who, progress)
     except checkpoint_repair.CheckpointTorn as e:  # no restart can help: give up now, naming the file and the fix
@@ -309,6 +314,25 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
         return Recovery(f.stage_id, fid, f.kind, "gave_up", attempts, detail=reason)
     log.warning("stage %s: action=restart-failed failure=%d attempt=%d: %s", f.stage_id, fid, attempts, why)
     return Recovery(f.stage_id, fid, f.kind, "retrying", attempts, detail=why or "")
+
+
+def _wait_unlocked(f: Failure, delay_s: float, lock: rstore.StageLock | None) -> str | None:
+    """Wait `delay_s` before a restart without the stage lock: a launch retry's minute (the
+    master down) would block the stage's reconfigurations and other recoveries. Re-taken, the
+    retry must still be wanted: why not (the next cycle decides again), or None."""
+    if delay_s <= 0:
+        return None
+    if lock is None:
+        time.sleep(delay_s)
+        return None
+    if not lock.pause(delay_s):
+        return "the stage lock was taken during the wait: its holder acts on the stage"
+    latest = ledger.latest_run(f.stage_id, role=f.role)
+    if latest is None or latest.id != f.deployment_id:
+        return "the stage was started during the wait"
+    if f.stage_id in rstore.active_stage_ids():
+        return "a reconfiguration started during the wait"
+    return None
 
 
 def _recorded_only(f: Failure, fid: int, attempts: int, progress) -> Recovery:
@@ -361,7 +385,8 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
             if not still_failed(f, stale_s, stall_s):
                 report.skipped.append(f"{f.who}: already recovered")
                 continue
-            rec = recover(f, apps[f.stage_id], reg, max_restarts=max_restarts, wait_s=wait_s, progress=progress)
+            rec = recover(f, apps[f.stage_id], reg, max_restarts=max_restarts, wait_s=wait_s, progress=progress,
+                          lock=free)
             if rec.status == "withdrawn":
                 report.skipped.append(f"{f.who}: not killed: {rec.detail}")
             else:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Iterator
 
-from sqlalchemy import Row
+from sqlalchemy import Connection, Row
 from sqlalchemy.exc import OperationalError
 
 from streamops.store import db
@@ -17,25 +18,54 @@ from streamops.store import db
 log = logging.getLogger("streamops.reconfigurations")
 
 # -- the stage lock ------------------------------------------------------------------------------
+class StageLock:
+    """The stage's executor lock as `stage_lock` holds it: truthy while held. `pause` lets it go
+    for a wait (a launch retry's backoff), so that the stage's other actors are not blocked."""
+
+    def __init__(self, stage_id: str, conn: Connection):
+        self.stage_id, self._conn = stage_id, conn
+        self.held = self._try()
+
+    def __bool__(self) -> bool:
+        return self.held
+
+    def _try(self) -> bool:
+        got = bool(self._conn.execute(db.query("reconfiguration_lock_try"), {"stage_id": self.stage_id}).scalar())
+        self._conn.commit()
+        return got
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        # Explicitly: closing a pooled connection does not end its session, so the lock would outlive us.
+        try:
+            self._conn.execute(db.query("reconfiguration_unlock"), {"stage_id": self.stage_id})
+            self._conn.commit()
+        except OperationalError:  # the session is gone (a database restart), and its lock with it
+            log.warning("stage %s: the stage lock's session ended with the database; nothing to release",
+                        self.stage_id)
+
+    def pause(self, seconds: float) -> bool:
+        """Let the lock go for `seconds`, then try to take it back: whether it was (another
+        caller may hold it now, and then acts on the stage instead)."""
+        self.release()
+        time.sleep(seconds)
+        self.held = self._try()
+        return self.held
+
+
 @contextlib.contextmanager
-def stage_lock(stage_id: str) -> Iterator[bool]:
-    """Hold the stage's executor lock for a whole action; yields whether it was free. A
+def stage_lock(stage_id: str) -> Iterator[StageLock]:
+    """Hold the stage's executor lock for a whole action; yields it, truthy when it was free. A
     session-level advisory lock on a connection kept for the duration: reconfigurations and the
     watchdog's restarts take it, so two never act on one stage at once."""
     with db.engine().connect() as conn:
-        got = bool(conn.execute(db.query("reconfiguration_lock_try"), {"stage_id": stage_id}).scalar())
-        conn.commit()
+        lock = StageLock(stage_id, conn)
         try:
-            yield got
+            yield lock
         finally:
-            if got:
-                # Explicitly: closing a pooled connection does not end its session, so the lock would outlive us.
-                try:
-                    conn.execute(db.query("reconfiguration_unlock"), {"stage_id": stage_id})
-                    conn.commit()
-                except OperationalError:  # the session is gone (a database restart), and its lock with it
-                    log.warning("stage %s: the stage lock's session ended with the database; nothing to release",
-                                stage_id)
+            lock.release()
 
 
 # -- rows ------------------------------------------------------------------------------------------
