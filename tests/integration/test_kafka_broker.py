@@ -180,5 +180,6 @@ def test_spark_counts_a_topic_through_the_connector_with_rocksdb_state(broker, t
     assert first["rocksdb_metrics"], "the RocksDB state store reported no metrics"
     _produce(topic, [("ad"[i % 2], f"w{i}") for i in range(150)], partitions=2)
     second = _count_query(topic, tmp_path / "ckpt", 450)
+    print(f"first run: {first}\nafter a restart from the checkpoint: {second}")
     assert second["counts"] == {"a": 175, "b": 100, "c": 100, "d": 75}, "state or offsets not resumed"
     assert sum(second["batches"]) == 150, second["batches"]
