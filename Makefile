@@ -42,7 +42,19 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 $(VENV)/.jvm-archive: $(VENV)/.installed
 	@$(STREAMOPS) spark archive && touch $@ || echo "warning: no class archive; Spark JVMs start without it"
 
-venv: $(VENV)/.installed $(VENV)/.jvm-archive
+# The JVM jars beside pyspark's (jars/pom.xml): the Kafka broker and Spark's Kafka connector,
+# resolved by Maven into $(VENV)/jars/<module>/ here and never at run time. Fetched again only
+# when a pom changes; a module's folder is emptied first so no jar of an old version stays.
+JARS := $(VENV)/jars
+$(VENV)/.jars: jars/pom.xml jars/kafka-broker/pom.xml jars/spark-kafka/pom.xml
+	@scripts/ensure-system-deps.sh
+	@command -v mvn >/dev/null 2>&1 || { echo "mvn (Maven) is missing: apt-get install maven; make venv fetches the Kafka jars with it" >&2; exit 1; }
+	@echo "fetching the Kafka broker and Spark connector jars into $(JARS) with Maven"
+	@rm -rf $(JARS)/kafka-broker $(JARS)/spark-kafka
+	@mvn -q -B -f jars/pom.xml dependency:copy-dependencies -Djars.dir=$(abspath $(JARS))
+	@touch $@
+
+venv: $(VENV)/.installed $(VENV)/.jars $(VENV)/.jvm-archive
 
 lock:
 	uv pip compile requirements.in --excludes requirements-exclude.txt -o requirements.txt --python-version 3.11

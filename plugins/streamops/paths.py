@@ -31,6 +31,14 @@ def data_dir() -> Path:
     return d
 
 
+def jars_dir() -> Path:
+    """The JVM jars `make venv` fetched beside pyspark's (jars/pom.xml): `<venv>/jars/`, one
+    folder per module (`kafka-broker/`, `spark-kafka/`); `$STREAMOPS_JARS` overrides."""
+    import sys
+
+    return Path(os.environ.get("STREAMOPS_JARS") or Path(sys.prefix) / "jars")
+
+
 def write_private(path: Path, text: str, owner: str | None = None) -> None:
     """`text` in `path`, mode 0600 from the start: a secret is never readable by others, even
     briefly. `owner`: an OS user to hand the file to (the embedded PostgreSQL's, when we are root)."""

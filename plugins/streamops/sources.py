@@ -62,7 +62,7 @@ class FileSource(_Records):
 
 
 class KafkaSource(_Records):
-    # Needs the spark-sql-kafka jar on the pool (issue 45).
+    # Not read by stages yet (issue 45); the connector's jars: streamops.kafka_broker.spark_jars().
     kind: Literal["kafka"]
     bootstrap_servers: str
     topic: str
