@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from streamops import checkpoint_repair, processes, registry, spark_cluster
 from streamops.execute import mechanisms, reconfigure, replicas, stages, stops
@@ -177,9 +177,11 @@ def _failure_of(d, stale_s: float, seen_alive: dict[int, datetime], stall_s: flo
                        f"no heartbeat for {d.silent_s:.0f}s (limit {stale_s:.0f}s)", d.beat_at or d.running_at,
                        d.role)
     if d.status == "running" and (idle := stalled_for(d.beat_info, d.silent_s, stall_s)) is not None:
+        # from its last progress, as its beat dated it: the stall began there, not at the beat
         return Failure(d.stage_id, d.id, "stalled",
                        f"no commit for {idle:.0f}s while {d.beat_info['backlog_files']} input file(s) wait "
-                       f"(limit {stall_s:.0f}s)", d.beat_at, d.role)
+                       f"(limit {stall_s:.0f}s)", d.beat_at - timedelta(seconds=float(d.beat_info["since_progress_s"])),
+                       d.role)
     if d.status == "failed" and (d.stop_reason or "").startswith(stages.LAUNCH_FAILED):
         return Failure(d.stage_id, d.id, "launch_failed", d.stop_reason, d.stopped_at or d.started_at, d.role)
     if d.status == "failed" and not (d.stop_reason or "").startswith("driver process gone"):
@@ -379,11 +381,11 @@ def heal_cluster(detected_by: str, progress=lambda _: None) -> spark_cluster.Hea
     what = " and ".join(lost) + (" were" if len(lost) > 1 else " was") + " dead and restarted"
     kind = "master_lost" if healed.master_restarted else "worker_lost"
     progress(f"action=heal {what}")
-    now = datetime.now(timezone.utc)
+    since = healed.down_since or datetime.now(timezone.utc)
     for c in failures.watchdog_candidates():
         if c.master != "embedded" or c.status != "running":
             continue
-        fid, _, created = failures.open_failure(c.stage_id, c.app, c.id, kind, f"{what}; the run went on", now,
+        fid, _, created = failures.open_failure(c.stage_id, c.app, c.id, kind, f"{what}; the run went on", since,
                                                 role=c.role, detected_by=detected_by)
         if created:
             log.warning("stage %s: action=heal role=%s failure=%d kind=%s: %s", c.stage_id, c.role, fid, kind, what)
