@@ -394,7 +394,8 @@ def heal_cluster(detected_by: str, progress=lambda _: None) -> spark_cluster.Hea
 
 def close_late_failures(progress=lambda _: None) -> None:
     """Failures left open by a restart that committed only after its recovery stopped waiting,
-    and the cluster's failures once their stage committed after the heal."""
+    the cluster's failures once their stage committed after the heal, and given-up failures once a
+    later run of their stage committed."""
     for r in failures.close_healed():
         log.info("stage %s: action=recovered role=%s failure=%d kind=%s mttr=%.1fs", r.stage_id, r.role, r.id,
                  r.kind, (r.mttr_ms or 0) / 1000)
@@ -403,6 +404,9 @@ def close_late_failures(progress=lambda _: None) -> None:
         log.info("stage %s: action=recovered role=%s failure=%d mttr=%.1fs (its restart committed late)",
                  r.stage_id, r.role, r.id, (r.mttr_ms or 0) / 1000)
         progress(f"{r.stage_id}: failure {r.id} closed: its restart committed after the recovery's wait")
+    for r in failures.close_given_up():
+        log.info("stage %s: action=repaired role=%s failure=%d given up; down %.1fs until a later run committed",
+                 r.stage_id, r.role, r.id, (r.downtime_ms or 0) / 1000)
 
 
 def failed_stages() -> list[tuple[str, str]]:

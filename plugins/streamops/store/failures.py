@@ -85,6 +85,13 @@ def close_healed() -> list[Row]:
         return conn.execute(db.query("failures_close_healed")).all()
 
 
+def close_given_up() -> list[Row]:
+    """End the given-up failures' downtime at the first commit of a later run of their stage (they
+    stay `gave_up`): (id, stage_id, role, downtime_ms) of each."""
+    with db.transaction() as conn:
+        return conn.execute(db.query("failures_close_given_up")).all()
+
+
 def give_up(failure_id: int, reason: str) -> None:
     """Close the failure as given up and mark its stage `failed`."""
     db.write("failure_give_up", id=failure_id, reason=reason[:2000])
