@@ -136,7 +136,7 @@ def test_a_database_outage_the_supervisor_lived_through_is_recorded_once_it_is_b
     dep = _run(clean_db, "running", sleeper.pid, info='{"backlog_files": 0, "since_progress_s": 0.5}')
     last = _now() - timedelta(seconds=1)
     _commit(clean_db, dep, 1, last)
-    sup = _supervisor(reg)
+    sup = _supervisor(reg, gap_floor_s=1.0)
     assert sup._poll_once()
     real = failures.watchdog_candidates
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from streamops import checkpoint_repair, processes, registry, spark_cluster
-from streamops.execute import mechanisms, reconfigure, replicas, stages, stops
+from streamops.execute import gaps, mechanisms, reconfigure, replicas, stages, stops
 from streamops.execute.launcher import launcher_for
 from streamops.store import db, failures, ledger
 from streamops.store import reconfigurations as rstore
@@ -363,6 +363,8 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
                 report.skipped.append(f"{f.who}: not killed: {rec.detail}")
             else:
                 report.recoveries.append(rec)
+    # Output gaps under way with no failure of their own (the DAG is the supervisor's second line).
+    gaps.record(failures.watchdog_candidates(), detected_by="watchdog", progress=progress)
     # Replicas that are wanted but not running (a new count, or the primary is back).
     report.replicas = replicas.reconcile(reg, progress=progress)
     return report
