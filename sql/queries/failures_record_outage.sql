@@ -1,6 +1,7 @@
 -- A database outage the supervisor lived through (its polls failed from :since, its last good one,
--- until now): an `output_gap` failure for each stage whose primary run was running across it, had
--- input (it committed within its limit before the outage, or its beat says input waits) and has
+-- to :until): an `output_gap` failure for each stage whose primary run was running across it, had
+-- input (it committed within its limit before the outage, its beat says input waits, or it wrote
+-- rows within its limit after the return: they were waiting) and has
 -- committed nothing for longer than its limit after its last commit before the outage: until its
 -- first commit after, or now. Not where a failure or a reconfiguration of the stage covers the gap
 -- already. Closed at that first commit by failures_close_healed.sql.
@@ -20,7 +21,10 @@ CROSS JOIN LATERAL (SELECT make_interval(secs => GREATEST(
                         CAST(:floor_s AS float8))) AS lim) l
 WHERE d.status = 'running' AND d.running_at < CAST(:since AS timestamptz)
   AND nc.at - lc.at > l.lim
-  AND (lc.at >= CAST(:since AS timestamptz) - l.lim OR COALESCE(CAST(h.info ->> 'backlog_files' AS bigint), 0) > 0)
+  AND (lc.at >= CAST(:since AS timestamptz) - l.lim OR COALESCE(CAST(h.info ->> 'backlog_files' AS bigint), 0) > 0
+       OR EXISTS (SELECT 1 FROM sink_commits c
+                  WHERE c.stage_id = d.stage_id AND c.rows > 0 AND c.committed_at > CAST(:since AS timestamptz)
+                    AND c.committed_at <= CAST(:until AS timestamptz) + l.lim))
   AND NOT EXISTS (SELECT 1 FROM failures f
                   WHERE f.stage_id = d.stage_id
                     AND tstzrange(COALESCE(f.last_commit_at, f.failed_at),

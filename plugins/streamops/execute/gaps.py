@@ -26,6 +26,9 @@ from streamops.store import reconfigurations as rstore
 log = logging.getLogger("streamops.watchdog")
 
 FLOOR_S = 10.0  # never less: a slow batch or two is not an outage
+# An outage is looked at again this long after it ended: a stage's first commit after it, which
+# shows it had input, may come a while after the supervisor's first good poll.
+OUTAGE_RECHECK_S = 60.0
 _DISK_FULL = ("No space left on device", "ENOSPC", "Disk quota exceeded")
 _DATABASE = ("OperationalError", "could not connect to server", "connection refused", "Connection refused",
              "server closed the connection", "terminating connection", "the database system is")
@@ -106,7 +109,7 @@ def record_outage(since: datetime, until: datetime, why: str, *, floor_s: float 
     from its last commit before. Returns the ids of those created."""
     detail = (f"cause=database_unavailable: the database did not answer the supervisor from "
               f"{since.isoformat(timespec='seconds')} to {until.isoformat(timespec='seconds')} ({why})")
-    rows = failures.record_outage_gaps(since, detail, floor_s, detected_by)
+    rows = failures.record_outage_gaps(since, until, detail, floor_s, detected_by)
     for r in rows:
         log.warning("stage %s: action=output-gap failure=%d: %s", r.stage_id, r.id, detail)
     return [r.id for r in rows]

@@ -110,6 +110,7 @@ class Supervisor:
         # The database gap being lived through: (the last good poll before it, why), recorded as the
         # stages' output gaps once a poll works again; and when the last good poll began.
         self._db_gap: tuple[datetime, str] | None = None
+        self._outages: list[tuple[datetime, datetime, str]] = []  # ended lately: (since, until, why)
         self._last_good = datetime.now(timezone.utc)
 
     def poll(self) -> list[watchdog.Failure]:
@@ -141,12 +142,16 @@ class Supervisor:
     def _record_gaps(self, candidates, write_gap: str | None, busy: set[str], now: datetime) -> None:
         """Output gaps (execute/gaps.py): an outage just lived through, once the database takes
         writes again, then the gaps under way."""
-        if write_gap is None and self._db_gap is not None:
-            since, why = self._db_gap
-            gaps.record_outage(since, now, why, floor_s=self.opts.gap_floor_s)
+        outage = self._db_gap
+        if write_gap is None and outage is not None:
+            self._outages.append((outage[0], now, outage[1]))
             self._db_gap = None
+        self._outages = [o for o in self._outages if (now - o[1]).total_seconds() < gaps.OUTAGE_RECHECK_S]
+        for since, until, why in self._outages:  # again each poll: idempotent, and a commit may be late
+            gaps.record_outage(since, until, why, floor_s=self.opts.gap_floor_s)
+        # a gap under way just after an outage is the outage's
         gaps.record(candidates, floor_s=self.opts.gap_floor_s, skip=busy, progress=self.progress,
-                    database_gap=write_gap or (self._db_gap[1] if self._db_gap else None))
+                    database_gap=write_gap or (self._outages[-1][2] if self._outages else None))
         if write_gap is None:
             self._last_good = now
 

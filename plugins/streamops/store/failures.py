@@ -61,12 +61,14 @@ def open_failure(stage_id: str, app: str, deployment_id: int, kind: str, detail:
     return fid, 0, True
 
 
-def record_outage_gaps(since: datetime, detail: str, floor_s: float, detected_by: str) -> list[Row]:
-    """Output gaps across a database outage that began after `since` (failures_record_outage.sql):
+def record_outage_gaps(since: datetime, until: datetime, detail: str, floor_s: float,
+                       detected_by: str) -> list[Row]:
+    """Output gaps across a database outage from `since` to `until` (failures_record_outage.sql):
     (id, stage_id) of each created."""
     with db.transaction() as conn:
         return conn.execute(db.query("failures_record_outage"), {
-            "since": since, "detail": detail[:2000], "floor_s": floor_s, "detected_by": detected_by}).all()
+            "since": since, "until": until, "detail": detail[:2000], "floor_s": floor_s,
+            "detected_by": detected_by}).all()
 
 
 def note(failure_id: int, text: str) -> None:
