@@ -19,7 +19,7 @@ CROSS JOIN LATERAL (SELECT COALESCE(min(c.committed_at), now()) AS at FROM sink_
 CROSS JOIN LATERAL (SELECT make_interval(secs => GREATEST(
                         3 * COALESCE(CAST(d.config -> 'spec' ->> 'trigger_interval_ms' AS float8), 1000) / 1000,
                         CAST(:floor_s AS float8))) AS lim) l
-WHERE d.status = 'running' AND d.running_at < CAST(:since AS timestamptz)
+WHERE d.status = 'running' AND d.running_at <= lc.at  -- it had committed: a starting run is its starter's
   AND nc.at - lc.at > l.lim
   AND (lc.at >= CAST(:since AS timestamptz) - l.lim OR COALESCE(CAST(h.info ->> 'backlog_files' AS bigint), 0) > 0
        OR EXISTS (SELECT 1 FROM sink_commits c

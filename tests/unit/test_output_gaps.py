@@ -30,7 +30,9 @@ def test_a_gap_needs_input_waiting_and_a_running_run():
     assert gaps.gap_of(_run(status="stopping"), NOW) is None
     assert gaps.gap_of(_run(beat_info={"backlog_files": 2, "stop_requested": True}), NOW) is None
     assert gaps.gap_of(_run(last_commit_at=NOW - timedelta(seconds=5)), NOW) is None
-    assert gaps.gap_of(_run(last_commit_at=None), NOW) == 3600.0  # never committed: from its start
+    # a run that has not committed yet is starting: its starter's time, not a gap
+    assert gaps.gap_of(_run(last_commit_at=None), NOW) is None
+    assert gaps.gap_of(_run(running_at=NOW - timedelta(seconds=20)), NOW) is None
 
 
 def test_the_cause_is_named_when_it_is_known():

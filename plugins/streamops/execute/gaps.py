@@ -50,17 +50,19 @@ def cause_of(last_error: str | None, database_gap: str | None, silent: bool) -> 
 
 
 def gap_of(d, now: datetime, floor_s: float = FLOOR_S) -> float | None:
-    """Seconds since the stage's last commit (or the run's start), when input waits by the run's
-    last beat (files not yet read, or a batch in flight) and that is past the run's limit; else None."""
+    """Seconds since the stage's last commit (made while this run ran), when input waits by the
+    run's last beat (files not yet read, or a batch in flight) and that is past the run's limit;
+    else None."""
     info = d.beat_info or {}
     if d.status != "running" or info.get("stop_requested"):
         return None
     if not (info.get("backlog_files") or getattr(d, "trigger_active", False)):
         return None
-    since = d.last_commit_at or d.running_at
-    if since is None:
+    # Not before the run's first commit: a starting run's time is its starter's (a recovery, a
+    # reconfiguration, a deploy), and a cold first batch is not an outage.
+    if d.last_commit_at is None or d.running_at is None or d.last_commit_at < d.running_at:
         return None
-    gap = (now - since).total_seconds()
+    gap = (now - d.last_commit_at).total_seconds()
     return gap if gap > limit_s(_trigger_ms(d), floor_s) else None
 
 
@@ -92,8 +94,8 @@ def record(candidates, *, floor_s: float = FLOOR_S, database_gap: str | None = N
                   + (f"; the database: {database_gap}" if database_gap else "")
                   + (f"; the driver's last error: {info['last_error']}" if info.get("last_error") else "")
                   + (f"; no heartbeat for {d.silent_s:.0f}s" if silent else ""))
-        fid, _, new = failures.open_failure(d.stage_id, d.app, d.id, "output_gap", detail,
-                                            d.last_commit_at or d.running_at, role=d.role, detected_by=detected_by)
+        fid, _, new = failures.open_failure(d.stage_id, d.app, d.id, "output_gap", detail, d.last_commit_at,
+                                            role=d.role, detected_by=detected_by)
         if new:
             created.append(fid)
             log.warning("stage %s: action=output-gap failure=%d: %s", d.stage_id, fid, detail)
