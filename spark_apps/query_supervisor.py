@@ -26,9 +26,11 @@ class QuerySupervisor:
     GENERIC_LIMIT = 3  # failures in a row that no batch can be blamed for
 
     def __init__(self, stage: Stage, ckpt: Path, book: PoisonBook, restart, stopping: threading.Event,
-                 fails_alone: Callable[[tuple[str, ...]], str | None] | None = None):
+                 fails_alone: Callable[[tuple[str, ...]], str | None] | None = None,
+                 on_error: Callable[[str], None] = lambda _: None):
         self.stage, self.ckpt, self.book, self.restart, self.stopping = stage, ckpt, book, restart, stopping
         self.fails_alone = fails_alone  # a dry run of some of a batch's files: its error, or None
+        self.on_error = on_error  # the agent's beats name it (the cause of an output gap)
         self.excluded = book.excluded_files()
         self.failures_in_a_row = 0
         self.open: dict[str, int] = {}  # query → the failed batch awaiting its commit
@@ -41,6 +43,7 @@ class QuerySupervisor:
             which = QUERIES[i]
             exc = q.exception()
             text = str(exc) if exc else "the query stopped by itself"
+            self.on_error(error_signature(text))
             why, backoff_s = self._handle(which, text, classify(_java_exception(q) or exc or text))
             if why:
                 return f"query {q.name} terminated: {why}"

@@ -100,7 +100,7 @@ class StageDriver:
         self.supervisor = QuerySupervisor(
             self.stage, self.ckpt, PoisonBook(None, self.sid, deployment_id, self.stage.record_schema,
                                               self.stage.max_record_bytes, role=self.dep.role),
-            self.restart, self.agent.stop_requested, fails_alone=self._fails_alone)
+            self.restart, self.agent.stop_requested, fails_alone=self._fails_alone, on_error=self.agent.note_error)
         self.in_driver = InDriverChange(self.spark, self.agent, self.stage, self.ckpt, deployment_id, self.restart,
                                         self.supervisor, self.executor_cores, standalone=bool(self.master))
 

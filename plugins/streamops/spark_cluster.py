@@ -28,6 +28,7 @@ import shutil
 import socket
 import sys
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -273,6 +274,9 @@ class Heal:
     master_restarted: bool = False
     workers: list[int] = field(default_factory=list)
     error: str | None = None  # the master could not be restarted (it is tried again next pass)
+    # The last time this process saw a restarted one alive (else when it found it dead): the
+    # fault came after it, and a restart takes seconds, so the heal's own time is too late.
+    down_since: datetime | None = None
 
     def __bool__(self) -> bool:
         return self.master_restarted or bool(self.workers)
@@ -287,8 +291,11 @@ def heal(c: Cluster | None = None, timeout_s: float = 60.0) -> Heal:
     c = c or load_record()
     if c is None:
         return Heal()
+    now = datetime.now(timezone.utc)
+    down = [pid for pid in [c.master_pid, *(w.pid for w in c.workers)] if not _alive_seen(pid, now)]
+    down_since = min((_SEEN_ALIVE.get(pid, now) for pid in down), default=None)
     master_restarted = False
-    if not processes.is_alive(c.master_pid):
+    if c.master_pid in down:
         log.warning("action=heal the Spark master (pid %d, port %d) died; restarting it on its port",
                     c.master_pid, c.master_port)
         try:
@@ -297,14 +304,25 @@ def heal(c: Cluster | None = None, timeout_s: float = 60.0) -> Heal:
             log.error("action=heal the Spark master did not come back: %s", e)
             return Heal(error=str(e))
         master_restarted = True
-    dead = [i for i, w in enumerate(c.workers) if not processes.is_alive(w.pid)]
+    dead = [i for i, w in enumerate(c.workers) if w.pid in down]
     workers = list(c.workers)
     for i in dead:
         log.warning("action=heal worker-%d (pid %d) died; restarting it", i, workers[i].pid)
         workers[i] = _start_worker(c, i, workers[i].cores, workers[i].memory)
     if dead:
         _save(Cluster(c.master_port, c.webui_port, c.master_pid, workers, c.host))
-    return Heal(master_restarted, dead)
+    return Heal(master_restarted, dead, down_since=down_since)
+
+
+# When this process last saw each of the cluster's processes alive, by pid (`heal` every pass).
+_SEEN_ALIVE: dict[int, datetime] = {}
+
+
+def _alive_seen(pid: int, now: datetime) -> bool:
+    if processes.is_alive(pid):
+        _SEEN_ALIVE[pid] = now
+        return True
+    return False
 
 
 def _save(c: Cluster) -> None:

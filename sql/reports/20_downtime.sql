@@ -7,7 +7,8 @@
 -- (last_commit_at, else failed_at): a recovered failure with a measured downtime_ms lasts that
 -- long (failure_recovered.sql: to the first commit after it by any other run, so it ends at
 -- recovered_at without replicas, and at a surviving replica's next commit with them); another
--- recovered one ends at recovered_at; an unrecovered one lasts until now.
+-- recovered one ends at recovered_at; an unrecovered one lasts until now. A given-up failure ends
+-- at the first commit of a later run of its stage (failures_close_given_up.sql), else now.
 -- Gaps of several stages of an app that overlap count once; so does a failure during a
 -- reconfiguration. Failures (count, MTTR) belong to the day they happened (failed_at).
 CREATE FUNCTION reporting.downtime_for_day(p_day date)
@@ -55,9 +56,9 @@ reconf AS (
     GROUP BY r.app
 ),
 fail AS (
-    SELECT f.app, count(*) AS n, count(*) FILTER (WHERE f.recovered_at IS NOT NULL) AS recovered,
+    SELECT f.app, count(*) AS n, count(*) FILTER (WHERE f.status = 'recovered') AS recovered,
            avg(COALESCE(f.mttr_ms, EXTRACT(EPOCH FROM f.recovered_at - f.failed_at) * 1000))
-               FILTER (WHERE f.recovered_at IS NOT NULL) / 1000.0 AS mttr_s
+               FILTER (WHERE f.status = 'recovered') / 1000.0 AS mttr_s
     FROM failures f JOIN obs o ON o.app = f.app
     WHERE f.failed_at >= o.obs_from AND f.failed_at < o.obs_to
     GROUP BY f.app

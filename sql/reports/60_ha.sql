@@ -139,7 +139,8 @@ CROSS JOIN LATERAL reporting.ha_cost_for_day(d.day) c;
 --                 ones, and for an injected one whose injected_faults row is gone
 --   detected_by   'supervisor' (seconds) or 'watchdog' (the DAG, the second line)
 --   failures, failures_of_replicas (of them, failures of a 'replica-%' run), recovered (a first
---   output after it), gave_up, open (still recovering)
+--   output after it), gave_up (its recovered_at, once set, is a later run's repair: not counted
+--   as recovered), open (still recovering)
 --   mttr_p50_s, mttr_max_s     time to recovery of the recovered ones: failures.mttr_ms (last sign of
 --                              life → first output of the recovering run), else recovered_at − failed_at
 --   gap_p50_s, gap_max_s       their output gap: failures.downtime_ms (last output before → first
@@ -154,7 +155,7 @@ RETURNS TABLE (day date, app text, stage_id text, cause text, kind text, fault_k
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 SELECT p_day, f.app, f.stage_id, f.cause, f.kind, i.kind, f.detected_by,
        count(*), count(*) FILTER (WHERE f.role LIKE 'replica-%'),
-       count(*) FILTER (WHERE f.recovered_at IS NOT NULL),
+       count(*) FILTER (WHERE f.status = 'recovered'),
        count(*) FILTER (WHERE f.status = 'gave_up'),
        count(*) FILTER (WHERE f.status = 'recovering'),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY x.mttr_s), max(x.mttr_s),
@@ -163,9 +164,9 @@ FROM reporting.observed_for_day(p_day) o
 JOIN failures f ON f.app = o.app AND f.failed_at >= o.obs_from AND f.failed_at < o.obs_to
 LEFT JOIN injected_faults i ON i.id = f.fault_id
 CROSS JOIN LATERAL (
-    SELECT CASE WHEN f.recovered_at IS NOT NULL
+    SELECT CASE WHEN f.status = 'recovered'
                 THEN COALESCE(f.mttr_ms, EXTRACT(EPOCH FROM f.recovered_at - f.failed_at) * 1000) / 1000.0 END AS mttr_s,
-           CASE WHEN f.recovered_at IS NOT NULL
+           CASE WHEN f.status = 'recovered'
                 THEN COALESCE(f.downtime_ms, EXTRACT(EPOCH FROM f.recovered_at - COALESCE(f.last_commit_at, f.failed_at))
                               * 1000) / 1000.0 END AS gap_s
 ) x

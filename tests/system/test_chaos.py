@@ -76,9 +76,10 @@ def _count(sql: str, **params) -> int:
 @pytest.mark.slow
 def test_a_30s_database_stop_restarts_no_stage_and_loses_nothing(private_database):
     """PostgreSQL stopped for 30 s under a running, supervised stage, then started again: the
-    supervisor (15 s heartbeat limit) restarts nothing, the driver keeps its run, and the sink
-    equals the ground truth. Before, heartbeats queued behind the metrics writer's backoff and
-    every driver was killed as hung when the database came back."""
+    supervisor (15 s heartbeat limit) restarts nothing, the driver keeps its run, the sink
+    equals the ground truth, and the outage is one `output_gap` failure (database_unavailable).
+    Before, heartbeats queued behind the metrics writer's backoff and every driver was killed as
+    hung when the database came back."""
     reg = _registry()
     inputs = registry.resolve_path("chaos/in")
     generator.generate(inputs, "web", "constant:rate=100", seed=11, duration_s=20, realtime=False)
@@ -98,7 +99,10 @@ def test_a_30s_database_stop_restarts_no_stage_and_loses_nothing(private_databas
         print(f"database stop 30 s: the sink caught up {time.monotonic() - back:.1f}s after the database was back")
         time.sleep(20)  # past the supervisor's 15 s limit after the restart: a late kill would show now
         assert _count("SELECT count(*) FROM deployments WHERE stage_id = 'chaos.s'") == 1, "a stage was restarted"
-        assert _count("SELECT count(*) FROM failures WHERE stage_id = 'chaos.s'") == 0
+        # nothing restarted, but the outage is downtime: one output gap naming it (issue 48 item 5)
+        assert _count("SELECT count(*) FROM failures WHERE stage_id = 'chaos.s' AND kind <> 'output_gap'") == 0
+        assert _count("SELECT count(*) FROM failures WHERE stage_id = 'chaos.s' AND kind = 'output_gap' "
+                      "AND status = 'recovered' AND detail LIKE 'cause=database_unavailable%'") == 1
         assert not sup.recoveries
         assert _count("SELECT count(*) FROM deployments WHERE id = :i AND status = 'running'", i=run.deployment_id) == 1
     finally:

@@ -99,6 +99,7 @@ class StageAgent:
         # Progress, for the supervisor's liveness check: the last commit, or the last time the
         # database came back (a sink waiting out an outage is not stuck).
         self._progress_mono = time.monotonic()
+        self.last_error: str | None = None  # a query's failure since the last commit (note_error)
         self.landing = landing  # moves complete files from <input>/_landing/ into the source
         self.audit, self.audit_s = InputAudit(input_dir, checkpoint), audit_s
         self.writer = BufferedWriter(self.engine, ctx.stage_id)
@@ -247,6 +248,12 @@ class StageAgent:
     def on_commit(self, stats: SinkStats) -> None:
         self._sink_stats[stats.batch_id] = stats
         self._progress_mono = time.monotonic()
+        self.last_error = None
+
+    def note_error(self, error: str) -> None:
+        """A query's failure (the driver restarts it): its beats say it until the next commit, so
+        that an output gap names its cause (a full disk, the database)."""
+        self.last_error = error[:500]
 
     def queries_started(self) -> None:
         """The queries run from now: the stall clock starts here, not at the JVM's start."""
@@ -303,6 +310,7 @@ class StageAgent:
             "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped,
                                 "backlog_files": self.backlog.measure().files,
                                 "since_progress_s": round(time.monotonic() - self._progress_mono, 1),
+                                "last_error": self.last_error,
                                 "quarantine_backlog_files": self.quarantine_backlog.measure().files,
                                 "executors": self._executors()}),
         }

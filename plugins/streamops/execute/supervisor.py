@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from streamops import processes, registry
-from streamops.execute import housekeeping, replicas, stops, watchdog
+from streamops.execute import gaps, housekeeping, replicas, stops, watchdog
 from streamops.execute.launcher import LocalProcessLauncher, Spare, launcher_for
 from streamops.paths import state_dir
 from streamops.store import db, failures
@@ -68,6 +68,7 @@ class SupervisorOptions:
     spare_after_s: float = 20.0  # after a start or a recovery, before building a spare (not during catch-up)
     slow_poll_s: float = 5.0  # a poll slower than this: the database stalled (its beats did too)
     write_probe_s: float = watchdog.WRITE_PROBE_S  # a beat's write slower than this: the database holds beats back
+    gap_floor_s: float = gaps.FLOOR_S  # an output gap (no commit while input waits) is at least this long
 
 
 @dataclass(frozen=True)
@@ -106,13 +107,18 @@ class Supervisor:
         self._trusted_from = 0.0
         # The housekeeping steps failing now, by name: each is retried every pass, the others run on.
         self.housekeeping_failures: dict[str, StepFailure] = {}
+        # The database gap being lived through: (the last good poll before it, why), recorded as the
+        # stages' output gaps once a poll works again; and when the last good poll began.
+        self._db_gap: tuple[datetime, str] | None = None
+        self._outages: list[tuple[datetime, datetime, str]] = []  # ended lately: (since, until, why)
+        self._last_good = datetime.now(timezone.utc)
 
     def poll(self) -> list[watchdog.Failure]:
-        """One look: note who is alive, hand each new failure to a recovery thread."""
+        """One look: note who is alive, hand each new failure to a recovery thread, record output gaps."""
+        now = datetime.now(timezone.utc)
         # Before the read: a database that answers reads at once may still hold every beat back.
         if (gap := watchdog.write_gap(self.opts.write_probe_s)) is not None:
             self._distrust_heartbeats(gap)
-        now = datetime.now(timezone.utc)
         candidates = failures.watchdog_candidates()
         stopped = self._stops.look(candidates, now)
         found = watchdog.detect(self.opts.stale_s, self._seen_alive, candidates, stall_s=self.opts.stall_s,
@@ -130,7 +136,24 @@ class Supervisor:
             if key not in self._busy:
                 self._busy[key] = fut = self._threads.submit(self._recover, f, apps[f.stage_id])
                 fut.add_done_callback(lambda fut, who=f.who: self._log_crash(fut, who))
+        self._record_gaps(candidates, gap, {sid for sid, _ in self._busy}, now)
         return found
+
+    def _record_gaps(self, candidates, write_gap: str | None, busy: set[str], now: datetime) -> None:
+        """Output gaps (execute/gaps.py): an outage just lived through, once the database takes
+        writes again, then the gaps under way."""
+        outage = self._db_gap
+        if write_gap is None and outage is not None:
+            self._outages.append((outage[0], now, outage[1]))
+            self._db_gap = None
+        self._outages = [o for o in self._outages if (now - o[1]).total_seconds() < gaps.OUTAGE_RECHECK_S]
+        for since, until, why in self._outages:  # again each poll: idempotent, and a commit may be late
+            gaps.record_outage(since, until, why, floor_s=self.opts.gap_floor_s)
+        # a gap under way just after an outage is the outage's
+        gaps.record(candidates, floor_s=self.opts.gap_floor_s, skip=busy, progress=self.progress,
+                    database_gap=write_gap or (self._outages[-1][2] if self._outages else None))
+        if write_gap is None:
+            self._last_good = now
 
     @staticmethod
     def _log_crash(fut: Future, who: str) -> None:
@@ -166,6 +189,8 @@ class Supervisor:
         return rec
 
     def _distrust_heartbeats(self, why: str) -> None:
+        if self._db_gap is None:
+            self._db_gap = (self._last_good, why)
         if time.monotonic() >= self._trusted_from:
             log.warning("action=poll %s; heartbeats are not judged for %.0fs", why, self.opts.stale_s)
         self._trusted_from = time.monotonic() + self.opts.stale_s

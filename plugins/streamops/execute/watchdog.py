@@ -19,10 +19,10 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from streamops import checkpoint_repair, processes, registry, spark_cluster
-from streamops.execute import mechanisms, reconfigure, replicas, stages, stops
+from streamops.execute import gaps, mechanisms, reconfigure, replicas, stages, stops
 from streamops.execute.launcher import launcher_for
 from streamops.store import db, failures, ledger
 from streamops.store import reconfigurations as rstore
@@ -177,9 +177,11 @@ def _failure_of(d, stale_s: float, seen_alive: dict[int, datetime], stall_s: flo
                        f"no heartbeat for {d.silent_s:.0f}s (limit {stale_s:.0f}s)", d.beat_at or d.running_at,
                        d.role)
     if d.status == "running" and (idle := stalled_for(d.beat_info, d.silent_s, stall_s)) is not None:
+        # from its last progress, as its beat dated it: the stall began there, not at the beat
         return Failure(d.stage_id, d.id, "stalled",
                        f"no commit for {idle:.0f}s while {d.beat_info['backlog_files']} input file(s) wait "
-                       f"(limit {stall_s:.0f}s)", d.beat_at, d.role)
+                       f"(limit {stall_s:.0f}s)", d.beat_at - timedelta(seconds=float(d.beat_info["since_progress_s"])),
+                       d.role)
     if d.status == "failed" and (d.stop_reason or "").startswith(stages.LAUNCH_FAILED):
         return Failure(d.stage_id, d.id, "launch_failed", d.stop_reason, d.stopped_at or d.started_at, d.role)
     if d.status == "failed" and not (d.stop_reason or "").startswith("driver process gone"):
@@ -391,6 +393,8 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
                 report.skipped.append(f"{f.who}: not killed: {rec.detail}")
             else:
                 report.recoveries.append(rec)
+    # Output gaps under way with no failure of their own (the DAG is the supervisor's second line).
+    gaps.record(failures.watchdog_candidates(), detected_by="watchdog", progress=progress)
     # Replicas that are wanted but not running (a new count, or the primary is back).
     report.replicas = replicas.reconcile(reg, progress=progress)
     return report
@@ -409,11 +413,11 @@ def heal_cluster(detected_by: str, progress=lambda _: None) -> spark_cluster.Hea
     what = " and ".join(lost) + (" were" if len(lost) > 1 else " was") + " dead and restarted"
     kind = "master_lost" if healed.master_restarted else "worker_lost"
     progress(f"action=heal {what}")
-    now = datetime.now(timezone.utc)
+    since = healed.down_since or datetime.now(timezone.utc)
     for c in failures.watchdog_candidates():
         if c.master != "embedded" or c.status != "running":
             continue
-        fid, _, created = failures.open_failure(c.stage_id, c.app, c.id, kind, f"{what}; the run went on", now,
+        fid, _, created = failures.open_failure(c.stage_id, c.app, c.id, kind, f"{what}; the run went on", since,
                                                 role=c.role, detected_by=detected_by)
         if created:
             log.warning("stage %s: action=heal role=%s failure=%d kind=%s: %s", c.stage_id, c.role, fid, kind, what)
@@ -422,7 +426,8 @@ def heal_cluster(detected_by: str, progress=lambda _: None) -> spark_cluster.Hea
 
 def close_late_failures(progress=lambda _: None) -> None:
     """Failures left open by a restart that committed only after its recovery stopped waiting,
-    and the cluster's failures once their stage committed after the heal."""
+    the cluster's failures once their stage committed after the heal, and given-up failures once a
+    later run of their stage committed."""
     for r in failures.close_healed():
         log.info("stage %s: action=recovered role=%s failure=%d kind=%s mttr=%.1fs", r.stage_id, r.role, r.id,
                  r.kind, (r.mttr_ms or 0) / 1000)
@@ -431,6 +436,9 @@ def close_late_failures(progress=lambda _: None) -> None:
         log.info("stage %s: action=recovered role=%s failure=%d mttr=%.1fs (its restart committed late)",
                  r.stage_id, r.role, r.id, (r.mttr_ms or 0) / 1000)
         progress(f"{r.stage_id}: failure {r.id} closed: its restart committed after the recovery's wait")
+    for r in failures.close_given_up():
+        log.info("stage %s: action=repaired role=%s failure=%d given up; down %.1fs until a later run committed",
+                 r.stage_id, r.role, r.id, (r.downtime_ms or 0) / 1000)
 
 
 def failed_stages() -> list[tuple[str, str]]:

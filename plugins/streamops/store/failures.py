@@ -41,13 +41,17 @@ def withdraw(failure_id: int) -> bool:
 def open_failure(stage_id: str, app: str, deployment_id: int, kind: str, detail: str,
                  failed_at: datetime, role: str = "primary", detected_by: str = "watchdog") -> tuple[int, int, bool]:
     """The open failure of the stage's `role`, created now if it has none: (id, restarts
-    attempted, created). A new one is `injected` when the fault injector hit that run just before."""
+    attempted, created). A new one is `injected` when the fault injector hit that run just before.
+    An open output gap is taken over by any other kind: that is its cause, found."""
     with db.transaction() as conn:
         # An open failure whose restart has committed since is over: closed at that commit, so that
         # a new fault of the restarted run is a failure of its own, not merged into the old one.
         conn.execute(db.query("failures_close_late"))
         row = conn.execute(db.query("failure_open"), {"stage_id": stage_id, "role": role}).first()
         if row:
+            if row.kind == "output_gap" and kind != "output_gap":  # the gap's cause, found: it takes it over
+                conn.execute(db.query("failure_take_over"), {"id": row.id, "kind": kind, "failed_at": failed_at,
+                                                             "detected_by": detected_by, "detail": detail[:2000]})
             return row.id, row.attempts, False
         last_commit = conn.execute(db.query("last_commit_before"), {"stage_id": stage_id, "ts": failed_at}).scalar()
         fid = conn.execute(db.query("failure_insert"), {
@@ -55,6 +59,16 @@ def open_failure(stage_id: str, app: str, deployment_id: int, kind: str, detail:
             "failed_at": failed_at, "last_commit_at": last_commit, "role": role,
             "detected_by": detected_by}).scalar_one()
     return fid, 0, True
+
+
+def record_outage_gaps(since: datetime, until: datetime, detail: str, floor_s: float,
+                       detected_by: str) -> list[Row]:
+    """Output gaps across a database outage from `since` to `until` (failures_record_outage.sql):
+    (id, stage_id) of each created."""
+    with db.transaction() as conn:
+        return conn.execute(db.query("failures_record_outage"), {
+            "since": since, "until": until, "detail": detail[:2000], "floor_s": floor_s,
+            "detected_by": detected_by}).all()
 
 
 def note(failure_id: int, text: str) -> None:
@@ -83,6 +97,13 @@ def close_healed() -> list[Row]:
     the stage's first commit after the heal: (id, stage_id, role, kind, mttr_ms) of each."""
     with db.transaction() as conn:
         return conn.execute(db.query("failures_close_healed")).all()
+
+
+def close_given_up() -> list[Row]:
+    """End the given-up failures' downtime at the first commit of a later run of their stage (they
+    stay `gave_up`): (id, stage_id, role, downtime_ms) of each."""
+    with db.transaction() as conn:
+        return conn.execute(db.query("failures_close_given_up")).all()
 
 
 def give_up(failure_id: int, reason: str) -> None:

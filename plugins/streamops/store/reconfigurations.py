@@ -78,8 +78,9 @@ def claim(rid: int, mechanism: str | None) -> Row | None:
     return db.write("reconfiguration_claim", id=rid, mechanism=mechanism)
 
 
-def stamp(rid: int, phase: str) -> None:
-    db.write("reconfiguration_phase", id=rid, phase=phase)
+def stamp(rid: int, phase: str, at: datetime | None = None) -> None:
+    """Stamp `phase` at `at` (when it happened), else now."""
+    db.write("reconfiguration_phase", id=rid, phase=phase, at=at)
 
 
 def finish(rid: int, status: str, outcome: str, rollback_reason: str | None, downtime_ms: float | None,

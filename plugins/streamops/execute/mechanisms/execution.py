@@ -107,8 +107,8 @@ class Execution:
         # a change in the running driver: its first batch is the first after this
         self.changed_at: datetime | None = None
 
-    def stamp(self, phase: Phase) -> None:
-        rstore.stamp(self.row.id, phase)
+    def stamp(self, phase: Phase, at: datetime | None = None) -> None:
+        rstore.stamp(self.row.id, phase, at)
         self.progress(f"{self.stage_id}: reconfiguration {self.row.id}: {phase}")
         log.info("stage %s: action=%s phase=%s reconfiguration=%d", self.stage_id, self.row.action, phase, self.row.id)
 
@@ -168,9 +168,9 @@ def wait_first_output(dep_id: int, timeout_s: float, who: str = "the new run",
 
 def wait_first_batch(ex: Execution, dep_id: int, stamp: bool = True) -> str | None:
     """None once the new run commits a batch (or runs healthy on an idle source); else why not."""
-    _, committed, why_not = wait_first_output(dep_id, ex.deadlines.first_batch_s, after=ex.changed_at)
+    first, committed, why_not = wait_first_output(dep_id, ex.deadlines.first_batch_s, after=ex.changed_at)
     if committed and stamp:
-        ex.stamp(Phase.FIRST_BATCH_DONE)
+        ex.stamp(Phase.FIRST_BATCH_DONE, at=first)  # its commit, not when this wait saw it
     return why_not
 
 

@@ -40,9 +40,11 @@ class LiveScale:
 
     def _scale(self, ex: Execution, run: Row, cores: int) -> None:
         ex.stamp(Phase.SCALE_REQUESTED)
-        ex.changed_at = datetime.now(timezone.utc)
         outcome = driver_command(ex, run, "scale", ScaleArgs(cores=cores, timeout_s=self.COMMAND_WAIT_S - 15),
                                  self.COMMAND_WAIT_S)
+        # The executors have registered: the change's first batch is the first to start from now
+        # (a batch in flight ran on the old ones), and its gap is the change's.
+        ex.changed_at = datetime.now(timezone.utc)
         ledger.record_scaling(run.id, run.cores, cores, ex.row.id)
         ex.stamp(Phase.EXECUTORS_READY)
         ex.progress(f"{ex.stage_id}: {outcome.detail}")
