@@ -200,6 +200,7 @@ def test_a_launch_that_raises_is_a_recorded_failure_and_is_retried(clean_db, tmp
     stages.stop_stage("chaos.s", reg, deadline_s=30)
 
 
+@pytest.mark.slow  # 47 s: the fence it meets is tested on the database (test_sink_fencing); make test-chaos runs it
 def test_a_driver_that_wakes_after_it_was_replaced_writes_nothing_and_exits(clean_db):
     """SIGSTOP a driver, replace it while it sleeps (its run recorded failed and a new one started,
     as the watchdog does, but without the kill: across hosts a kill may not reach), then SIGCONT:

@@ -287,6 +287,7 @@ def test_ten_random_live_and_in_driver_changes_in_a_row_lose_nothing(clean_db, s
     stages.stop_stage(sid, reg, deadline_s=30)
 
 
+@pytest.mark.slow  # 80 s: the warm-spare handover is test_ha's (make test); this is its cluster case: make test-all
 def test_a_killed_cluster_driver_is_handed_to_a_standby_that_held_no_executor(clean_db, spark_standalone):
     """Issue 28 item 2: on a cluster pool the supervisor keeps a warm spare too, a driver registered
     with the master that holds no executor while it waits (its warm-up borrowed one and gave it

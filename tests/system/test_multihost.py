@@ -112,6 +112,8 @@ def _arg(p: psutil.Process, flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
 
+@pytest.mark.slow  # 150 s: live scaling and a worker kill are test_live_scaling's on one host (make test); the
+# network namespaces are make test-all's
 def test_a_stage_across_four_hosts_scales_live_survives_a_worker_kill_and_loses_nothing(network, test_home,
                                                                                         tmp_path):
     net, addr = network, network.hosts
