@@ -21,6 +21,7 @@ from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.plan.redundancy import RedundancyOptions
 from streamops.plan.model import stage_id as stage_id  # defined with the plan's plain data, used as registry.stage_id
 from streamops.records import RecordSchema
+from streamops.registry_errors import validation_problems, without_what_failed
 from streamops.sources import FileSource, KafkaSource
 
 # A job or a sink function: `package.module:function`, imported from the stage's code paths.
@@ -288,37 +289,6 @@ def resolve_path(p: str) -> Path:
     return path if path.is_absolute() else data_dir() / path
 
 
-def _where(loc: tuple) -> str:
-    """('apps', 'taxi', 'stages', 'top10', 'cores', 'min') → "app 'taxi', stage 'top10', field 'cores.min'"."""
-    parts, rest = [], list(loc)
-    if rest[:1] == ["apps"] and len(rest) >= 2:
-        parts.append(f"app {rest[1]!r}")
-        rest = rest[2:]
-        if rest[:1] == ["stages"] and len(rest) >= 2:
-            parts.append(f"stage {rest[1]!r}")
-            rest = rest[2:]
-    elif rest[:1] == ["pools"] and len(rest) >= 2:
-        parts.append(f"pool {rest[1]!r}")
-        rest = rest[2:]
-    # Discriminated unions add the tag ("files", "postgres") to the path; it is noise to a reader.
-    rest = [str(r) for r in rest
-            if r not in ("files", "kafka", "postgres", "parquet", "foreach_batch", "function-after")]
-    if rest:
-        parts.append(f"field {'.'.join(rest)!r}")
-    return ", ".join(parts) or "top level"
-
-
-def _format(e: ValidationError, source: str) -> str:
-    lines = []
-    for err in e.errors():
-        msg = err["msg"].removeprefix("Value error, ")
-        got = "" if err["type"] == "missing" else f" (got {err['input']!r})"
-        if err["type"] == "extra_forbidden":
-            msg, got = "unknown field (check the spelling)", ""
-        lines.append(f"{source}: {_where(err['loc'])}: {msg}{got}")
-    return "\n".join(lines)
-
-
 # One rule for every name that becomes part of a stage id, a checkpoint path or a replica's role
 # suffix: `x.quarantine` or `x@replica-1` as a stage would share another stage's checkpoint.
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
@@ -349,7 +319,7 @@ def _parquet_replicas(reg: Registry, source: str) -> list[str]:
     return problems
 
 
-def _cross_check(reg: Registry, source: str) -> None:
+def _cross_problems(reg: Registry, source: str) -> list[str]:
     problems = _bad_names(reg, source) + _parquet_replicas(reg, source)
     tables: dict[str, str] = {}
     for a, s, st in reg.stages():
@@ -378,8 +348,7 @@ def _cross_check(reg: Registry, source: str) -> None:
         for other in pool.network_delay_ms:
             if other not in reg.pools:
                 problems.append(f"{source}: pool {name!r}, field 'network_delay_ms': no pool {other!r}")
-    if problems:
-        raise RegistryError("\n".join(problems))
+    return problems
 
 
 def _resolved(data: dict, base: Path | None) -> dict:
@@ -418,11 +387,21 @@ def parse(data: Any, source: str = "apps.yaml", base: Path | None = None) -> Reg
     if not isinstance(data, dict):
         raise RegistryError(f"{source}: top level: expected a mapping with 'pools' and 'apps', "
                             f"got {type(data).__name__}")
+    resolved = _resolved(data, base)
     try:
-        reg = Registry.model_validate(_resolved(data, base))
+        reg = Registry.model_validate(resolved)
     except ValidationError as e:
-        raise RegistryError(_format(e, source)) from None
-    _cross_check(reg, source)
+        problems = validation_problems(e, source).splitlines()
+        rest = without_what_failed(resolved, e)
+        if rest is not None:
+            try:
+                problems += _cross_problems(Registry.model_validate(rest), source)
+            except ValidationError:
+                pass  # an app without its broken stages may be invalid itself: the first errors stand
+        raise RegistryError("\n".join(problems)) from None
+    problems = _cross_problems(reg, source)
+    if problems:
+        raise RegistryError("\n".join(problems))
     return reg
 
 

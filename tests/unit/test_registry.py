@@ -135,6 +135,21 @@ def test_every_problem_is_reported_at_once():
     assert len(lines) == 2 and any("r_max_ms" in ln for ln in lines) and any("cores.min" in ln for ln in lines)
 
 
+def test_unknown_fields_and_cross_checks_are_reported_together():
+    """An unknown field used to hide the cross-checks (cores.max over the pool's capacity) until
+    it was fixed: a user fixed one line, ran again and met the next (issue 48 item 12)."""
+    data = _with(STAGE + ["cores", "max"], 99)
+    data["apps"]["taxi"]["stages"]["top10"]["sourcex"] = 1
+    data["apps"]["taxi"]["stages"]["top10"]["source"]["bogus"] = 2
+    with pytest.raises(registry.RegistryError) as e:
+        registry.parse(data)
+    lines = str(e.value).splitlines()
+    assert len(lines) == 3, lines
+    assert any("'source.bogus': unknown field" in ln for ln in lines)
+    assert any("'sourcex': unknown field" in ln for ln in lines)
+    assert any("'cores.max': 99 exceeds pool 'p1' capacity" in ln for ln in lines)
+
+
 def test_unreadable_files(tmp_path):
     with pytest.raises(registry.RegistryError, match="registry file not found"):
         registry.load(tmp_path / "missing.yaml")
