@@ -29,7 +29,8 @@ class Column:
 COLUMNS = [
     Column("stage", "left", 0),
     Column("state", "left", 0),
-    Column("cores", "right", 1, "cores: executor cores/state partitions"),
+    Column("cores", "right", 1, "cores: the run's cores"),
+    Column("parts", "right", 4, "parts: state partitions (key groups: the most cores it can use)"),
     Column("p95 ms", "right", 1, "p95 ms: latency of the latest batch with input in the last minute (idle: none)"),
     Column("in/s", "right", 2, "in/s, out/s: rows per second over the last minute"),
     Column("backlog", "right", 2, "backlog: input files not yet read (q N: the quarantine query's, when behind)"),
@@ -78,7 +79,7 @@ def cells(r) -> tuple[dict[str, str], list[str]]:
     if r.input_24h:
         notes.append(f"[yellow]{r.stage_id}[/]: input {r.input_24h} (table input_anomalies)")
     return {
-        "stage": r.stage_id, "state": state, "pool": r.pool or "–", "cores": f"{r.cores}/{r.partitions}",
+        "stage": r.stage_id, "state": state, "pool": r.pool or "–", "cores": _fmt(r.cores), "parts": _fmt(r.partitions),
         "in/s": _fmt(r.in_rps, ",.0f"), "out/s": _fmt(r.out_rps, ",.0f"),
         "p95 ms": _fmt(r.latency_p95_ms, ",.0f", none="idle" if r.status == "running" else "–"),
         "backlog": _backlog(r), "batch": _fmt(r.batch_id), "beat": beat, "quar.": str(r.quarantined),
