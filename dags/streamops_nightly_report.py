@@ -65,11 +65,12 @@ def streamops_nightly_report():
 
         from streamops.report import nightly
 
-        day = nightly.day_of_run((params or {}).get("day"), data_interval_start, dag_run.run_after)
-        written = nightly.build_with_backfill(day)
+        asked = (params or {}).get("day")
+        day = nightly.day_of_run(asked, data_interval_start, dag_run.run_after)
+        written = nightly.build_with_backfill(day, asked=bool(asked))
         for index in written:
             logging.getLogger("streamops.airflow").info("report %s: %s", index.parent.name, index.resolve().as_uri())
-        return str(written[-1])
+        return str(written[-1]) if written else f"no batch on {day}: no report"
 
     @task
     def data_quality(params: dict | None = None, data_interval_start=None, dag_run=None) -> dict:

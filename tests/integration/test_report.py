@@ -336,3 +336,20 @@ def test_missed_nights_are_backfilled_oldest_first(clean_db, tmp_path, monkeypat
         conn.execute(text("INSERT INTO reports (day, app, path) VALUES (DATE '2026-10-04', NULL, '/r')"))
     assert nightly.missed_days(date(2026, 10, 6), max_days=7) == [date(2026, 10, 2), date(2026, 10, 5)]
     assert nightly.missed_days(date(2026, 10, 6), max_days=2) == [date(2026, 10, 5)]
+
+
+@pytest.mark.db
+def test_a_scheduled_night_with_no_batch_writes_no_report(clean_db, tmp_path, monkeypatch):
+    """A fresh install's first nightly run reports the day before any app ran: it used to write an
+    empty report that said "missed" and became the linked last report (issue 48 item 13). A day a
+    person asks for is written anyway."""
+    from datetime import date
+
+    from streamops.report import nightly
+
+    monkeypatch.setenv("STREAMOPS_REPORTS_DIR", str(tmp_path))
+    before = nightly.last_report()
+    assert nightly.build_with_backfill(date(2026, 10, 6)) == []
+    assert nightly.last_report() == before
+    [index] = nightly.build_with_backfill(date(2026, 10, 6), asked=True)
+    assert index.exists() and nightly.last_report()["day"] == date(2026, 10, 6)

@@ -314,6 +314,14 @@ def missed_days(until: date, max_days: int = 7, engine: Engine | None = None) ->
         return [r.day for r in conn.execute(db.query("report_missed_days"), {"until": until, "max_days": max_days})]
 
 
-def build_with_backfill(day: date, max_days: int = 7) -> list[Path]:
-    """The night's report, preceded by those of missed nights (oldest first)."""
-    return [build_report(d) for d in [*missed_days(day, max_days), day]]
+def build_with_backfill(day: date, max_days: int = 7, *, asked: bool = False) -> list[Path]:
+    """The night's report, preceded by those of missed nights (oldest first). A scheduled night
+    with no batch at all (a fresh install's first run reports the day before any app ran) writes
+    none: an empty report would say "missed" and become the linked last report; `asked` (a
+    person named the day) writes it anyway."""
+    days = missed_days(day, max_days)
+    if asked or day_has_metrics(day):
+        days.append(day)
+    else:
+        log.info("report %s: no batch that day, no report", day)
+    return [build_report(d) for d in days]
