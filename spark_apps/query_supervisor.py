@@ -26,8 +26,9 @@ class QuerySupervisor:
     GENERIC_LIMIT = 3  # failures in a row that no batch can be blamed for
 
     def __init__(self, stage: Stage, ckpt: Path, book: PoisonBook, restart, stopping: threading.Event,
-                 fails_alone: Callable[[tuple[str, ...]], str | None] | None = None):
+                 fails_alone: Callable[[tuple[str, ...]], str | None] | None = None, by_file: bool = True):
         self.stage, self.ckpt, self.book, self.restart, self.stopping = stage, ckpt, book, restart, stopping
+        self.by_file = by_file  # False: a Kafka source, whose batches have no files to bisect
         self.fails_alone = fails_alone  # a dry run of some of a batch's files: its error, or None
         self.excluded = book.excluded_files()
         self.failures_in_a_row = 0
@@ -73,6 +74,12 @@ class QuerySupervisor:
         self.open[which] = planned
         if verdict.action == "fail":
             return f"{error} (batch {planned}: {verdict.why})", 0
+        if verdict.action == "quarantine" and not self.by_file:
+            # No file to blame and leave out: skipping records of a topic would be silent loss.
+            why = (f"batch {planned} reads a Kafka topic, which is not bisected: nothing quarantined; the run "
+                   f"fails for a restart [{cls}]")
+            self.book.not_blamed(fb, why)
+            return f"{error} ({why})", 0
         if verdict.action == "quarantine":
             blamed = fb.files  # the quarantine query's: only their invalid lines are written
             if which == "main":

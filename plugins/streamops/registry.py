@@ -288,6 +288,11 @@ def resolve_path(p: str) -> Path:
     return path if path.is_absolute() else data_dir() / path
 
 
+def input_dir(stage: Stage) -> Path | None:
+    """A file source's directory; None for a Kafka topic, which has none."""
+    return resolve_path(stage.source.path) if isinstance(stage.source, FileSource) else None
+
+
 def _where(loc: tuple) -> str:
     """('apps', 'taxi', 'stages', 'top10', 'cores', 'min') → "app 'taxi', stage 'top10', field 'cores.min'"."""
     parts, rest = [], list(loc)
