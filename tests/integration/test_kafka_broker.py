@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import psutil
 import pytest
@@ -249,7 +250,7 @@ def test_a_kafka_stage_counts_exactly_once_through_poison_and_a_driver_kill(brok
     from tests.oracles import actual, expected
 
     topic = _topic(partitions=2)
-    stage = {**demo_job("wordcount", {"kind": "kafka", "topic": topic, "max_offsets_per_trigger": 200,
+    stage = {**demo_job("wordcount", {"kind": "kafka", "topic": topic, "max_offsets_per_trigger": 1000,
                                       "max_record_bytes": MAX_BYTES}),
              "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p"}
     reg = registry.parse({"pools": {"p": {"cores": 2, "spark_ui": False}},
@@ -257,17 +258,25 @@ def test_a_kafka_stage_counts_exactly_once_through_poison_and_a_driver_kill(brok
                                                                                    "duration_min": 30},
                                          "stages": {"wc": stage}}}})
     sid, started = "k.wc", time.monotonic()
+    phases: list[str] = []
+
+    def phase(what: str) -> None:
+        phases.append(f"{what} {time.monotonic() - started:.1f}s")
+
     with TopicFeeder(topic) as feeder:
         run = stages.start_stage(sid, reg, warm_up=False)
         eventually(lambda: _commits(clean_db, sid) >= 1, 120, "a first commit")
+        phase("first commit")
         for key, value in POISON:
             feeder.send(key, value)
         eventually(lambda: _commits(clean_db, sid) >= 3, 120, "three committed batches")
         os.killpg(run.pid, signal.SIGKILL)
         eventually(lambda: not stages.is_alive(ledger.deployment(run.deployment_id)), 30, "the driver to die")
+        phase("killed")
         killed_at = _commits(clean_db, sid)
         run = stages.start_stage(sid, reg, warm_up=False)
         eventually(lambda: _commits(clean_db, sid) >= killed_at + 2, 120, "the stream going on after the kill")
+        phase("two commits after the restart")
     messages = _read_topic(topic, feeder.sent)
     schema = reg.apps["k"].stages["wc"].record_schema
     verdicts = [(m, check_line(schema, m.value() or b"", MAX_BYTES)) for m in messages]
@@ -275,8 +284,12 @@ def test_a_kafka_stage_counts_exactly_once_through_poison_and_a_driver_kill(brok
     bad = {f"{topic}/{m.partition()}/{m.offset()}": v.kind for m, v in verdicts if not v.valid}
     try:
         eventually(lambda: actual(clean_db, sid, "wordcount") == want, 90, "the sink to equal the oracle")
+        phase("sink = oracle")
         eventually(lambda: {k: kind for k, (kind, _) in _quarantine(clean_db, sid).items()} == bad, 60,
                    "every poison message quarantined by its locator")
+    except AssertionError:
+        print(Path(run.log_path).read_text()[-6000:])
+        raise
     finally:
         stages.stop_stage(sid, reg, deadline_s=30)
     assert sorted(bad.values()) == ["empty line", "invalid UTF-8", "too large", "wrong type"], bad
@@ -284,4 +297,4 @@ def test_a_kafka_stage_counts_exactly_once_through_poison_and_a_driver_kill(brok
     quarantined = _quarantine(clean_db, sid)
     assert all(reason.startswith(kind) for kind, reason in quarantined.values()), quarantined
     print(f"{len(messages)} messages ({len(bad)} poison), {sum(want.values())} words in {len(want)} keys, "
-          f"{_commits(clean_db, sid)} commits; {time.monotonic() - started:.1f}s")
+          f"{_commits(clean_db, sid)} commits; {', '.join(phases)}")
