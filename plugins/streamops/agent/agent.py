@@ -311,6 +311,7 @@ class StageAgent:
             "last_batch_id": self.last_batch_id,
             "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped,
                                 "backlog_files": self.backlog.measure().files,
+                                "backlog_rows": self.topic.measure().rows if self.topic is not None else None,
                                 "since_progress_s": round(time.monotonic() - self._progress_mono, 1),
                                 "quarantine_backlog_files": self.quarantine_backlog.measure().files
                                 if self.quarantine_backlog is not None else None,

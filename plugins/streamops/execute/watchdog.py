@@ -99,11 +99,17 @@ def stalled_for(beat_info: dict | None, silent_s: float | None, stall_s: float |
     """Seconds without progress while input waits, by the driver's last beat (plus the beat's own
     age), when past `stall_s`; else None. Not while the run is stopping."""
     info = beat_info or {}
-    if not stall_s or info.get("stop_requested") or not info.get("backlog_files") \
+    # input waits: files, or a Kafka stage's lag in records
+    if not stall_s or info.get("stop_requested") or not (info.get("backlog_files") or info.get("backlog_rows")) \
             or info.get("since_progress_s") is None:
         return None
     idle = float(info["since_progress_s"]) + float(silent_s or 0)
     return idle if idle > stall_s else None
+
+
+def _waiting(info: dict) -> str:
+    files = info.get("backlog_files")
+    return f"{files} input file(s)" if files else f"{info.get('backlog_rows')} record(s) of the topic"
 
 
 # A heartbeat's write (a few ms) taking longer than this: the database holds the beats back.
@@ -178,7 +184,7 @@ def _failure_of(d, stale_s: float, seen_alive: dict[int, datetime], stall_s: flo
                        d.role)
     if d.status == "running" and (idle := stalled_for(d.beat_info, d.silent_s, stall_s)) is not None:
         return Failure(d.stage_id, d.id, "stalled",
-                       f"no commit for {idle:.0f}s while {d.beat_info['backlog_files']} input file(s) wait "
+                       f"no commit for {idle:.0f}s while {_waiting(d.beat_info)} wait "
                        f"(limit {stall_s:.0f}s)", d.beat_at, d.role)
     if d.status == "failed" and (d.stop_reason or "").startswith(stages.LAUNCH_FAILED):
         return Failure(d.stage_id, d.id, "launch_failed", d.stop_reason, d.stopped_at or d.started_at, d.role)
