@@ -271,9 +271,8 @@ class StageAgent:
             self._rows_per_file = per_file if self._rows_per_file is None \
                 else 0.8 * self._rows_per_file + 0.2 * per_file
         self._seen_files = seen
-        row = progress_to_metrics(
-            progress, self.ctx, self._sink_stats.pop(batch_id, None), self.backlog.measure(self._rows_per_file)
-        )
+        row = progress_to_metrics(progress, self.ctx, self._sink_stats.pop(batch_id, None),
+                                  self.backlog.measure(self._rows_per_file), lag.as_json() if lag else None)
         self.writer.submit("metrics_insert", row)
         if not self._shape_recorded and (rows or progress.get("stateOperators")):
             self._record_shape(progress)
@@ -312,6 +311,7 @@ class StageAgent:
             "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped,
                                 "backlog_files": self.backlog.measure().files,
                                 "backlog_rows": self.topic.measure().rows if self.topic is not None else None,
+                                "source_partitions": self.topic.partitions() if self.topic is not None else None,
                                 "since_progress_s": round(time.monotonic() - self._progress_mono, 1),
                                 "quarantine_backlog_files": self.quarantine_backlog.measure().files
                                 if self.quarantine_backlog is not None else None,

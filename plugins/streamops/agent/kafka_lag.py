@@ -79,6 +79,10 @@ class TopicBacklog:
             self.last = lag
         return lag
 
+    def partitions(self) -> int | None:
+        """The topic's partitions as the last batch saw them: the policies' bound on useful cores."""
+        return None if self.last is None else len(self.last.end_offsets)
+
     def seen(self) -> int:
         return 0
 
