@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from streamops.records import MAX_RECORD_BYTES, RecordSchema, udf_row
+from streamops.sources import KafkaSource
 
 # Timestamps cross from Python as epoch microseconds (exact, and no time zone to lose).
 _SPARK_TYPES = {"string": T.StringType(), "timestamp": T.LongType(), "int": T.IntegerType(),
@@ -44,6 +45,33 @@ def read_lines(spark, record: RecordSchema, paths, *, streaming: bool, max_files
     rows = reader.schema(record.ddl).format("parquet").load(paths)
     return rows.select(F.to_json(F.struct(*[F.col(f"`{n}`") for n, _ in record.fields])).alias("value"),
                        "_metadata")
+
+
+def kafka_locator() -> Column:
+    """A Kafka record's locator, `topic/partition/offset`: where the quarantine's `source_file`
+    points for a file's line. Unique per record, so a replay adds no row."""
+    return F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
+
+
+def read_kafka(spark, source: KafkaSource, max_offsets: int | None = None) -> DataFrame:
+    """The topic's records as `value` (the record's bytes; a null value is an empty line) and
+    `source_file` (kafka_locator). Bootstrap and credentials: the source's, the environment's or
+    the embedded broker's (kafka_broker.client_settings)."""
+    from streamops import kafka_broker
+
+    reader = spark.readStream.format("kafka")
+    options = {**kafka_broker.client_settings(source.bootstrap_servers).spark_options(),
+               "subscribe": source.topic, "startingOffsets": source.starting_offsets,
+               # Records deleted by retention before they were read are lost: say so and go on
+               # rather than stop the stage for good (docs/input.md).
+               "failOnDataLoss": "false"}
+    if max_offsets is not None:
+        options["maxOffsetsPerTrigger"] = str(max_offsets)
+    if source.min_partitions is not None:
+        options["minPartitions"] = str(source.min_partitions)
+    records = reader.options(**options).load()
+    return records.select(F.coalesce(F.col("value"), F.lit(bytearray())).alias("value"),
+                          kafka_locator().alias("source_file"))
 
 
 def write_sample(spark, record: RecordSchema, lines: list[str], directory: Path, files: int = 1) -> None:
@@ -72,13 +100,14 @@ def _verdict_udf(record: RecordSchema, max_bytes: int):
 
 def parse_records(lines: DataFrame, record: RecordSchema, max_bytes: int = MAX_RECORD_BYTES,
                   exclude_files: list[str] | None = None) -> DataFrame:
-    """Columns: `raw` (the line's bytes), `source_file`, `reason_kind` and `reason` (NULL when
-    the line is a record) and every typed column of the `record` schema. Lines of
-    `exclude_files` (a poison batch quarantined whole) are dropped."""
+    """Columns: `raw` (the line's bytes), `source_file` (its file, or a Kafka record's locator),
+    `reason_kind` and `reason` (NULL when the line is a record) and every typed column of the
+    `record` schema. Lines of `exclude_files` (a poison batch quarantined whole) are dropped."""
     size = F.octet_length("value")
     raw = F.col("value").cast("binary")
-    df = lines.select(raw.alias("raw"), source_file(F.col("_metadata.file_path")).alias("source_file"),
-                      size.alias("_size"))
+    # A Kafka record carries its locator (read_kafka); a file's line, its file.
+    locator = F.col("source_file") if "source_file" in lines.columns else source_file(F.col("_metadata.file_path"))
+    df = lines.select(raw.alias("raw"), locator.alias("source_file"), size.alias("_size"))
     if exclude_files:
         df = df.where(~F.col("source_file").isin(*exclude_files))
     # A line over the limit is not shipped to Python at all: the UDF gets NULL and its size.

@@ -27,8 +27,9 @@ class QuerySupervisor:
 
     def __init__(self, stage: Stage, ckpt: Path, book: PoisonBook, restart, stopping: threading.Event,
                  fails_alone: Callable[[tuple[str, ...]], str | None] | None = None,
-                 on_error: Callable[[str], None] = lambda _: None):
+                 on_error: Callable[[str], None] = lambda _: None, by_file: bool = True):
         self.stage, self.ckpt, self.book, self.restart, self.stopping = stage, ckpt, book, restart, stopping
+        self.by_file = by_file  # False: a Kafka source, whose batches have no files to bisect
         self.fails_alone = fails_alone  # a dry run of some of a batch's files: its error, or None
         self.on_error = on_error  # the agent's beats name it (the cause of an output gap)
         self.excluded = book.excluded_files()
@@ -76,6 +77,12 @@ class QuerySupervisor:
         self.open[which] = planned
         if verdict.action == "fail":
             return f"{error} (batch {planned}: {verdict.why})", 0
+        if verdict.action == "quarantine" and not self.by_file:
+            # No file to blame and leave out: skipping records of a topic would be silent loss.
+            why = (f"batch {planned} reads a Kafka topic, which is not bisected: nothing quarantined; the run "
+                   f"fails for a restart [{cls}]")
+            self.book.not_blamed(fb, why)
+            return f"{error} ({why})", 0
         if verdict.action == "quarantine":
             blamed = fb.files  # the quarantine query's: only their invalid lines are written
             if which == "main":

@@ -35,7 +35,7 @@ from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import PoisonBook
 from streamops import checkpoint_repair
 from streamops.checkpoint_layout import QUERIES
-from streamops.registry import Pool, resolve_path
+from streamops.registry import Pool, input_dir
 from streamops.run_spec import CommandOutcome, RunSpec
 from streamops.spark_cluster import RUN_MASTER_ENV
 from streamops.store import ledger
@@ -78,7 +78,7 @@ class StageDriver:
         self._configure_logging()
         self.ctx = StageContext(self.sid, deployment_id, self.dep.cores, self.dep.state_partitions,
                                 self.stage.trigger_interval_ms)
-        self.input_dir, self.ckpt = resolve_path(self.stage.source.path), Path(self.dep.checkpoint)
+        self.input_dir, self.ckpt = input_dir(self.stage), Path(self.dep.checkpoint)  # no directory: Kafka
         log.info("action=start cores=%d partitions=%d input=%s checkpoint=%s", self.dep.cores,
                  self.dep.state_partitions, self.input_dir, self.ckpt)
         self.master = os.environ.get(RUN_MASTER_ENV)  # set by a standalone pool's launcher
@@ -100,7 +100,8 @@ class StageDriver:
         self.supervisor = QuerySupervisor(
             self.stage, self.ckpt, PoisonBook(None, self.sid, deployment_id, self.stage.record_schema,
                                               self.stage.max_record_bytes, role=self.dep.role),
-            self.restart, self.agent.stop_requested, fails_alone=self._fails_alone, on_error=self.agent.note_error)
+            self.restart, self.agent.stop_requested, fails_alone=self._fails_alone, on_error=self.agent.note_error,
+            by_file=self.input_dir is not None)
         self.in_driver = InDriverChange(self.spark, self.agent, self.stage, self.ckpt, deployment_id, self.restart,
                                         self.supervisor, self.executor_cores, standalone=bool(self.master))
 
@@ -169,7 +170,7 @@ class StageDriver:
             log.warning("action=start no Operator Manager named in the run's row: this run makes no requests")
         source = self.stage.source
         landing = Landing(self.input_dir, source.landing_quiet_s, source.landing_markers) \
-            if source.kind == "files" else None
+            if source.kind == "files" and self.input_dir is not None else None
         return StageAgent(self.spark, self.ctx, self.input_dir, self.ckpt, periodic=periodic, handlers=handlers,
                           landing=landing)
 

@@ -19,12 +19,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_apps.job_runtime import build_output, ensure_table, shaped, sink_shape, user_sink
-from spark_apps.parse import burn_cpu, parse_records, read_lines, write_sample
+from spark_apps.parse import burn_cpu, parse_records, read_kafka, read_lines, write_sample
+from spark_apps.sink_faults import SINK_FAULTS
 from streamops import jvm_archive
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.sinks import ParquetSink, PostgresUpsertSink, QuarantineSink
 from streamops.checkpoint_layout import QUERIES, ROCKSDB_PROVIDER, query_checkpoint
 from streamops.registry import Stage, resolve_path
+from streamops.sources import KafkaSource
 from streamops.spark_cluster import UI_PORT_ENV
 
 DRIVER_HOST_ENV = "STREAMOPS_DRIVER_HOST"
@@ -89,6 +91,11 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
         "spark.sql.adaptive.enabled": "false",  # not supported in streaming; silences a warning per query
         "spark.driver.memory": "1g",
     }
+    # Spark's Kafka connector, local files (never fetched at run time), on every session: a warm
+    # spare does not know its stage's source yet, and ~10 MB of jars a Kafka-less run never opens.
+    jars = kafka_jars()
+    if jars:
+        conf["spark.jars"] = jars
     # Spark's classes mapped from the venv's class archive (streamops.jvm_archive): a cold driver
     # or executor JVM then starts faster.
     java_options = " ".join(filter(None, [jvm_archive.java_option(), os.environ.get(JAVA_OPTIONS_ENV, "").strip()]))
@@ -126,6 +133,16 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
             "spark.executorEnv.PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT)]),
         })
     return conf
+
+
+def kafka_jars() -> str | None:
+    """`spark.jars` for the Kafka source, or None when `make venv` fetched no connector."""
+    from streamops import kafka_broker
+
+    try:
+        return kafka_broker.spark_jars()
+    except kafka_broker.KafkaBrokerError:
+        return None
 
 
 def build_session(app_name: str, cores: int, state_partitions: int, extra_conf: dict[str, str] | None = None,
@@ -176,8 +193,10 @@ def warm_up_sample(stage: Stage, sample_lines: int = 400) -> list[str]:
 
     from streamops.generator import sample_lines as synthetic
 
-    files = sorted((p for p in resolve_path(stage.source.path).glob("*") if p.is_file() and not p.name.startswith(".")),
-                   key=lambda p: p.stat().st_mtime)[-3:] if stage.record_schema.format != "parquet" else []
+    source = stage.source
+    files = sorted((p for p in resolve_path(source.path).glob("*") if p.is_file() and not p.name.startswith(".")),
+                   key=lambda p: p.stat().st_mtime)[-3:] \
+        if source.kind == "files" and stage.record_schema.format != "parquet" else []
     lines = [ln for p in files for ln in p.read_text(errors="replace").splitlines()][:sample_lines]
     if lines:
         return lines
@@ -200,6 +219,8 @@ def warm_up(spark: SparkSession, stage: Stage, cores: int, partitions: int, samp
         write_sample(spark, stage.record_schema, lines, tmp / "in", files=cores)
         ctx = StageContext(stage_id="warm-up", deployment_id=None, cores=cores, state_partitions=partitions,
                            trigger_interval_ms=stage.trigger_interval_ms)
+        # A sample of files, whatever the source: the parse, the job and the state store warm up
+        # (a Kafka stage's connector loads with its first batch).
         q = start_query("main", spark, stage, ctx, tmp / "in", tmp / "ckpt", available_now=True, discard=True)
         q.awaitTermination(120)
     finally:
@@ -236,66 +257,18 @@ def _paused(sink, pause: Callable[[], float]):
     return paused
 
 
-def _failing(sink):
-    """Fault injector (tests): every batch of this run fails, as a broken new configuration would."""
-
-    def fail(df, batch_id: int) -> None:
-        raise RuntimeError(f"injected fault: batch {batch_id} fails in this run")
-
-    return fail
-
-
-def _negative_counts(sink):
-    """Fault injector (tests): a broken new configuration whose output is wrong but whose batches
-    succeed; only the data-quality gate can catch it."""
-
-    def corrupt(df, batch_id: int) -> None:
-        sink(df.withColumn("value", F.regexp_replace("value", '"count":', '"count":-')), batch_id)
-
-    return corrupt
-
-
-def _slow(sink, seconds: float = 8.0):
-    """Fault injector (tests): every batch takes `seconds` longer than the trigger interval, so
-    batches run back to back (a stage that is behind). The agent stops in the few milliseconds
-    after a commit when one comes within half the stop deadline; batches this long make sure
-    none does, so the stop interrupts one."""
-
-    def slow(df, batch_id: int) -> None:
-        time.sleep(seconds)
-        sink(df, batch_id)
-
-    return slow
-
-
-POISON_MARKER = "POISON"
 QUARANTINE_TRIGGER_FACTOR = 5
 
 
 def files_per_trigger(stage: Stage, which: str) -> int:
     """The quarantine query triggers QUARANTINE_TRIGGER_FACTOR times less often than the main
-    one, so it takes that many times the files per batch: the same files per second, or it
-    falls further behind the main query with every batch of a sustained load (issue 31: more
-    than 10 minutes behind). Its batches stay cheap: a filter, and only the bad lines written."""
-    n = stage.source.max_files_per_trigger
+    one, so it takes that many times the files (a Kafka source: records) per batch: the same
+    input per second, or it falls further behind the main query with every batch of a sustained
+    load (issue 31: more than 10 minutes behind). Its batches stay cheap: a filter, and only the
+    bad lines written."""
+    source = stage.source
+    n = source.max_offsets_per_trigger if source.kind == "kafka" else source.max_files_per_trigger
     return n * QUARANTINE_TRIGGER_FACTOR if which == "quarantine" else n
-
-
-def _poison_on_marker(sink):
-    """Fault injector (tests): an output row whose key holds the word POISON carries a value
-    PostgreSQL refuses (not JSON), every time it is run: a record that deterministically breaks
-    the sink, as a NUL byte once did. Only the partition holding that key fails, in the executor,
-    after the batch's other partitions wrote theirs."""
-
-    def poison(df, batch_id: int) -> None:
-        sink(df.withColumn("value", F.when(F.col("key").contains(POISON_MARKER), F.lit("{not json"))
-                           .otherwise(F.col("value"))), batch_id)
-
-    return poison
-
-
-SINK_FAULTS = {"fail_batches": _failing, "slow_batches": _slow, "negative_counts": _negative_counts,
-               "poison_marker": _poison_on_marker}
 
 
 def fails_alone(spark: SparkSession, stage: Stage, ctx: StageContext, files: tuple[str, ...],
@@ -306,7 +279,7 @@ def fails_alone(spark: SparkSession, stage: Stage, ctx: StageContext, files: tup
     PostgreSQL sink has a dry run; other sinks answer None (the whole batch is quarantined)."""
     from streamops.agent.poison import error_signature
 
-    if stage.sink.kind != "postgres":
+    if stage.sink.kind != "postgres" or stage.source.kind != "files":
         return None
     lines = read_lines(spark, stage.record_schema, list(files), streaming=False)
     records = parse_records(lines, stage.record_schema, stage.max_record_bytes, None)
@@ -326,7 +299,7 @@ def start_stage_queries(
     spark: SparkSession,
     stage: Stage,
     ctx: StageContext,
-    input_dir: Path,
+    input_dir: Path | None,
     checkpoint: Path,
     *,
     exclude_files: dict[str, list[str]] | None = None,
@@ -344,7 +317,7 @@ def start_query(
     spark: SparkSession,
     stage: Stage,
     ctx: StageContext,
-    input_dir: Path,
+    input_dir: Path | None,
     checkpoint: Path,
     *,
     on_commit: Callable[[SinkStats], None] | None = None,
@@ -358,7 +331,8 @@ def start_query(
     hold_until: threading.Event | None = None,
 ) -> StreamingQuery:
     """Start one of the stage's queries: `main` (parse → the job → idempotent sink) or
-    `quarantine` (the lines that are not records → `quarantine`). `available_now` drains the
+    `quarantine` (the lines that are not records → `quarantine`), over the files of `input_dir`,
+    or (None) the stage's Kafka topic. `available_now` drains the
     input and stops (tests). `once` runs a single batch and stops: after an interrupted stop,
     that batch is the pending one (offsets/N without commits/N). `abort` (the agent's stop
     request) cuts short the sinks' retries while the database is away. `hold_until` (the
@@ -366,9 +340,13 @@ def start_query(
     most QUARANTINE_HOLD_TRIGGERS of its own trigger intervals, so that the two first batches of
     a run do not share a cold executor's cores."""
     spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
-    Path(input_dir).mkdir(parents=True, exist_ok=True)
-    lines = read_lines(spark, stage.record_schema, str(input_dir), streaming=True,
-                       max_files=files_per_trigger(stage, which))
+    if input_dir is None:  # the stage's Kafka topic
+        assert isinstance(stage.source, KafkaSource), "only a Kafka stage runs without an input directory"
+        lines = read_kafka(spark, stage.source, files_per_trigger(stage, which))
+    else:
+        Path(input_dir).mkdir(parents=True, exist_ok=True)
+        lines = read_lines(spark, stage.record_schema, str(input_dir), streaming=True,
+                           max_files=files_per_trigger(stage, which))
     records = parse_records(lines, stage.record_schema, stage.max_record_bytes, exclude_files)
 
     def trigger(writer, interval_ms: int = ctx.trigger_interval_ms):

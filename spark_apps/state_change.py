@@ -16,7 +16,7 @@ from streamops import checkpoint_layout as checkpoint
 from streamops.agent.agent import StageAgent
 from streamops.agent.metrics import StageContext
 from streamops.checkpoint_layout import QUERIES
-from streamops.registry import Stage, resolve_path
+from streamops.registry import Stage, input_dir
 from streamops.run_spec import CommandOutcome, RepartitionArgs
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
@@ -29,7 +29,7 @@ def stamp(reconfiguration_id: int, phase: str) -> None:
     log.info("action=reconfigure phase=%s reconfiguration=%d", phase, reconfiguration_id)
 
 
-def finish_pending_batch(spark, stage: Stage, ctx: StageContext, input_dir: Path, ckpt: Path, agent,
+def finish_pending_batch(spark, stage: Stage, ctx: StageContext, input_dir: Path | None, ckpt: Path, agent,
                          excluded: dict[str, list[str]] | None = None) -> bool:
     """Run the batch an interrupted stop left planned but uncommitted (offsets/N without
     commits/N), with the checkpoint's old layout, and stop. The repartitioner refuses such a
@@ -73,7 +73,7 @@ def prepare_state(spark, stage: Stage, ctx: StageContext, ckpt: Path, agent, exc
     batch an interrupted stop left pending (the repartitioner refuses it), repartition, and stamp
     `state_ready` on the reconfiguration. Returns the repartition's seconds, or None."""
     if checkpoint.state_partitions(ckpt) not in (None, partitions):
-        finish_pending_batch(spark, stage, ctx, resolve_path(stage.source.path), ckpt, agent, excluded)
+        finish_pending_batch(spark, stage, ctx, input_dir(stage), ckpt, agent, excluded)
     took = repartition_offline(spark, stage, ckpt, partitions)
     if reconfiguration_id:
         stamp(reconfiguration_id, "state_ready")

@@ -30,8 +30,11 @@ class CheckpointUnreadable(ValueError):
 def read_entry(path: Path) -> list[str]:
     """The lines of a log entry (`offsets/N`, `commits/N`, `sources/0/N`, ...) after its version
     line ("v1"), unparsed. FileNotFoundError is the caller's to handle."""
+    data = Path(path).read_bytes()
+    if data[:1] == b"\0":  # Kafka's initial offsets (sources/0/0) start with a zero byte (SPARK-19517)
+        data = data[1:]
     try:
-        lines = Path(path).read_bytes().decode("utf-8").split("\n")
+        lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError as e:
         raise CheckpointUnreadable(path, f"not UTF-8: {e.reason}") from e
     if not re.fullmatch(r"v\d+", lines[0]):
@@ -86,7 +89,8 @@ def batch_files(ckpt: Path, batch_id: int) -> list[str]:
         if not path.is_file() or (path.name.endswith(".compact") and int(path.name.split(".")[0]) < batch_id):
             continue
         entries = [parse(path, line) for line in read_entry(path)]
-        files = [e["path"] for e in entries if e.get("batchId", batch_id) == batch_id]
+        # A Kafka source's entry holds its first offsets, not files.
+        files = [e["path"] for e in entries if "path" in e and e.get("batchId", batch_id) == batch_id]
         if files:
             return [re.sub(r"^file:(//)?", "", f) for f in files]
     return []
@@ -116,7 +120,7 @@ def has_state(ckpt: Path) -> bool:
 # -- the file source's log: what the query has taken -----------------------------------------------
 @dataclass(frozen=True)
 class Backlog:
-    files: int
+    files: int | None  # None: a source without files (Kafka)
     rows: int | None
 
 

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 import psutil
 from sqlalchemy import Connection
 
-from streamops.analyze.stats import StageStats
+from streamops.analyze.stats import StageStats, useful_cores
 from streamops.forecast_pass import with_forecasts
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.change import Current, StageNow, grant_refusal
@@ -80,6 +80,7 @@ def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: st
             backlog_rows=r["backlog_rows"], backlog_growth_rps=r["backlog_growth_rps"],
             latency_p95_ms=r["latency_p95_ms"], state_bytes=r["state_bytes"],
             extra={"latency_avg_p95_ms": r["latency_avg_p95_ms"]},
+            max_useful_cores=useful_cores(r["source_partitions"], r["min_partitions"]),
         ),
         r["policy"] or {},
     ) for r in rows])

@@ -157,20 +157,24 @@ def _credentials() -> dict[str, str]:
     return json.loads(path.read_text())
 
 
-def client_settings() -> ClientSettings:
-    """`$STREAMOPS_KAFKA_BOOTSTRAP`'s cluster, else the embedded broker (recorded by `up`)."""
-    external = os.environ.get(BOOTSTRAP_ENV, "").strip()
+def client_settings(bootstrap: str | None = None) -> ClientSettings:
+    """`bootstrap`'s cluster (a stage's `source.bootstrap_servers`), else `$STREAMOPS_KAFKA_BOOTSTRAP`'s,
+    else the embedded broker (recorded by `up`). An external cluster's credentials come from the
+    environment."""
+    if bootstrap and (named := load_record()) is not None and bootstrap.strip() == named.bootstrap:
+        bootstrap = None  # the embedded broker named by its address: its own credentials
+    external = (bootstrap or os.environ.get(BOOTSTRAP_ENV, "")).strip()
     if external:
         user, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
         if os.environ.get(CREDENTIALS_ENV):
             creds = json.loads(Path(os.environ[CREDENTIALS_ENV]).read_text())
             user, password = creds["username"], creds["password"]
         return ClientSettings(external, user or None, password)
-    b = load_record()
-    if b is None:
+    embedded = load_record()
+    if embedded is None:
         raise KafkaBrokerError(f"no Kafka broker: run `streamops kafka up`, or set {BOOTSTRAP_ENV}=host:port")
     creds = _credentials()
-    return ClientSettings(b.bootstrap, creds["username"], creds["password"])
+    return ClientSettings(embedded.bootstrap, creds["username"], creds["password"])
 
 
 def _java() -> str:

@@ -289,6 +289,11 @@ def resolve_path(p: str) -> Path:
     return path if path.is_absolute() else data_dir() / path
 
 
+def input_dir(stage: Stage) -> Path | None:
+    """A file source's directory; None for a Kafka topic, which has none."""
+    return resolve_path(stage.source.path) if isinstance(stage.source, FileSource) else None
+
+
 # One rule for every name that becomes part of a stage id, a checkpoint path or a replica's role
 # suffix: `x.quarantine` or `x@replica-1` as a stage would share another stage's checkpoint.
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")

@@ -4,11 +4,12 @@ field (`app 'taxi', stage 'top10', field 'cores.min': ...`), and all of them com
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from pydantic import ValidationError
 
 
-def _where(loc: tuple) -> str:
+def _where(loc: tuple[Any, ...]) -> str:
     """('apps', 'taxi', 'stages', 'top10', 'cores', 'min') → "app 'taxi', stage 'top10', field 'cores.min'"."""
     parts, rest = [], list(loc)
     if rest[:1] == ["apps"] and len(rest) >= 2:
@@ -39,7 +40,7 @@ def validation_problems(e: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def without_what_failed(data: dict, e: ValidationError) -> dict | None:
+def without_what_failed(data: dict[str, Any], e: ValidationError) -> dict[str, Any] | None:
     """The registry minus what a validation error points at (an unknown field is dropped, a stage
     with another error is left out), so the cross-checks still judge the rest and every problem
     is reported at once; None when an error is outside a stage."""

@@ -25,7 +25,7 @@ class RunSpec(BaseModel):
     spec: Stage = Field(description="the stage as apps.yaml declared it when the run was admitted")
     pool: Pool
     reconfiguration_id: int | None = Field(default=None, description="the reconfiguration this run realizes")
-    fault: str | None = Field(default=None, description="a test's sink fault (stage.SINK_FAULTS)")
+    fault: str | None = Field(default=None, description="a test's sink fault (sink_faults.SINK_FAULTS)")
     speculation: dict[str, str] | None = Field(default=None, description="Spark speculation conf (HA stages)")
     warm_up: bool = Field(default=True, description="run the query once over a sample before the real one")
     operator_manager: str | None = Field(default=None, description="module:function the driver asks every period")

@@ -62,7 +62,22 @@ class FileSource(_Records):
 
 
 class KafkaSource(_Records):
-    # Not read by stages yet (issue 45); the connector's jars: streamops.kafka_broker.spark_jars().
+    """A Kafka topic: each record's value is one line of the declared format, judged by check_line;
+    a bad one's locator is `topic/partition/offset`. The connector's jars: kafka_broker.spark_jars()."""
+
     kind: Literal["kafka"]
-    bootstrap_servers: str
-    topic: str
+    topic: str = Field(min_length=1, description="the topic the stage subscribes to")
+    bootstrap_servers: str | None = Field(default=None, description=(
+        "host:port[,...]; default: $STREAMOPS_KAFKA_BOOTSTRAP, else the embedded broker (with its SCRAM "
+        "credentials: streamops.kafka_broker.client_settings)"))
+    starting_offsets: Literal["earliest", "latest"] = Field(default="earliest", description=(
+        "where a new checkpoint starts; a restart resumes from the checkpoint's offsets"))
+    max_offsets_per_trigger: int = Field(default=10_000, ge=1, description="batch size cap, in records")
+    min_partitions: int | None = Field(default=None, ge=1, description=(
+        "split the topic's partitions into at least this many Spark tasks (default: one task a partition)"))
+
+    @model_validator(mode="after")
+    def _records_not_files(self) -> KafkaSource:
+        if self.format == "parquet":
+            raise ValueError("format: parquet is a format of files; a Kafka record's value is json, csv or text")
+        return self

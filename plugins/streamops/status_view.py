@@ -33,7 +33,8 @@ COLUMNS = [
     Column("parts", "right", 4, "parts: state partitions (key groups: the most cores it can use)"),
     Column("p95 ms", "right", 1, "p95 ms: latency of the latest batch with input in the last minute (idle: none)"),
     Column("in/s", "right", 2, "in/s, out/s: rows per second over the last minute"),
-    Column("backlog", "right", 2, "backlog: input files not yet read (q N: the quarantine query's, when behind)"),
+    Column("backlog", "right", 2, "backlog: input files not yet read (q N: the quarantine query's, when behind); "
+                                  "N rec: a Kafka stage's lag"),
     Column("beat", "right", 3, "beat: heartbeat age"),
     Column("fail 24h", "right", 3, "fail 24h: failures handled in the last day"),
     Column("plan", "left", 4, "plan: granted or deferred reconfiguration"),
@@ -57,6 +58,8 @@ def _backlog(r) -> str:
     """The main query's backlog, and the quarantine query's when it is further behind: a stage
     whose side query lags has lines not yet checked, and `status` must not say 0 then."""
     main, side = r.backlog_files, getattr(r, "quarantine_backlog_files", None)
+    if main is None and getattr(r, "backlog_rows", None) is not None:  # a Kafka stage: its lag in records
+        return f"{r.backlog_rows} rec"
     if side is not None and side > (main or 0):
         return f"{_fmt(main)} (q {side})"
     return _fmt(main)

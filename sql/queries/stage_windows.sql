@@ -22,6 +22,7 @@ WITH live AS (
 ),
 params AS (
     SELECT l.*, s.app, s.min_cores, s.max_cores, s.spec -> 'policy' AS policy,
+           CAST(s.spec -> 'source' ->> 'min_partitions' AS integer) AS min_partitions,
            COALESCE((s.spec -> 'policy' -> 'params' ->> 'window_s')::float8, :window_s) AS window_s,
            COALESCE((s.spec -> 'policy' -> 'params' ->> 'stabilization_s')::float8, :stab_s) AS stab_s
     FROM live l JOIN stages s USING (stage_id)
@@ -58,9 +59,12 @@ agg AS (
     GROUP BY b.stage_id
 )
 SELECT b.stage_id, b.app, b.pool, b.cores, b.min_cores, b.max_cores, b.state_partitions, b.policy,
+       -- a Kafka stage's partitions, as its driver last reported them (NULL for files)
+       b.min_partitions, CAST(h.info ->> 'source_partitions' AS integer) AS source_partitions,
        GREATEST(0, EXTRACT(EPOCH FROM CAST(:now AS timestamptz) - b.since))::float8 AS span_s,
        COALESCE(a.batches, 0) AS batches, COALESCE(a.input_rows, 0) AS input_rows,
        COALESCE(a.busy_ms, 0) AS busy_ms, COALESCE(a.backlog_rows, 0) AS backlog_rows,
        COALESCE(a.backlog_growth_rps, 0)::float8 AS backlog_growth_rps,
        a.latency_p95_ms, a.latency_avg_p95_ms, COALESCE(a.state_bytes, 0) AS state_bytes
 FROM bounds b LEFT JOIN agg a USING (stage_id)
+LEFT JOIN heartbeats h ON h.deployment_id = b.deployment_id

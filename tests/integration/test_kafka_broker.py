@@ -1,24 +1,29 @@
 """The embedded Kafka broker, for real: one KRaft JVM started in the session's home and shared
 by the module, clients through confluent-kafka with the generated SCRAM credentials, Spark's
-connector (the jars `make venv` fetched) reading it in a stateful query. No PostgreSQL."""
+connector (the jars `make venv` fetched) read by a stage's driver, exactly once through poison
+messages and a kill -9 (that one test is `db`; the others need no PostgreSQL)."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import stat
-import subprocess
-import sys
+import threading
 import time
 import uuid
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psutil
 import pytest
 
+from sqlalchemy import text
+
 from streamops import kafka_broker
-from streamops.paths import REPO_ROOT
+from streamops.generator import SCHEMAS, sample_lines
+from streamops.records import check_line
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaException, Producer  # noqa: E402
@@ -159,27 +164,137 @@ def test_an_external_cluster_wins(monkeypatch, tmp_path):
     assert kafka_broker.client_settings().librdkafka()["sasl.username"] == "file-user"
 
 
-def _count_query(topic: str, checkpoint: Path, total: int) -> dict:
-    path = os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": path}
-    res = subprocess.run([sys.executable, str(Path(__file__).with_name("kafka_count_query.py")), topic,
-                          str(checkpoint), str(total)], capture_output=True, text=True, timeout=300, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+class TopicFeeder:
+    """Valid web records with keys (their ids) into `topic` until stopped, 20 every 0.2 s; the
+    partitioner spreads the keys over the topic's partitions."""
+
+    def __init__(self, topic: str, seed: int = 7):
+        self.topic, self.rng, self.sent = topic, random.Random(seed), 0
+        self.stop = threading.Event()
+        self.producer = Producer(_conf())
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def send(self, key: bytes, value: bytes | None) -> None:
+        self.producer.produce(self.topic, key=key, value=value)
+        self.sent += 1
+
+    def _run(self) -> None:
+        schema = SCHEMAS["web"]
+        while not self.stop.wait(0.2):
+            now = datetime.now(timezone.utc)
+            for line in sample_lines(schema, 20, rng=self.rng, ts_from=now - timedelta(seconds=5), ts_to=now):
+                self.send(json.loads(line)["id"].encode(), line.encode())
+            self.producer.poll(0)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(10)
+        assert self.producer.flush(30) == 0, "records left unsent"
+
+
+def _read_topic(topic: str, total: int, timeout_s: float = 60) -> list:
+    """Every message of the topic, read by a client of its own: the oracle's input."""
+    c = Consumer({**_conf(), "group.id": f"oracle-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < total and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got.append(m)
+    finally:
+        c.close()
+    assert len(got) == total, f"read {len(got)} of the topic's {total} messages"
+    return got
+
+
+def _commits(engine, sid: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"),
+                            {"s": sid}).scalar_one()
+
+
+def _quarantine(engine, sid: str) -> dict[str, tuple[str, str]]:
+    with engine.connect() as conn:
+        return {r.source_file: (r.reason_kind, r.reason) for r in conn.execute(
+            text("SELECT source_file, reason_kind, reason FROM quarantine WHERE stage_id = :s"), {"s": sid})}
+
+
+MAX_BYTES = 1024
+POISON = [(b"p-utf8", b'{"id": "x1", "words": "\xff\xfe"}'),
+          (b"p-type", b'{"id": "x2", "ip": "1.2.3.4", "url": "/", "user": "u", "words": 12345, '
+                      b'"ts": "2026-01-01T00:00:00Z", "status": 200}'),
+          (b"p-large", b'{"id": "x3", "words": "' + b"w " * 700 + b'"}'),
+          (b"p-null", None)]
 
 
 @pytest.mark.e2e
-def test_spark_counts_a_topic_through_the_connector_with_rocksdb_state(broker, tmp_path):
-    """pyspark 4.3.0 with the 4.2.0 connector (`spark.jars`, local files): a stateful count over
-    several batches, then a restart from the checkpoint that resumes its offsets and state."""
+@pytest.mark.db
+def test_a_kafka_stage_counts_exactly_once_through_poison_and_a_driver_kill(broker, clean_db):
+    """A wordcount stage over a 2-partition topic fed with keys, poison messages among them, a
+    kill -9 of its driver mid-stream and a restart from the checkpoint: the sink equals an
+    oracle that reads the topic with its own client and applies check_line and the job's rule,
+    and the quarantine holds each poison message once, by `topic/partition/offset`. The
+    connector (`spark.jars`, local files) is pyspark 4.3.0's 4.2.0 one."""
+    from streamops import registry
+    from streamops.execute import stages
+    from streamops.store import ledger
+    from tests.demo_jobs import demo_job
+    from tests.integration.test_e2e_stage import eventually
+    from tests.oracles import actual, expected
+
     topic = _topic(partitions=2)
-    _produce(topic, [("abc"[i % 3], f"v{i}") for i in range(300)], partitions=2)
-    first = _count_query(topic, tmp_path / "ckpt", 300)
-    assert first["counts"] == {"a": 100, "b": 100, "c": 100}
-    assert len(first["batches"]) >= 3 and sum(first["batches"]) == 300, first["batches"]
-    assert first["rocksdb_metrics"], "the RocksDB state store reported no metrics"
-    _produce(topic, [("ad"[i % 2], f"w{i}") for i in range(150)], partitions=2)
-    second = _count_query(topic, tmp_path / "ckpt", 450)
-    print(f"first run: {first}\nafter a restart from the checkpoint: {second}")
-    assert second["counts"] == {"a": 175, "b": 100, "c": 100, "d": 75}, "state or offsets not resumed"
-    assert sum(second["batches"]) == 150, second["batches"]
+    stage = {**demo_job("wordcount", {"kind": "kafka", "topic": topic, "max_offsets_per_trigger": 1000,
+                                      "max_record_bytes": MAX_BYTES}),
+             "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p"}
+    reg = registry.parse({"pools": {"p": {"cores": 2, "spark_ui": False}},
+                          "apps": {"k": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *",
+                                                                                   "duration_min": 30},
+                                         "stages": {"wc": stage}}}})
+    sid, started = "k.wc", time.monotonic()
+    phases: list[str] = []
+
+    def phase(what: str) -> None:
+        phases.append(f"{what} {time.monotonic() - started:.1f}s")
+
+    with TopicFeeder(topic) as feeder:
+        run = stages.start_stage(sid, reg, warm_up=False)
+        eventually(lambda: _commits(clean_db, sid) >= 1, 120, "a first commit")
+        phase("first commit")
+        for key, value in POISON:
+            feeder.send(key, value)
+        eventually(lambda: _commits(clean_db, sid) >= 3, 120, "three committed batches")
+        os.killpg(run.pid, signal.SIGKILL)
+        eventually(lambda: not stages.is_alive(ledger.deployment(run.deployment_id)), 30, "the driver to die")
+        phase("killed")
+        killed_at = _commits(clean_db, sid)
+        run = stages.start_stage(sid, reg, warm_up=False)
+        eventually(lambda: _commits(clean_db, sid) >= killed_at + 2, 120, "the stream going on after the kill")
+        phase("two commits after the restart")
+    messages = _read_topic(topic, feeder.sent)
+    schema = reg.apps["k"].stages["wc"].record_schema
+    verdicts = [(m, check_line(schema, m.value() or b"", MAX_BYTES)) for m in messages]
+    want = expected("wordcount", [v.record for _, v in verdicts if v.valid])
+    bad = {f"{topic}/{m.partition()}/{m.offset()}": v.kind for m, v in verdicts if not v.valid}
+    try:
+        eventually(lambda: actual(clean_db, sid, "wordcount") == want, 90, "the sink to equal the oracle")
+        phase("sink = oracle")
+        eventually(lambda: {k: kind for k, (kind, _) in _quarantine(clean_db, sid).items()} == bad, 60,
+                   "every poison message quarantined by its locator")
+    except AssertionError:
+        print(Path(run.log_path).read_text()[-6000:])
+        raise
+    finally:
+        stages.stop_stage(sid, reg, deadline_s=30)
+    assert sorted(bad.values()) == ["empty line", "invalid UTF-8", "too large", "wrong type"], bad
+    assert {m.partition() for m in messages} == {0, 1}, "the keys reached both partitions"
+    quarantined = _quarantine(clean_db, sid)
+    assert all(reason.startswith(kind) for kind, reason in quarantined.values()), quarantined
+    print(f"{len(messages)} messages ({len(bad)} poison), {sum(want.values())} words in {len(want)} keys, "
+          f"{_commits(clean_db, sid)} commits; {', '.join(phases)}")

@@ -42,6 +42,16 @@ def test_an_unknown_figure_is_an_absent_sample_not_a_zero():
     assert values["streamops_stage_cores"] == {key: 2.0}
     for name in ("backlog_rows", "latency_p95_seconds", "heartbeat_age_seconds", "input_rows_per_second"):
         assert f"streamops_stage_{name}" not in values
+    assert "streamops_source_lag_records" not in values, "a file stage (or a row without the column) has no lag"
+
+
+def test_a_kafka_stage_s_lag_is_its_own_gauge():
+    run = Row(app="a", stage="s", role="primary", running=True, cores=1, executors=None, backlog_rows=420,
+              backlog_files=None, input_rps=10.0, latency_p95_s=1.0, heartbeat_age_s=1.0, source_lag_records=420)
+    values = _parse(prometheus.families(prometheus.Snapshot(since=SINCE, runs=[run])))
+    key = (("app", "a"), ("role", "primary"), ("stage", "s"))
+    assert values["streamops_source_lag_records"] == {key: 420.0}
+    assert values["streamops_stage_backlog_rows"] == {key: 420.0}
 
 
 def test_histogram_buckets_come_from_the_rows_sorted_with_inf_as_the_count():

@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from streamops.agent.fencing import exit_fenced
 from streamops.agent.input_watch import InputAudit, Landing
+from streamops.agent.kafka_lag import TopicBacklog
 from streamops.agent.metrics import SinkStats, StageContext, progress_to_metrics, state_operators
 from streamops.agent.writer import BufferedWriter
 from streamops.run_spec import CommandOutcome, StopArgs, command_args
@@ -73,7 +74,7 @@ class StageAgent:
         self,
         spark: SparkSession,
         ctx: StageContext,
-        input_dir: Path,
+        input_dir: Path | None,
         checkpoint: Path,
         engine: Engine | None = None,
         heartbeat_s: float = 5.0,
@@ -94,14 +95,18 @@ class StageAgent:
         self.handlers = handlers or {}
         self.main_query_name = ctx.stage_id
         self.checkpoint = Path(checkpoint)
-        self.backlog = FileSourceBacklog(input_dir, checkpoint)
-        self.quarantine_backlog = FileSourceBacklog(input_dir, quarantine_checkpoint(checkpoint))
+        # No input directory: a Kafka topic, whose backlog is its lag, from the query's progress.
+        self.topic = TopicBacklog() if input_dir is None else None
+        self.backlog: FileSourceBacklog | TopicBacklog = self.topic or FileSourceBacklog(input_dir, checkpoint)
+        self.quarantine_backlog = None if input_dir is None else \
+            FileSourceBacklog(input_dir, quarantine_checkpoint(checkpoint))
         # Progress, for the supervisor's liveness check: the last commit, or the last time the
         # database came back (a sink waiting out an outage is not stuck).
         self._progress_mono = time.monotonic()
         self.last_error: str | None = None  # a query's failure since the last commit (note_error)
         self.landing = landing  # moves complete files from <input>/_landing/ into the source
-        self.audit, self.audit_s = InputAudit(input_dir, checkpoint), audit_s
+        self.audit = None if input_dir is None else InputAudit(input_dir, checkpoint)
+        self.audit_s = audit_s
         self.writer = BufferedWriter(self.engine, ctx.stage_id)
         self.listener = _listener_class()(self)
         self.stop_requested = threading.Event()
@@ -128,7 +133,9 @@ class StageAgent:
         if self.ctx.deployment_id is None:  # an in-process run (tests): no run row to beat for or command
             return
         loops = [(self._heartbeat_loop, "heartbeat"), (self._command_loop, "commands")]
-        periodic = list(self.periodic) + [("input audit", self.audit_s, self._audit_input)]
+        periodic = list(self.periodic)
+        if self.audit is not None:
+            periodic.append(("input audit", self.audit_s, self._audit_input))
         if self.landing is not None:
             periodic.append(("landing", 1.0, self.landing.move_ready))
         loops += [(lambda name=name, period=period, fn=fn: self._every(name, period, fn), name)
@@ -262,6 +269,7 @@ class StageAgent:
     def on_progress(self, progress: dict[str, Any]) -> None:
         batch_id = int(progress["batchId"])
         rows = int(progress.get("numInputRows") or 0)
+        lag = self.topic.update(progress) if self.topic is not None else None
         seen = self.backlog.seen()
         # the batch's own files (its source log entry), else those logged since the last progress
         files = self.backlog.files_of(batch_id) or (seen - self._seen_files)
@@ -270,16 +278,15 @@ class StageAgent:
             self._rows_per_file = per_file if self._rows_per_file is None \
                 else 0.8 * self._rows_per_file + 0.2 * per_file
         self._seen_files = seen
-        row = progress_to_metrics(
-            progress, self.ctx, self._sink_stats.pop(batch_id, None), self.backlog.measure(self._rows_per_file)
-        )
+        row = progress_to_metrics(progress, self.ctx, self._sink_stats.pop(batch_id, None),
+                                  self.backlog.measure(self._rows_per_file), lag.as_json() if lag else None)
         self.writer.submit("metrics_insert", row)
         if not self._shape_recorded and (rows or progress.get("stateOperators")):
             self._record_shape(progress)
         self.last_batch_id = batch_id
-        log.info("stage %s: batch %d in=%d rows %.0f ms, p95=%s ms, backlog=%s files",
-                 self.ctx.stage_id, batch_id, rows, row["batch_duration_ms"],
-                 None if row["latency_p95_ms"] is None else round(row["latency_p95_ms"]), row["backlog_files"])
+        log.info("stage %s: batch %d in=%d rows %.0f ms, p95=%s ms, backlog=%s", self.ctx.stage_id, batch_id, rows,
+                 row["batch_duration_ms"], None if row["latency_p95_ms"] is None else round(row["latency_p95_ms"]),
+                 f"{row['backlog_files']} files" if lag is None else f"{lag.records} records (lag)")
 
     def _record_shape(self, progress: dict[str, Any]) -> None:  # the query's stateful operators, once per run
         self._shape_recorded, ops = True, state_operators(progress)
@@ -290,6 +297,7 @@ class StageAgent:
 
     def _audit_input(self) -> None:
         """Input the source did not (fully) read: logged and recorded once each, never silent."""
+        assert self.audit is not None  # scheduled only for a file source
         for a in self.audit.check():
             log.warning("stage %s: action=input-audit kind=%s %s: %s", self.ctx.stage_id, a.kind, a.path, a.detail)
             self.writer.submit("input_anomaly_upsert", {"stage_id": self.ctx.stage_id, "path": a.path, "kind": a.kind,
@@ -309,9 +317,12 @@ class StageAgent:
             "last_batch_id": self.last_batch_id,
             "info": json.dumps({"stop_requested": self.stop_requested.is_set(), "dropped_reports": self.writer.dropped,
                                 "backlog_files": self.backlog.measure().files,
+                                "backlog_rows": self.topic.measure().rows if self.topic is not None else None,
+                                "source_partitions": self.topic.partitions() if self.topic is not None else None,
                                 "since_progress_s": round(time.monotonic() - self._progress_mono, 1),
                                 "last_error": self.last_error,
-                                "quarantine_backlog_files": self.quarantine_backlog.measure().files,
+                                "quarantine_backlog_files": self.quarantine_backlog.measure().files
+                                if self.quarantine_backlog is not None else None,
                                 "executors": self._executors()}),
         }
         # A beat lost in a server crash is said again by the next one: no wait for the WAL flush.

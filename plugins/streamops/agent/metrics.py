@@ -61,7 +61,9 @@ def progress_to_metrics(
     ctx: StageContext,
     sink: SinkStats | None = None,
     backlog: Backlog | None = None,
+    source_lag: str | None = None,
 ) -> dict[str, Any]:
+    """The row; `source_lag` is a Kafka source's lag as JSON (kafka_lag.KafkaLag.as_json)."""
     durations = progress.get("durationMs") or {}
     ops = progress.get("stateOperators") or []
     observed = (progress.get("observedMetrics") or {}).get("input_quality") or {}
@@ -91,6 +93,7 @@ def progress_to_metrics(
         "cores": ctx.cores,
         "state_partitions": ctx.state_partitions,
         "durations": json.dumps(durations),
+        "source_lag": source_lag,
     }
 
 

@@ -37,10 +37,29 @@ class StageStats:
     forecast_rate: float | None = None  # forecast peak input rate (rows/s) over the horizon (analyze.forecast)
     forecast_path: tuple[float, ...] = ()  # the forecast rate per bucket ahead, from the bucket in progress
     forecast_sd: float | None = None  # its spread one bucket ahead (analyze.forecast.innovation_sd)
+    # Tasks the source can feed at once (a Kafka topic's partitions, or source.min_partitions
+    # when it splits them); None: no such bound (files).
+    max_useful_cores: int | None = None
 
     @property
     def input_rate(self) -> float:
         return self.input_rows / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def core_cap(self) -> int:
+        """The most cores a policy may ask for: max_cores, or fewer when the source cannot feed them."""
+        if self.max_useful_cores is None:
+            return self.max_cores
+        return max(self.min_cores, min(self.max_cores, self.max_useful_cores))
+
+
+def useful_cores(source_partitions: int | None, min_partitions: int | None) -> int | None:
+    """Spark tasks a Kafka source reads in: one per partition, or min_partitions when it asks for
+    more (Spark splits the offset ranges); None when the partitions are not known (files, or no
+    batch yet)."""
+    if source_partitions is None:
+        return None
+    return max(source_partitions, min_partitions or 0)
 
 
 def busy_fraction(s: StageStats) -> float:
@@ -61,13 +80,14 @@ def true_rate_per_core(s: StageStats) -> float | None:
 
 def ds2_target(s: StageStats, catch_up_s: float = 60.0, target_utilization: float = 0.7,
                input_rate: float | None = None) -> int:
-    """n* = ceil((input_rate + backlog / catch_up_s) / (rate_per_core × target_utilization)), clamped.
+    """n* = ceil((input_rate + backlog / catch_up_s) / (rate_per_core × target_utilization)), clamped
+    to [min_cores, core_cap].
     `input_rate` replaces the measured one as the demand (a forecast); the rate per core stays measured."""
     rate = true_rate_per_core(s)
     if rate is None:
         return s.cores
     need = _rows_to_serve(s, catch_up_s, input_rate) / (rate * target_utilization)
-    return max(s.min_cores, min(s.max_cores, math.ceil(need - 1e-9)))
+    return max(s.min_cores, min(s.core_cap, math.ceil(need - 1e-9)))
 
 
 def load_ratio(s: StageStats, catch_up_s: float = 60.0, input_rate: float | None = None) -> float:

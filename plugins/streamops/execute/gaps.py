@@ -20,10 +20,30 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 
-from streamops.store import failures
+from streamops.store import db, failures
 from streamops.store import reconfigurations as rstore
 
 log = logging.getLogger("streamops.watchdog")
+
+# A heartbeat's write (a few ms) taking longer than this: the database holds the beats back.
+WRITE_PROBE_S = 1.0
+
+
+def write_gap(limit_s: float = WRITE_PROBE_S) -> str | None:
+    """Why a driver's beat would not be written now (it fails, or takes over `limit_s`), else None.
+    A database slow to write but quick to read (a migration's lock on `heartbeats`, an fsync
+    stall) silences every driver while the silence reads fast: then it proves nothing."""
+    try:
+        took = failures.beat_write_s(limit_s)
+    except db.UNAVAILABLE as e:
+        return f"a write probe failed: {first_line(e)}"
+    return f"a write probe took {took:.1f}s" if took > limit_s else None
+
+
+def first_line(e: BaseException) -> str:
+    """An error in one line: a database error's own message (not SQLAlchemy's statement dump)."""
+    text = str(getattr(e, "orig", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 FLOOR_S = 10.0  # never less: a slow batch or two is not an outage
 # An outage is looked at again this long after it ended: a stage's first commit after it, which

@@ -23,15 +23,13 @@ import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
 from sqlalchemy import Row
 
 from streamops import registry
-from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import stages
-from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, Situation, source_of, \
+from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, Situation, source_behind, \
     wait_first_batch
 from streamops.plan.change import InvalidChange, is_noop, stage_of, validate_change
 from streamops.plan.kinds import MechanismName, Phase, RunStatus
@@ -268,15 +266,18 @@ def _wait_caught_up(ex: Execution, dep: Row) -> int:
     """Wait until the new run has read the input backlog; 0 then, else the files still unread at
     the deadline. A run still behind is not a failure (the load may simply exceed it) but the
     outcome says so: its latency is the catch-up's, not the new configuration's."""
-    backlog = FileSourceBacklog(source_of(dep), Path(dep.checkpoint))
-    if wait_until(lambda: backlog.measure().files <= 1, ex.deadlines.caught_up_s):  # one file may arrive at any moment
+    behind = source_behind(dep)
+    spec = registry.Stage.model_validate(dep.config["spec"]).source
+    # One file may arrive at any moment; a topic's lag, one batch's records.
+    unit, slack = ("records", spec.max_offsets_per_trigger) if spec.kind == "kafka" else ("input files", 1)
+    if wait_until(lambda: (behind() or 0) <= slack, ex.deadlines.caught_up_s):
         ex.stamp(Phase.CAUGHT_UP)
         return 0
-    files = backlog.measure().files
-    log.warning("stage %s: action=catch-up reconfiguration=%d still %d input files behind after %.0fs",
-                ex.stage_id, ex.row.id, files, ex.deadlines.caught_up_s)
-    ex.progress(f"{ex.stage_id}: still {files} input files behind after {ex.deadlines.caught_up_s:.0f}s")
-    return files
+    left = behind() or 0
+    log.warning("stage %s: action=catch-up reconfiguration=%d still %d %s behind after %.0fs",
+                ex.stage_id, ex.row.id, left, unit, ex.deadlines.caught_up_s)
+    ex.progress(f"{ex.stage_id}: still {left} {unit} behind after {ex.deadlines.caught_up_s:.0f}s")
+    return left
 
 
 def realize(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | None = None,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from streamops import checkpoint_repair, processes, registry
+from streamops.analyze.stats import useful_cores
 from streamops.execute.launcher import launcher_for
 from streamops.jobs import CodeBundle, package_code
 from streamops.paths import data_dir
@@ -121,7 +122,17 @@ def current(sid: str) -> Current:
     if row is None:
         return Current()
     ops = tuple(o["operator"] for o in row.state_operators) if row.state_operators is not None else None
-    return Current(row.cores, row.pool, checkpoint.state_partitions(row.checkpoint) if row.checkpoint else None, ops)
+    return Current(row.cores, row.pool, checkpoint.state_partitions(row.checkpoint) if row.checkpoint else None, ops,
+                   _useful_cores(row))
+
+
+def _useful_cores(row) -> int | None:
+    """A Kafka run's bound on useful cores: its topic's partitions as its driver last saw them."""
+    source = (row.config or {}).get("spec", {}).get("source", {})
+    if source.get("kind") != "kafka":
+        return None
+    beat = ledger.beat_source(row.id)
+    return useful_cores(beat.source_partitions if beat else None, source.get("min_partitions"))
 
 
 def restart_cores(last: int | None, st) -> int:

@@ -7,7 +7,7 @@ state) once it is seen stopped for `stopped_s` (0.5 s, two polls: `stops.StopWat
 when its heartbeat is older than `stale_s` (3 × the 5 s beat); a stalled one
 when it beats but has committed nothing for `stall_s` (180 s) while input waits. Silence is
 judged only while the database takes writes: each poll first writes as a beat does (a write probe,
-`watchdog.write_gap`), and a probe that fails or is slow (a lock on `heartbeats`, an fsync stall)
+`gaps.write_gap`), and a probe that fails or is slow (a lock on `heartbeats`, an fsync stall)
 is a database gap, as a failed read is; the probe is made again before a kill. Each failure
 is recovered exactly as the watchdog does it (`watchdog.recover`: the `failures` row first, then
 a restart from the run's own checkpoint under the stage lock), in a thread of its own so that two
@@ -67,7 +67,7 @@ class SupervisorOptions:
     warm_spares: bool = True
     spare_after_s: float = 20.0  # after a start or a recovery, before building a spare (not during catch-up)
     slow_poll_s: float = 5.0  # a poll slower than this: the database stalled (its beats did too)
-    write_probe_s: float = watchdog.WRITE_PROBE_S  # a beat's write slower than this: the database holds beats back
+    write_probe_s: float = gaps.WRITE_PROBE_S  # a beat's write slower than this: the database holds beats back
     gap_floor_s: float = gaps.FLOOR_S  # an output gap (no commit while input waits) is at least this long
 
 
@@ -117,7 +117,7 @@ class Supervisor:
         """One look: note who is alive, hand each new failure to a recovery thread, record output gaps."""
         now = datetime.now(timezone.utc)
         # Before the read: a database that answers reads at once may still hold every beat back.
-        if (gap := watchdog.write_gap(self.opts.write_probe_s)) is not None:
+        if (gap := gaps.write_gap(self.opts.write_probe_s)) is not None:
             self._distrust_heartbeats(gap)
         candidates = failures.watchdog_candidates()
         stopped = self._stops.look(candidates, now)
@@ -264,7 +264,7 @@ class Supervisor:
         try:
             step()
         except Exception as e:
-            error = f"{type(e).__name__}: {watchdog.first_line(e)}"
+            error = f"{type(e).__name__}: {gaps.first_line(e)}"
             now = StepFailure(before.count + 1 if before else 1, error, before.since if before else
                               datetime.now(timezone.utc))
             self.housekeeping_failures[name] = now
@@ -311,7 +311,7 @@ class Supervisor:
         try:
             self.poll()
         except db.UNAVAILABLE as e:  # keep supervising through a database restart
-            self._distrust_heartbeats(f"a poll failed: {watchdog.first_line(e)}")
+            self._distrust_heartbeats(f"a poll failed: {gaps.first_line(e)}")
             return False
         except Exception:
             log.exception("action=poll failed; tried again next poll")

@@ -23,8 +23,9 @@ from datetime import datetime, timedelta, timezone
 
 from streamops import checkpoint_repair, processes, registry, spark_cluster
 from streamops.execute import gaps, mechanisms, reconfigure, replicas, stages, stops
+from streamops.execute.gaps import WRITE_PROBE_S, write_gap
 from streamops.execute.launcher import launcher_for
-from streamops.store import db, failures, ledger
+from streamops.store import failures, ledger
 from streamops.store import reconfigurations as rstore
 
 log = logging.getLogger("streamops.watchdog")
@@ -99,32 +100,17 @@ def stalled_for(beat_info: dict | None, silent_s: float | None, stall_s: float |
     """Seconds without progress while input waits, by the driver's last beat (plus the beat's own
     age), when past `stall_s`; else None. Not while the run is stopping."""
     info = beat_info or {}
-    if not stall_s or info.get("stop_requested") or not info.get("backlog_files") \
+    # input waits: files, or a Kafka stage's lag in records
+    if not stall_s or info.get("stop_requested") or not (info.get("backlog_files") or info.get("backlog_rows")) \
             or info.get("since_progress_s") is None:
         return None
     idle = float(info["since_progress_s"]) + float(silent_s or 0)
     return idle if idle > stall_s else None
 
 
-# A heartbeat's write (a few ms) taking longer than this: the database holds the beats back.
-WRITE_PROBE_S = 1.0
-
-
-def write_gap(limit_s: float = WRITE_PROBE_S) -> str | None:
-    """Why a driver's beat would not be written now (it fails, or takes over `limit_s`), else None.
-    A database slow to write but quick to read (a migration's lock on `heartbeats`, an fsync
-    stall) silences every driver while the silence reads fast: then it proves nothing."""
-    try:
-        took = failures.beat_write_s(limit_s)
-    except db.UNAVAILABLE as e:
-        return f"a write probe failed: {first_line(e)}"
-    return f"a write probe took {took:.1f}s" if took > limit_s else None
-
-
-def first_line(e: BaseException) -> str:
-    """An error in one line: a database error's own message (not SQLAlchemy's statement dump)."""
-    text = str(getattr(e, "orig", None) or e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+def _waiting(info: dict) -> str:
+    files = info.get("backlog_files")
+    return f"{files} input file(s)" if files else f"{info.get('backlog_rows')} record(s) of the topic"
 
 
 def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
@@ -179,7 +165,7 @@ def _failure_of(d, stale_s: float, seen_alive: dict[int, datetime], stall_s: flo
     if d.status == "running" and (idle := stalled_for(d.beat_info, d.silent_s, stall_s)) is not None:
         # from its last progress, as its beat dated it: the stall began there, not at the beat
         return Failure(d.stage_id, d.id, "stalled",
-                       f"no commit for {idle:.0f}s while {d.beat_info['backlog_files']} input file(s) wait "
+                       f"no commit for {idle:.0f}s while {_waiting(d.beat_info)} wait "
                        f"(limit {stall_s:.0f}s)", d.beat_at - timedelta(seconds=float(d.beat_info["since_progress_s"])),
                        d.role)
     if d.status == "failed" and (d.stop_reason or "").startswith(stages.LAUNCH_FAILED):

@@ -35,6 +35,7 @@ class Current:
     pool: str | None = None
     partitions: int | None = None
     state_operators: tuple[str, ...] | None = None  # as its latest run's progress named them
+    max_useful_cores: int | None = None  # tasks its source can feed (a Kafka topic's partitions), if bounded
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,11 @@ def validate_change(reg: StageRegistry, stage_ref: str, action: str, *, cores: i
         return _upgrade(sid, current, cores, partitions, pool)
     if cores is not None and not st.cores.min <= cores <= st.cores.max:
         raise InvalidChange(f"{sid}: cores must be within [{st.cores.min}, {st.cores.max}] (apps.yaml), got {cores}")
+    if cores is not None and current.max_useful_cores is not None and cores > current.max_useful_cores \
+            and cores > (current.cores or 0):
+        raise InvalidChange(f"{sid}: {cores} cores is more than its source can use: it reads in "
+                            f"{current.max_useful_cores} tasks (the topic's partitions, or source.min_partitions "
+                            f"when that splits them); a core beyond them would be idle")
     if partitions is not None:
         _check_partitions(sid, partitions, current)
     if pool is not None and pool not in reg.pools:

@@ -121,12 +121,12 @@ def edf(s: StageStats, opt: OperatorOptions, state: OperatorState,
     saturated scales out first: moving it would keep its n cores, and a migration waits for the
     maintenance window. With `forecast`, S is taken at the forecast demand (`_busy_ahead`)."""
     S, n = _busy_ahead(s, opt), s.cores
-    if s.host_cpu is not None and s.host_cpu > opt.u_max and not (S > opt.s_out and n < s.max_cores):
+    if s.host_cpu is not None and s.host_cpu > opt.u_max and not (S > opt.s_out and n < s.core_cap):
         target = pick_migration_target(ctx.pools, n, ctx.rng)
         if target:
             gain = s.host_cpu - opt.u_max + 0.05
             return [_request(s, MIGRATE, n, gain, ctx, f"U_r {s.host_cpu:.2f} > U_max {opt.u_max}", pool=target)], state
-    if S > opt.s_out and n < s.max_cores:
+    if S > opt.s_out and n < s.core_cap:
         return [_scale_out(s, n + 1, opt, ctx, f"S {S:.2f} > S_out {opt.s_out}")], state
     if n > s.min_cores and n * S / (n - 1) < opt.c * opt.s_out:
         return [_scale_in(s, _give_back(s, opt), ctx,
@@ -149,13 +149,13 @@ def threshold3(s: StageStats, opt: OperatorOptions, state: OperatorState,
                             f"O {score:.0f} < {opt.alarming_threshold - opt.release_hysteresis:.0f}", **snap))
         state = OperatorState(prestaged=False)
     target = max(n + 1, ds2_target(s, opt.catch_up_s, opt.target_utilization, demand))
-    if score > opt.scale_out_threshold and n < s.max_cores:
+    if score > opt.scale_out_threshold and n < s.core_cap:
         # `prestaged` stays set: the grant may be declined, and the release below (or a later
         # scale-out) still owns the staged copy.
-        out.append(_scale_out(s, min(target, s.max_cores), opt, ctx, f"O {score:.0f} > {opt.scale_out_threshold:.0f}",
+        out.append(_scale_out(s, min(target, s.core_cap), opt, ctx, f"O {score:.0f} > {opt.scale_out_threshold:.0f}",
                               mechanism="prestaged" if state.prestaged else None, **snap))
-    elif score > opt.alarming_threshold and n < s.max_cores and not state.prestaged:
-        out.append(_request(s, PRESTAGE, min(target, s.max_cores), 0.0, ctx,
+    elif score > opt.alarming_threshold and n < s.core_cap and not state.prestaged:
+        out.append(_request(s, PRESTAGE, min(target, s.core_cap), 0.0, ctx,
                             f"O {score:.0f} > alarming {opt.alarming_threshold:.0f}", **snap))
         state = OperatorState(prestaged=True)
     elif score < opt.scale_in_threshold and n > s.min_cores and not _forecast_holds(s, opt, n - 1):
@@ -205,7 +205,7 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
     # A second above R_max is the app's, and the chain's stages overload together when the load rises:
     # priced in full by each of them, it would be paid once per stage.
     price = opt.slo_price / max(1, ctx.app_stages)
-    p = plan_cores(s.cores, s.min_cores, s.max_cores, mu, demand, sd, opt.mpc_step_s, opt.mpc_max_utilization,
+    p = plan_cores(s.cores, s.min_cores, s.core_cap, mu, demand, sd, opt.mpc_step_s, opt.mpc_max_utilization,
                    price, change_s, s.backlog_rows)
     snap: dict[str, Any] = {"mpc_target": p.target, "mpc_switch_step": p.switch_step,
                             "expected_above_s": round(p.expected_above_s, 1), "saving_core_s": round(p.saving, 1),

@@ -159,6 +159,9 @@ def families(s: Snapshot, database_up: bool = True, age_s: float | None = None) 
         column = _RUN_COLUMNS.get(name, name)
         out.append(_gauge(f"streamops_stage_{name}", doc, RUN, s.runs, operator.attrgetter(column)))
     out += [
+        _gauge("streamops_source_lag_records", "a Kafka stage's records behind the topic's latest offsets, summed "
+               "over partitions, at the run's latest batch of the last day (its backlog_rows); absent for files",
+               RUN, s.runs, lambda r: getattr(r, "source_lag_records", None)),
         _gauge("streamops_stage_replicas", "the stage's replicas running (its primary and replica-N runs)", STAGE,
                s.stages, lambda r: r.replicas),
         _gauge("streamops_stage_replicas_wanted", "the replicas the stage is to have (stages.replicas)", STAGE,

@@ -71,6 +71,18 @@ def deployment(dep_id: int) -> Row:
     return db.row("deployment_get", id=dep_id)
 
 
+def beat_source(dep_id: int) -> Row | None:
+    """A Kafka run's lag (`backlog_rows`) and topic partitions (`source_partitions`) by its last
+    heartbeat; None without a beat."""
+    return db.row("heartbeat_source", deployment_id=dep_id)
+
+
+def beat_backlog_rows(dep_id: int) -> int | None:
+    """The run's backlog in records by its last heartbeat (a Kafka stage's lag), or None."""
+    r = beat_source(dep_id)
+    return None if r is None else r.backlog_rows
+
+
 def first_commit(dep_id: int, after: datetime | None = None) -> datetime | None:
     """When the run's first batch (after `after`, if given) reached the sink, or None."""
     return db.value("first_commit_of", deployment_id=dep_id, after=after)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from streamops.execute.mechanisms.active_backup import ActiveBackup
 from streamops.execute.mechanisms.execution import Deadlines, Execution, Mechanism, Recovery, Situation, \
-    source_of, wait_first_batch, wait_first_output
+    source_behind, source_of, wait_first_batch, wait_first_output
 from streamops.execute.mechanisms.in_driver import InDriver
 from streamops.execute.mechanisms.live import LiveScale
 from streamops.execute.mechanisms.pause_resume import PauseResume
@@ -25,5 +25,5 @@ from streamops.execute.mechanisms.prestaged import Prestaged
 MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (LiveScale(), InDriver(), PauseResume(), Prestaged(),
                                                          ActiveBackup())}
 
-__all__ = ["MECHANISMS", "Deadlines", "Execution", "Mechanism", "Recovery", "Situation", "source_of",
+__all__ = ["MECHANISMS", "Deadlines", "Execution", "Mechanism", "Recovery", "Situation", "source_behind", "source_of",
            "wait_first_batch", "wait_first_output"]

@@ -57,6 +57,8 @@ class ActiveBackup:
         """The primary keeps serving while the secondary catches up, so waiting costs only cores:
         wait as long as the secondary gains on the primary, up to ACTIVE_BACKUP_MAX_WAIT_FACTOR deadlines."""
         inputs = source_of(new)
+        if inputs is None:  # the secondary's progress is compared by the files its source log took
+            raise RuntimeError("active backup compares the runs' file source logs: not built for a Kafka stage")
         primary_log = FileSourceBacklog(inputs, Path(old.checkpoint))
         secondary_log = FileSourceBacklog(inputs, Path(new.checkpoint))
         started = time.monotonic()

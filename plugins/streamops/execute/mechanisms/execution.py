@@ -129,9 +129,19 @@ class Mechanism(Protocol):
     def recover(self, ex: Execution, live: Row | None) -> Recovery: ...
 
 
-def source_of(dep: Row) -> Path:
-    """The input directory of a run, from the stage spec it was started with."""
-    return registry.resolve_path(registry.Stage.model_validate(dep.config["spec"]).source.path)
+def source_of(dep: Row) -> Path | None:
+    """The input directory of a run, from the stage spec it was started with; None: a Kafka topic."""
+    return registry.input_dir(registry.Stage.model_validate(dep.config["spec"]))
+
+
+def source_behind(dep: Row) -> Callable[[], int | None]:
+    """How far a run is behind its input, asked again on each call: the files it has not taken,
+    or for a Kafka stage the lag in records its driver last reported (None before its first batch)."""
+    inputs = source_of(dep)
+    if inputs is None:
+        return lambda: ledger.beat_backlog_rows(dep.id)
+    backlog = FileSourceBacklog(inputs, Path(dep.checkpoint))
+    return lambda: backlog.measure().files
 
 
 def wait_first_output(dep_id: int, timeout_s: float, who: str = "the new run",
@@ -140,7 +150,7 @@ def wait_first_output(dep_id: int, timeout_s: float, who: str = "the new run",
     it ran healthy on an idle source; whether it committed; None) or (None, False, why not).
     Reconfigurations and the watchdog's restarts both judge a new run by this."""
     dep = ledger.deployment(dep_id)
-    backlog = FileSourceBacklog(source_of(dep), Path(dep.checkpoint))
+    behind = source_behind(dep)
     launcher = stages.launcher_for(dep.master)
     half_time = time.monotonic() + timeout_s / 2
 
@@ -158,7 +168,7 @@ def wait_first_output(dep_id: int, timeout_s: float, who: str = "the new run",
             time.sleep(1)  # let the driver record its own reason
             return None, False, f"{who} (deployment {dep_id}) failed before its first commit: " \
                                 f"{ledger.deployment(dep_id).stop_reason or 'driver exited'}"
-        if d.status == "running" and time.monotonic() > half_time and backlog.measure().files == 0:
+        if d.status == "running" and time.monotonic() > half_time and behind() == 0:
             return d.running_at, False, None  # idle source: nothing to commit, and the run is healthy
         return None
 
