@@ -103,3 +103,36 @@ def test_records_deleted_before_a_stopped_stage_read_them_are_a_data_lost_failur
     finally:
         stages.stop_stage(sid, reg, deadline_s=30)
     print(f"failed with data_lost {failed_in:.1f}s after the first start: {row.detail}")
+
+
+def test_gen_produces_a_traced_rate_to_a_kafka_stages_topic_over_its_partitions(broker, tmp_path, monkeypatch):
+    """`streamops gen` for a Kafka stage: the topic is created with the partitions asked for, each
+    generated line is one message keyed by its record's id (spread over every partition), the count
+    is the trace's, and the garbage share arrives as bad messages that check_line refuses."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from streamops import cli, registry
+    from streamops.records import check_line
+    from tests.demo_jobs import demo_job
+
+    topic = f"gen-{int(time.time() * 1000)}"
+    stage = {**demo_job("wordcount", {"kind": "kafka", "topic": topic}), "pool": "p", "cores": {"initial": 1, "max": 1}}
+    apps = tmp_path / "apps.yaml"
+    apps.write_text(yaml.safe_dump({"pools": {"p": {"cores": 2}}, "apps": {"k": {
+        "r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30}, "stages": {"wc": stage}}}}))
+    monkeypatch.setenv("STREAMOPS_APPS", str(apps))
+    res = CliRunner().invoke(cli.app, ["gen", "k.wc", "--trace", "constant:rate=300", "--duration", "4", "--fast",
+                                       "--garbage", "0.05", "--seed", "3", "--partitions", "3"])
+    assert res.exit_code == 0, res.output
+    messages = _read_topic(topic, 1200)
+    schema = registry.load().stage("k.wc")[2].record_schema
+    valid = [m for m in messages if check_line(schema, m.value(), 1 << 20).valid]
+    bad = len(messages) - len(valid)
+    assert len(AdminClient(_conf()).list_topics(topic, timeout=10).topics[topic].partitions) == 3
+    assert {m.partition() for m in messages} == {0, 1, 2}
+    assert all(m.key() == json.loads(m.value())["id"].encode() for m in valid), "keyed by the record's id"
+    assert "1200 rows (" in res.output and f"({bad} malformed)" in res.output, res.output
+    assert 30 <= bad <= 100, bad  # 5 % of 1 200, give or take the draw
+    per = {p: sum(1 for m in messages if m.partition() == p) for p in range(3)}
+    print(f"1200 messages over 3 partitions {per}, {bad} malformed: {res.output.splitlines()[-1]}")
