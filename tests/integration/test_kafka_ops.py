@@ -1,6 +1,7 @@
 """Kafka stages' operations against a real embedded broker (one for the module): records deleted
 before a stopped stage read them are a `data_lost` failure naming the topic, partitions and
-ranges, never a silent skip."""
+ranges, never a silent skip; `streamops gen` produces to a Kafka stage's topic; the supervisor
+heals a killed broker (`broker_lost`)."""
 
 from __future__ import annotations
 
@@ -136,3 +137,64 @@ def test_gen_produces_a_traced_rate_to_a_kafka_stages_topic_over_its_partitions(
     assert 30 <= bad <= 100, bad  # 5 % of 1 200, give or take the draw
     per = {p: sum(1 for m in messages if m.partition() == p) for p in range(3)}
     print(f"1200 messages over 3 partitions {per}, {bad} malformed: {res.output.splitlines()[-1]}")
+
+
+def _failure(engine, sid: str, kind: str):
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT * FROM failures WHERE stage_id = :s AND kind = :k ORDER BY id DESC LIMIT 1"),
+                            {"s": sid, "k": kind}).first()
+
+
+@pytest.mark.e2e
+@pytest.mark.chaos
+@pytest.mark.db
+def test_the_supervisor_heals_a_killed_broker_under_a_running_stage(broker, clean_db):
+    """kill -9 of the embedded broker under a Kafka stage fed with records: the supervisor's next
+    housekeeping pass restarts it on its port, records one `broker_lost` failure for the stage
+    timed from the pass that last saw the broker alive, and closes it at the stage's first commit
+    after the heal."""
+    import os
+    import signal
+
+    import psutil
+
+    from streamops.execute import stages
+    from streamops.execute.supervisor import Supervisor, SupervisorOptions
+    from tests.integration.test_e2e_stage import eventually
+    from tests.integration.test_kafka_broker import TopicFeeder, _commits
+
+    topic, sid = _topic(partitions=2), "k.wc"
+    reg = _wordcount_stage(topic)
+    sup = Supervisor(reg, SupervisorOptions(warm_spares=False))
+    with TopicFeeder(topic):
+        stages.start_stage(sid, reg, warm_up=False)
+        try:
+            eventually(lambda: _commits(clean_db, sid) >= 1, 150, "a first commit")
+            sup.housekeeping()  # a pass that sees the broker alive
+            before = kafka_broker.load_record()
+            killed_at = datetime.now(timezone.utc)
+            os.kill(before.pid, signal.SIGKILL)
+            psutil.Process(before.pid).wait(10)
+            started = time.monotonic()
+            sup.housekeeping()
+            healed_s = time.monotonic() - started
+            after = kafka_broker.load_record()
+            assert after.pid != before.pid and after.port == before.port and kafka_broker.is_running(after)
+            row = _failure(clean_db, sid, "broker_lost")
+            assert row is not None and row.status == "recovering" and row.detected_by == "supervisor", row
+            assert row.failed_at <= killed_at and str(after.port) in row.detail, row
+            commits = _commits(clean_db, sid)
+
+            def closed():
+                sup.housekeeping()
+                return _failure(clean_db, sid, "broker_lost").status == "recovered"
+
+            eventually(closed, 150, "the broker_lost failure closed at the stage's next commit")
+            assert _commits(clean_db, sid) > commits
+        finally:
+            stages.stop_stage(sid, reg, deadline_s=30)
+    row = _failure(clean_db, sid, "broker_lost")
+    print(f"broker healed in {healed_s:.1f}s on port {after.port}; broker_lost MTTR {row.mttr_ms / 1000:.1f}s "
+          f"(from the last sighting to the stage's first commit after the heal)")
