@@ -35,14 +35,16 @@ def _records(n: int, seed: int) -> list[tuple[str, str]]:
     return [(json.loads(line)["id"], line) for line in lines]
 
 
-def _wordcount_stage(topic: str, **source):
+def _wordcount_stage(topic: str, app: str = "k", **source):
+    """A wordcount stage `app.wc` over `topic`; each test its own app: a stage's checkpoint (in the
+    session's home) holds its topic's offsets."""
     from streamops import registry
     from tests.demo_jobs import demo_job
 
     stage = {**demo_job("wordcount", {"kind": "kafka", "topic": topic, "max_offsets_per_trigger": 1000, **source}),
              "cores": {"initial": 1, "max": 1}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p"}
     return registry.parse({"pools": {"p": {"cores": 2, "spark_ui": False}},
-                           "apps": {"k": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *",
+                           "apps": {app: {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *",
                                                                                     "duration_min": 30},
                                           "stages": {"wc": stage}}}})
 
@@ -165,8 +167,8 @@ def test_the_supervisor_heals_a_killed_broker_under_a_running_stage(broker, clea
     from tests.integration.test_e2e_stage import eventually
     from tests.integration.test_kafka_broker import TopicFeeder, _commits
 
-    topic, sid = _topic(partitions=2), "k.wc"
-    reg = _wordcount_stage(topic)
+    topic, sid = _topic(partitions=2), "h.wc"
+    reg = _wordcount_stage(topic, app="h")
     sup = Supervisor(reg, SupervisorOptions(warm_spares=False))
     with TopicFeeder(topic):
         stages.start_stage(sid, reg, warm_up=False)
