@@ -10,17 +10,21 @@ streamops db up
 # The demo's pools are `embedded`: two workers of 2 cores, one per pool's worth of executors.
 streamops spark up --workers 2 --cores 2
 streamops airflow up
+# The Kafka app's broker, and its topic (`gen --duration 0` creates it with the stage's 4
+# partitions) before its stage subscribes.
+streamops kafka up
+streamops gen clicks.wordcount --duration 0
 echo "Airflow up $(( $(date +%s) - t0 ))s after \`make demo\` started"
 # Failover in seconds (docs/ha.md); Airflow's watchdog is the second line.
 streamops supervise --background
 
 # Deploys run as Airflow DAG runs (in parallel; the JVM start is the slow part).
-for app in taxi hibench; do
+for app in taxi hibench clicks; do
     streamops airflow trigger streamops_deploy --conf "{\"app\": \"$app\"}"
 done
-# The generators start once both stages run: files written during the drivers' JVM start would be
+# The generators start once the stages run: files written during the drivers' JVM start would be
 # a backlog whose first batches miss the SLO for reasons the demo is not about.
-echo "waiting for both stages to run …"
+echo "waiting for the three stages to run …"
 python - "$t0" <<'PY'
 import sys, time
 from sqlalchemy import text
@@ -30,8 +34,8 @@ while time.time() < deadline:
     with db.engine().connect() as c:
         n = c.execute(text("SELECT count(*) FROM deployments d JOIN heartbeats h ON h.deployment_id = d.id "
                            "WHERE d.status = 'running' AND d.role = 'primary' AND h.query_active")).scalar()
-    if n >= 2:
-        print(f"both stages running {time.time() - t0:.0f}s after `make demo` started")
+    if n >= 3:
+        print(f"the three stages running {time.time() - t0:.0f}s after `make demo` started")
         break
     time.sleep(1)
 else:
@@ -39,11 +43,13 @@ else:
 PY
 # Sized to what this 2-core machine sustains next to Airflow (docs/demo.md): taxi ramps from 100
 # to 1 200 rows/s in 18 minutes, which the planner meets with one scale-out; hibench stays
-# within one core.
+# within one core; clicks gets a light, steady stream over its topic's 4 partitions.
 streamops gen taxi.top10 --background --duration 86400 --seed 1 --garbage 0.002 \
     --trace "ramp:start_rate=100,doubling_s=360,max_rate=1200"
 streamops gen hibench.wordcount --background --duration 86400 --seed 2 --garbage 0.002 \
     --trace "diurnal:base=150,peak=400,period_s=900"
+streamops gen clicks.wordcount --background --duration 86400 --seed 3 --garbage 0.002 \
+    --trace "constant:rate=100"
 
 echo
 echo "database: $(streamops db status | tail -1)   (psql it, or query stage_metrics)"

@@ -62,9 +62,9 @@ def read_kafka(spark, source: KafkaSource, max_offsets: int | None = None) -> Da
     reader = spark.readStream.format("kafka")
     options = {**kafka_broker.client_settings(source.bootstrap_servers).spark_options(),
                "subscribe": source.topic, "startingOffsets": source.starting_offsets,
-               # Records deleted by retention before they were read are lost: say so and go on
-               # rather than stop the stage for good (docs/input.md).
-               "failOnDataLoss": "false"}
+               # Records deleted before they were read fail the query (a `data_lost` failure,
+               # agent/data_loss.py) unless the stage chose to skip them (docs/input.md).
+               "failOnDataLoss": str(source.fail_on_data_loss).lower()}
     if max_offsets is not None:
         options["maxOffsetsPerTrigger"] = str(max_offsets)
     if source.min_partitions is not None:

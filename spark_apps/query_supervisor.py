@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from streamops import checkpoint_layout as checkpoint
+from streamops.agent import data_loss
 from streamops.agent.errors import ErrorClass, classify
 from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, isolate
 from streamops.checkpoint_layout import QUERIES, query_checkpoint
@@ -60,6 +61,11 @@ class QuerySupervisor:
         error = error_signature(text)
         self.failures_in_a_row += 1
         backoff_s = min(2 ** self.failures_in_a_row, 30)
+        if cls.kind == "data_lost":  # fails the same way on every retry: the run fails, naming the gap
+            source = self.stage.source
+            why = data_loss.reason(getattr(source, "topic", "?"), getattr(source, "bootstrap_servers", None), text)
+            log.error("action=query-failed query=%s %s", which, why)
+            return why, 0
         if cls.kind == "transient":
             log.warning("action=query-failed query=%s transient (%s), restarting: %s", which, cls.name, error)
             return None, backoff_s

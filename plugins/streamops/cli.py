@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -923,9 +924,12 @@ def gen(stage: Optional[str] = typer.Argument(None, metavar="STAGE", help="app.s
         tick: float = typer.Option(1.0, help="seconds per published file"),
         fast: bool = typer.Option(False, help="write all files at once instead of pacing in real time"),
         background: bool = typer.Option(False, help="detach and log under .streamops/logs"),
+        partitions: Optional[int] = typer.Option(None, min=1, help="a Kafka stage's topic, when gen creates it: its "
+                                                                   "partitions (default: source.partitions, else 4)"),
         stop: bool = typer.Option(False, "--stop", help="stop the background generator of STAGE (none: all of them); "
                                                         "the stages keep running")) -> None:
-    """Write replayable JSON files into a stage's input directory at a rate that follows a trace."""
+    """Write replayable JSON files into a stage's input directory at a rate that follows a trace; for a
+    Kafka stage, produce each line as a message to its topic (keyed by the record's id)."""
     from streamops import generator
 
     if stop:
@@ -950,23 +954,36 @@ def gen(stage: Optional[str] = typer.Argument(None, metavar="STAGE", help="app.s
     if background:
         _spawn_generator(sid, sys.argv)
         return
-    out = registry.resolve_path(st.source.path)
-    _say(f"{sid}: writing {kind} records to {out} ({trace}, {duration:.0f}s, seed {seed})")
+    if st.source.kind == "kafka":
+        from streamops import kafka_broker
+
+        topic = st.source.topic
+        out = registry.resolve_path(f"_kafka/{topic}")  # the manifest: the ground truth, and where a resume goes on
+        conf = {**kafka_broker.client_settings(st.source.bootstrap_servers).librdkafka(), "log_level": 0}
+        n = partitions or st.source.partitions or generator.topic.DEFAULT_PARTITIONS
+        write = functools.partial(generator.produce_to_topic, out, conf, topic, partitions=n)
+        where = f"topic {topic} (created with {n} partitions if missing; manifest {out})"
+    else:
+        out = registry.resolve_path(st.source.path)
+        write, where = functools.partial(generator.generate, out), str(out)
+    _say(f"{sid}: writing {kind} records to {where} ({trace}, {duration:.0f}s, seed {seed})")
 
     def on_tick(entry: dict) -> None:
         if entry["tick"] % 10 == 0:
-            _say(f"{sid}: tick {entry['tick']}: {entry['rows']} rows ({entry['garbage']} malformed) → {entry['file']}")
+            _say(f"{sid}: tick {entry['tick']}: {entry['rows']} rows ({entry['garbage']} malformed) → "
+                 f"{entry.get('topic') or entry['file']}")
 
     stop_event = __import__("threading").Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
     try:
-        summary = generator.generate(out, kind, trace, seed=seed, duration_s=duration, tick_s=tick,
-                                     garbage_fraction=garbage, realtime=not fast, on_tick=on_tick,
-                                     stop_event=stop_event, start=None if not fast else datetime.now(timezone.utc))
+        summary = write(kind, trace, seed=seed, duration_s=duration, tick_s=tick,
+                        garbage_fraction=garbage, realtime=not fast, on_tick=on_tick,
+                        stop_event=stop_event, start=None if not fast else datetime.now(timezone.utc))
     except KeyboardInterrupt:
         _say(f"{sid}: generator interrupted")
         return
-    _say(f"{sid}: {summary.files} files, {summary.rows} rows ({summary.garbage} malformed) in {summary.elapsed:.1f}s")
+    unit = "ticks" if st.source.kind == "kafka" else "files"
+    _say(f"{sid}: {summary.files} {unit}, {summary.rows} rows ({summary.garbage} malformed) in {summary.elapsed:.1f}s")
 
 
 def _spawn_generator(sid: str, argv: list[str]) -> None:

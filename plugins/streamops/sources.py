@@ -73,6 +73,12 @@ class KafkaSource(_Records):
     starting_offsets: Literal["earliest", "latest"] = Field(default="earliest", description=(
         "where a new checkpoint starts; a restart resumes from the checkpoint's offsets"))
     max_offsets_per_trigger: int = Field(default=10_000, ge=1, description="batch size cap, in records")
+    partitions: int | None = Field(default=None, ge=1, description=(
+        "the topic's partitions when `streamops gen` creates it (default 4); an existing topic keeps its own"))
+    fail_on_data_loss: bool = Field(default=True, description=(
+        "records deleted before they were read (retention, delete-records, a recreated topic) fail the run "
+        "with a `data_lost` failure naming the topic, partitions and offset ranges; false: skip them with a "
+        "warning in the driver log (docs/input.md#kafka-records)"))
     min_partitions: int | None = Field(default=None, ge=1, description=(
         "split the topic's partitions into at least this many Spark tasks (default: one task a partition)"))
 

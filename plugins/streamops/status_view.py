@@ -75,8 +75,10 @@ def cells(r) -> tuple[dict[str, str], list[str]]:
     state = f"[{_COLORS.get(r.status, 'dim')}]{r.status}[/]"
     if r.health == "failed":  # the watchdog gave up: say so louder than the last run's state
         state = "[bold red]FAILED[/]"
-        notes.append(f"[bold red]{r.stage_id}[/]: the watchdog gave up ({r.health_reason or 'repeated failures'}); "
-                     f"redeploy it")
+        reason = r.health_reason or "repeated failures"
+        # a reason that names its own way on (data lost) needs no generic advice
+        notes.append(f"[bold red]{r.stage_id}[/]: the watchdog gave up ({reason})"
+                     + ("" if "streamops start" in reason else "; redeploy it"))
     if r.poison_24h:
         notes.append(f"[yellow]{r.stage_id}[/]: {r.poison_24h}")
     if r.input_24h:

@@ -48,9 +48,9 @@ STAGE = ["apps", "taxi", "stages", "top10"]
 
 def test_repo_registry_is_valid():
     reg = registry.load(Path(__file__).resolve().parents[2] / "apps.yaml")
-    assert {"taxi", "hibench"} <= set(reg.apps)
-    for _, _, st in reg.stages():
-        assert st.source.kind == "files"
+    assert {"taxi", "hibench", "clicks"} <= set(reg.apps)
+    assert {st.source.kind for _, _, st in reg.stages()} == {"files", "kafka"}
+    assert reg.apps["clicks"].stages["wordcount"].source.partitions == 4
 
 
 def test_good_registry_loads_frozen_models_with_defaults():

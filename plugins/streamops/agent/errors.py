@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from streamops.agent import data_loss
+
 # SQLSTATE classes and codes of failures that pass: the connection (08), resources such as a full
 # disk or too many connections (53), the operator or a restart (57: admin shutdown, crash
 # shutdown, cannot connect now, a statement timeout), the system (58: I/O), a rolled-back
@@ -56,6 +58,7 @@ INFRA_ERRNOS = (errno.ESTALE, errno.EIO, errno.EROFS, errno.ENOSPC, errno.EDQUOT
 @dataclass(frozen=True)
 class ErrorClass:
     kind: str   # transient (retry in place) | infrastructure (not the data's; a new run may help) | data
+    #             | data_lost (a Kafka source's records deleted before they were read: no retry helps)
     name: str   # the Java class or Spark condition, the SQLSTATE, the text marker, or the Python type
 
     def __str__(self) -> str:
@@ -109,6 +112,8 @@ def _throwables(t: Any, limit: int) -> list[JavaLink]:
 def classify_chain(chain: list[JavaLink]) -> ErrorClass | None:
     """Pure rule: the infrastructure's error in a Java cause chain, or None (no verdict)."""
     for link in chain:
+        if data_loss.is_data_loss(link.condition, ""):
+            return ErrorClass("data_lost", str(link.condition))
         if link.condition and link.condition.split(".")[0] in INFRA_CONDITIONS:
             return ErrorClass("infrastructure", link.condition)
         if any(c in DATA_IO_CLASSES for c in link.classes):
@@ -146,7 +151,7 @@ def is_transient_sqlstate(code: str | None) -> bool:
 
 def is_transient(e: Any) -> bool:
     """True for a failure of the infrastructure: worth a retry, never evidence against the data."""
-    return classify(e).kind != "data"
+    return classify(e).kind in ("transient", "infrastructure")
 
 
 def classify(e: Any) -> ErrorClass:
@@ -171,6 +176,8 @@ def classify(e: Any) -> ErrorClass:
         return ErrorClass("transient" if is_transient_sqlstate(code) else "data", f"SQLSTATE {code}")
     # The fallback where the type is lost (an executor's error reaches the driver as text only).
     text = str(e)
+    if data_loss.is_data_loss(None, text):
+        return ErrorClass("data_lost", data_loss.CONDITION)
     marker = next((m for m in _TRANSIENT_TEXT if m in text), None)
     if marker is not None:
         return ErrorClass("transient", marker)

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from streamops import processes, registry
-from streamops.execute import gaps, housekeeping, replicas, stops, watchdog
+from streamops.execute import broker_heal, gaps, housekeeping, replicas, stops, watchdog
 from streamops.execute.launcher import LocalProcessLauncher, Spare, launcher_for
 from streamops.paths import state_dir
 from streamops.store import db, failures
@@ -252,6 +252,7 @@ class Supervisor:
             ("close-late-failures", lambda: watchdog.close_late_failures(self.progress)),
             ("rotate-logs", self._rotate_logs),
             ("heal-cluster", lambda: watchdog.heal_cluster("supervisor", self.progress)),
+            ("heal-broker", lambda: broker_heal.heal_broker(self.reg, "supervisor", self.progress)),
             *((f"keep {keep!r}", lambda keep=keep: keep(self.progress)) for keep in self.keepers),
             ("replicas", self._reconcile_replicas),
             *((("spares", self.keep_spares),) if self.opts.warm_spares else ()),

@@ -3,7 +3,9 @@
 A run has failed when its driver process is gone while the run is live (`dead_pid`), when it
 is stopped (`stopped`: SIGSTOP or a debugger, seen so by two of the supervisor's polls in a row;
 killed first), when it is alive but has not beaten for `stale_s` (`stale_heartbeat`: killed
-first), or when the driver recorded that a query died (`query_failed`). A stage a reconfiguration is working
+first), or when the driver recorded that a query died (`query_failed`; `data_lost` when its Kafka topic's
+records were deleted before they were read: given up at once, never restarted into the same error). A
+stage a reconfiguration is working
 on is skipped: its executor holds the stage lock and owns the restart (or the rollback).
 
 Every failure is one `failures` row, written before the restart (persist first, then act).
@@ -22,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from streamops import checkpoint_repair, processes, registry, spark_cluster
-from streamops.execute import gaps, mechanisms, reconfigure, replicas, stages, stops
+from streamops.agent import data_loss
+from streamops.execute import broker_heal, gaps, mechanisms, reconfigure, replicas, stages, stops
 from streamops.execute.gaps import WRITE_PROBE_S, write_gap
 from streamops.execute.launcher import launcher_for
 from streamops.store import failures, ledger
@@ -170,6 +173,8 @@ def _failure_of(d, stale_s: float, seen_alive: dict[int, datetime], stall_s: flo
                        d.role)
     if d.status == "failed" and (d.stop_reason or "").startswith(stages.LAUNCH_FAILED):
         return Failure(d.stage_id, d.id, "launch_failed", d.stop_reason, d.stopped_at or d.started_at, d.role)
+    if d.status == "failed" and data_loss.MARKER in (d.stop_reason or ""):
+        return Failure(d.stage_id, d.id, "data_lost", d.stop_reason, d.stopped_at or d.started_at, d.role)
     if d.status == "failed" and not (d.stop_reason or "").startswith("driver process gone"):
         return Failure(d.stage_id, d.id, "query_failed", d.stop_reason or "the driver recorded a failure",
                        d.stopped_at or d.started_at, d.role)
@@ -252,6 +257,11 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     ledger.finish(f.deployment_id, "failed", f"watchdog: {f.detail}")
     if f.given_up is not None:
         return _recorded_only(f, fid, attempts, progress)
+    if f.kind == "data_lost":  # a restart reads the same missing offsets: the way on is the operator's
+        failures.give_up(fid, f.detail)
+        log.error("stage %s: action=give-up failure=%d kind=data_lost: %s", f.stage_id, fid, f.detail)
+        progress(f"{f.who}: {f.detail}")
+        return Recovery(f.stage_id, fid, f.kind, "gave_up", attempts, detail=f.detail)
     if f.role != replicas.PRIMARY and replicas.index(f.role) >= replicas.wanted(f.stage_id):
         # A replica no longer wanted (the redundancy manager gave it back): not restarted; the
         # failure ends with the stage's next output from the others.
@@ -352,6 +362,7 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
     report = WatchdogReport()
     # The embedded cluster first: the stages on it wait for its master and executors.
     report.workers_restarted = heal_cluster("watchdog", progress).workers
+    broker_heal.heal_broker(reg, "watchdog", progress)  # the embedded Kafka broker, as the cluster
     close_late_failures(progress)
     # A crashed executor's `running` reconfiguration first: its rollback may be the recovery.
     report.reconfigurations = reconfigure.resume(reg, progress=progress, statuses=("running",))

@@ -7,6 +7,7 @@
 from .manifest import read_manifest, read_valid_records
 from .records import KINDS, REQUIRED_FIELDS, SCHEMAS, garbage_line, kind_for, make_records, parse_valid, taxi_cell
 from .samples import make_schema_records, sample_lines
+from .topic import produce as produce_to_topic
 from .traces import TRACE_KINDS, Trace, TraceSpec, make_trace, parse_trace
 from .writer import GenerateSummary, Generator, generate
 
@@ -27,6 +28,7 @@ __all__ = [
     "make_trace",
     "parse_trace",
     "parse_valid",
+    "produce_to_topic",
     "read_manifest",
     "read_valid_records",
     "sample_lines",

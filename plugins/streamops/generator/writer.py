@@ -184,7 +184,7 @@ class Generator:
                 entry, payload, new_state = self._build_tick(state, origin)
                 tmp = self._stage(entry["file"], payload)
                 if self.realtime and self._wait_until(paced_from + (k + 1) * self.tick_s):
-                    tmp.unlink(missing_ok=True)  # stopped mid-tick: the tick is never published
+                    self._discard(tmp)  # stopped mid-tick: the tick is never published
                     stopped = True
                     break
                 self._publish(tmp, entry)
@@ -371,7 +371,10 @@ class Generator:
         write_synced(tmp, payload)
         return tmp
 
-    def _publish(self, tmp: Path, entry: dict[str, Any]) -> None:
+    def _discard(self, tmp: Any) -> None:
+        tmp.unlink(missing_ok=True)
+
+    def _publish(self, tmp: Any, entry: dict[str, Any]) -> None:
         os.replace(tmp, self.out_dir / entry["file"])
         fsync_dir(self.out_dir)
         entry["published_at"] = format_ts(epoch_ms_now())
