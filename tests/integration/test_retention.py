@@ -61,7 +61,8 @@ def test_old_runs_heartbeats_and_failures_go_and_what_is_referenced_or_recent_st
         for dep in (old, recent, ended_lately, live):
             conn.execute(text("INSERT INTO heartbeats (deployment_id, stage_id, beat_at, query_active) "
                               "VALUES (:d, 'a.s', now(), true)"), {"d": dep})
-        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, status, requested_by, old_deployment_id) "
+        conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, status, requested_by, "
+                          "old_deployment_id) "
                           "VALUES ('a.s', 'a', 'scale_out', 'pending', 'test', :d)"), {"d": in_change})
         gone_failure = _failure(conn, old_failed, "recovered", "41 days", "40 days", gap_ms=1500.0)
         kept = {_failure(conn, recent, "recovered", "6 days", "5 days", gap_ms=8000.0),
