@@ -150,14 +150,26 @@ class SourceLog:
         base = max((b for b, n in by_batch.items() if n.endswith(".compact")), default=-1)
         return [by_batch[b] for b in sorted(by_batch) if b >= base]
 
+    def _forget_before(self, current: list[str]) -> None:
+        """Drop the counts of entries older than the latest compaction, once it was read: it holds
+        them all, and the next compaction's tail is found from it (a run lives for months)."""
+        if current and current[0].endswith(".compact"):
+            base = int(current[0].split(".")[0])
+            self._lines = {n: c for n, c in self._lines.items() if int(n.split(".")[0]) >= base}
+
     def seen(self) -> int:
         """Files taken by every batch so far."""
-        return sum(self._count(n) or 0 for n in self._current())
+        current = self._current()
+        n = sum(self._count(n) or 0 for n in current)
+        self._forget_before(current)
+        return n
 
     def names(self) -> set[str]:
         """The names of the files taken by every batch so far."""
-        for n in self._current():
+        current = self._current()
+        for n in current:
             self._count(n)
+        self._forget_before(current)
         return self._names
 
     def _count(self, name: str) -> int | None:

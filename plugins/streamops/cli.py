@@ -522,7 +522,7 @@ def supervise(poll: float = typer.Option(0.5, help="seconds between looks at the
     except KeyboardInterrupt:
         stop_event.set()
     supervisor.stopped_cleanly()
-    _say(f"supervisor stopped after {len(sup.recoveries)} recoveries")
+    _say(f"supervisor stopped after {sup.recovered_count} recoveries")
 
 
 @app.command()

@@ -37,4 +37,5 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA reporting FROM PUBLIC;
 -- owner only: a reader must get "permission denied", not reach a DROP inside them.
 REVOKE EXECUTE ON FUNCTION public.stage_metrics_retention(integer, date, integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION public.records_retention(integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION public.runs_retention(integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION public.ensure_stage_metrics_partitions(date, integer) FROM PUBLIC;

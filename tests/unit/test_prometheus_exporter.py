@@ -211,3 +211,15 @@ def test_a_read_that_hangs_is_a_prompt_scrape_with_the_last_snapshots_age(monkey
             assert set(values) == {"streamops_database_up", "streamops_snapshot_age_seconds"}, "no stale figures"
     finally:
         release.set()
+
+
+def test_retention_tallies_pruned_gaps_by_the_exporter_s_own_buckets():
+    """runs_retention (migration 040) keeps a deleted failure's gap as its bucket only: exact for
+    the histogram as long as both ladders are the same."""
+    import re
+
+    from streamops.paths import sql_dir
+
+    sql = (sql_dir() / "schema" / "040_run_ledger_retention.sql").read_text()
+    ladder = re.search(r"ARRAY\[([0-9, ]+)\]::float8\[\]", sql).group(1)
+    assert tuple(float(b) for b in ladder.split(",")) == prometheus.GAP_BUCKETS_S

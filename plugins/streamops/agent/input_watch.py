@@ -28,6 +28,14 @@ LANDING = "_landing"
 MARKER = ".done"
 
 
+def _batch(entry_name: str) -> int:
+    return int(entry_name.split(".")[0])
+
+
+def _parse_entry(line: str) -> dict:
+    return json.loads(line)
+
+
 class Landing:
     """Moves complete files from `<input>/_landing/` into `<input>`."""
 
@@ -94,24 +102,36 @@ class InputAudit:
 
     def _new_entries(self) -> None:
         try:
-            names = sorted(n for n in os.listdir(self.log_dir) if n.split(".")[0].isdigit() and n not in self._parsed)
+            listed = [n for n in os.listdir(self.log_dir) if n.split(".")[0].isdigit()]
         except FileNotFoundError:
             return
-        for name in names:
+        # The latest compaction lists every batch before it: older entries are never needed again.
+        base = max((_batch(n) for n in listed if n.endswith(".compact")), default=-1)
+        self._parsed = {n for n in self._parsed if _batch(n) >= base}
+        for name in sorted((n for n in listed if _batch(n) >= base and n not in self._parsed), key=_batch):
             try:
                 lines = (self.log_dir / name).read_text().splitlines()[1:]  # line 0 is "v1"
             except FileNotFoundError:  # compacted away meanwhile: its entries are in the .compact
                 continue
-            for line in lines:
-                if line.strip():
-                    entry = json.loads(line)
-                    batch = int(entry.get("batchId", 0))
-                    if batch >= self._newest - self.keep_batches:
-                        path = entry["path"].removeprefix("file://").removeprefix("file:")
-                        self._read.setdefault(path, (batch, int(entry["timestamp"])))
-                        self._newest = max(self._newest, batch)
+            self._take(lines, name.endswith(".compact"))
             self._parsed.add(name)
         self._read = {p: v for p, v in self._read.items() if v[0] >= self._newest - self.keep_batches}
+
+    def _take(self, lines: list[str], compaction: bool) -> None:
+        """A compaction repeats every batch so far, oldest first (quadratic over a long run if parsed
+        whole each time): read from its end, back to the batches seen or no longer watched."""
+        seen_upto = self._newest
+        for line in reversed(lines) if compaction else lines:
+            if not line.strip():
+                continue
+            entry = _parse_entry(line)
+            batch = int(entry.get("batchId", 0))
+            if compaction and (batch <= seen_upto or batch < self._newest - self.keep_batches):
+                break
+            if batch >= self._newest - self.keep_batches:
+                path = entry["path"].removeprefix("file://").removeprefix("file:")
+                self._read.setdefault(path, (batch, int(entry["timestamp"])))
+                self._newest = max(self._newest, batch)
 
     def check(self) -> list[Anomaly]:
         self._new_entries()

@@ -34,6 +34,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -52,6 +53,9 @@ log = logging.getLogger("streamops.supervisor")
 
 class Closeable(Protocol):
     def close(self) -> None: ...
+
+
+RECOVERIES_KEPT = 100
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,9 @@ class Supervisor:
         # Started with `run` and closed when it ends (the CLI passes report/prometheus's /metrics
         # exporter, beside execute/); None from it, or its failure, leaves the supervisor without one.
         self.exporter = exporter
-        self.recoveries: list[watchdog.Recovery] = []
+        # The latest recoveries (tests and the CLI read them), bounded: a supervisor runs for months.
+        self.recoveries: deque[watchdog.Recovery] = deque(maxlen=RECOVERIES_KEPT)
+        self.recovered_count = 0
         self._seen_alive: dict[int, datetime] = {}
         self._stops = stops.StopWatch(opts.stopped_s)
         self._busy: dict[tuple[str, str], Future] = {}
@@ -127,6 +133,8 @@ class Supervisor:
         for d in candidates:
             if d.status in ("starting", "running") and d.id not in dead:
                 self._seen_alive[d.id] = now
+        latest = {d.id for d in candidates}  # a replaced or ended run is never judged again
+        self._seen_alive = {i: t for i, t in self._seen_alive.items() if i in latest}
         self._busy = {k: fut for k, fut in self._busy.items() if not fut.done()}
         apps = {d.stage_id: d.app for d in candidates}
         if time.monotonic() < self._trusted_from:  # just back from a database gap: silence proves nothing yet
@@ -186,6 +194,7 @@ class Supervisor:
             return None
         self._quiet_until = time.monotonic() + self.opts.spare_after_s
         self.recoveries.append(rec)
+        self.recovered_count += 1
         return rec
 
     def _distrust_heartbeats(self, why: str) -> None:

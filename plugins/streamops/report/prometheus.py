@@ -18,7 +18,8 @@ exporter alone (compose's `streamops-metrics` service).
 Counters and retention: `batches` and `quarantined lines` count the rows of the current UTC day
 (their tables lose old rows to retention, and a counter that falls would read as a reset plus a
 burst); they restart at 00:00 UTC, which Prometheus reads as a counter reset, and their `_created`
-says when. Failures and reconfigurations are never deleted: counted from their first row.
+says when. Reconfigurations are never deleted, and failures retention deletes are tallied
+(`failures_pruned`, migration 040) and added back: both counted from their first row.
 docs/reporting.md lists every metric.
 """
 

@@ -1,6 +1,7 @@
 """Retention and housekeeping in PostgreSQL: drop daily `stage_metrics` partitions older than the
 configured days, create them days ahead (draining the default partition of any day a missed
-night left there), and delete old rows of every other table that grows with time. The nightly
+night left there), and delete old rows of every other table that grows with time (the run
+ledger's over the metrics' days: the reports read it with them). The nightly
 report DAG and `streamops gc` call `apply_retention()`."""
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def apply_retention(keep_days: int | None = None, today: date | None = None, eng
                     records_keep_days: int | None = None, ahead_days: int = 7) -> RetentionResult:
     """One transaction: drop partitions of days before `today - keep_days`, purge the default
     partition before that cutoff and give each later day left in it its partition, ensure the
-    partitions of today and `ahead_days` after it, and delete rows older than `records_keep_days`
-    from the other growing tables."""
+    partitions of today and `ahead_days` after it, delete rows older than `records_keep_days`
+    from the other growing tables, and runs, their failures and heartbeats ended before the
+    metrics' cutoff (runs_retention, migration 040)."""
     keep = keep_days_setting() if keep_days is None else keep_days
     keep_records = records_keep_days_setting() if records_keep_days is None else records_keep_days
     with db.transaction(engine) as conn:
@@ -52,7 +54,8 @@ def apply_retention(keep_days: int | None = None, today: date | None = None, eng
         rows = conn.execute(db.query("metrics_retention"), {"keep_days": keep, "today": today,
                                                             "ahead_days": ahead_days}).all()
         deleted = {r.target: r.deleted
-                   for r in conn.execute(db.query("records_retention"), {"keep_days": keep_records})}
+                   for r in conn.execute(db.query("records_retention"), {"keep_days": keep_records,
+                                                                         "runs_keep_days": keep})}
     dropped = [r.target for r in rows if r.action == "dropped"]
     deleted_default = sum(int(r.detail.split()[0]) for r in rows if r.action == "deleted")
     created = sum(int(r.detail.split()[0]) for r in rows if r.action in ("ensured", "drained"))
