@@ -130,6 +130,7 @@ def _all_closed(engine) -> list:
                       120, "every failure closed")
 
 
+@pytest.mark.slow  # 100 s: the replicas' failure-free output is the HA matrix's too (make test-reconfig); make test-all
 def test_replicas_keep_the_output_going_and_equal_to_one_failure_free_run(clean_db, supervised):
     reg, want = _replicated(clean_db, supervised, "wordcount", "web", 30, 11)
     live = replicas.live_roles("ha.s")

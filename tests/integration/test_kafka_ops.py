@@ -149,6 +149,7 @@ def _failure(engine, sid: str, kind: str):
                             {"s": sid, "k": kind}).first()
 
 
+@pytest.mark.slow  # 40 s: heal() on its port is test_kafka_broker's (make test); this one under a stage is make test-chaos's
 @pytest.mark.e2e
 @pytest.mark.chaos
 @pytest.mark.db
