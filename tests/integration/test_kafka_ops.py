@@ -63,8 +63,9 @@ def test_records_deleted_before_a_stopped_stage_read_them_are_a_data_lost_failur
     from tests.integration.test_e2e_stage import eventually
     from tests.oracles import actual, expected
 
-    topic, sid = _topic(partitions=2), "k.wc"
-    reg = _wordcount_stage(topic)
+    # its own app: test_kafka_broker's stage is k.wc, and a session's checkpoints outlive a test
+    topic, sid = _topic(partitions=2), "dl.wc"
+    reg = _wordcount_stage(topic, app="dl")
     first = _records(40, 1)
     _produce(topic, first, partitions=2)
     started = time.monotonic()
@@ -98,7 +99,7 @@ def test_records_deleted_before_a_stopped_stage_read_them_are_a_data_lost_failur
     _, notes = status_view.cells(st)
     assert st.health == "failed" and any(f"{topic}/1 [20, 30)" in n and "fail_on_data_loss" in n for n in notes), notes
     # The documented way on: skip the gap for one start, and every record left is counted.
-    stages.start_stage(sid, _wordcount_stage(topic, fail_on_data_loss=False), warm_up=False)
+    stages.start_stage(sid, _wordcount_stage(topic, app="dl", fail_on_data_loss=False), warm_up=False)
     left = [json.loads(m.value()) for m in _read_topic(topic, 20)]  # p0 40..44, p1 30..44
     want = expected("wordcount", [json.loads(v) for _, v in first] + left)
     try:
