@@ -290,7 +290,7 @@ def test_an_upgrade_of_a_stateful_job_cuts_over_and_bad_versions_are_rolled_back
         for name, text in (("v2", _V2), ("negative", _NEGATIVE), ("new state", _NEW_STATE)):
             job.write_text(text)
             assert stages.code_change(sid, reg), "the changed code is seen"
-            rid = reconfigure.request(sid, "upgrade", reg=reg, requested_by="test")
+            rid = reconfigure.request(sid, "upgrade", mechanism="auto", reg=reg, requested_by="test")  # deploy's
             outcomes[name] = reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)
             if name == "v2":
                 eventually(lambda: _commits(clean_db, sid) >= 6, 180, "sessions emitted by v2")
