@@ -150,7 +150,8 @@ def _failure(engine, sid: str, kind: str):
                             {"s": sid, "k": kind}).first()
 
 
-@pytest.mark.slow  # 40 s: heal() on its port is test_kafka_broker's (make test); this one under a stage is make test-chaos's
+# 40 s: heal() on its port is test_kafka_broker's (make test); under a stage, make test-chaos's
+@pytest.mark.slow
 @pytest.mark.e2e
 @pytest.mark.chaos
 @pytest.mark.db

@@ -329,7 +329,9 @@ def test_a_cluster_pool_driver_sigstopped_under_a_supervisor_is_found_stopped_an
     stages.stop_stage("chaos.s", reg, deadline_s=30)
 
 
-@pytest.mark.slow  # 40 s: a stopped driver's detection is tests/unit/test_stops.py's on real SIGSTOPped processes; make test-chaos runs it
+# 40 s: a stopped driver's detection is tests/unit/test_stops.py's on real SIGSTOPped processes;
+# make test-chaos runs it
+@pytest.mark.slow
 def test_a_driver_process_sigstopped_alone_is_found_stopped_and_restarted_with_its_jvm_gone(clean_db):
     """The quick variant, on a local pool without spares: SIGSTOP of the driver's Python process
     only (its JVM runs on, and cannot beat for it). The supervisor finds it `stopped` within
