@@ -21,6 +21,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from streamops.cli_job import job_app, print_report, run_check
+from streamops.cli_kafka import kafka_app
 from streamops import registry
 from streamops.plan.options import OperatorOptions
 from streamops.paths import state_dir
@@ -52,8 +53,6 @@ app.add_typer(airflow_app, name="airflow")
 spark_app = typer.Typer(help="The embedded Spark standalone cluster that `embedded` pools run on.",
                         no_args_is_help=True)
 app.add_typer(spark_app, name="spark")
-kafka_app = typer.Typer(help="The embedded Kafka broker (KRaft, SASL/SCRAM on loopback): docs/kafka.md.",
-                        no_args_is_help=True)
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(job_app, name="job")
 console = Console(soft_wrap=True)  # long paths and messages stay on one line
@@ -236,58 +235,6 @@ def spark_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no out
         t.add_row(a.get("id", ""), a.get("name", ""), str(a.get("cores", "")), f"{a.get('memoryperexecutor', '')} MB",
                   a.get("state", ""), f"{a.get('duration', 0) / 1000:.0f}s")
     console.print(t)
-
-
-# -- kafka -------------------------------------------------------------------------------------
-@kafka_app.command("up")
-def kafka_up(timeout: float = typer.Option(90, help="seconds to wait for the broker to answer")) -> None:
-    """Start (or reuse) the embedded Kafka broker: one KRaft node on 127.0.0.1, its port kept
-    across restarts, clients authenticated by SASL/SCRAM-SHA-256 (.streamops/kafka/credentials.json)."""
-    from streamops import kafka_broker
-
-    external = os.environ.get(kafka_broker.BOOTSTRAP_ENV)
-    if external:
-        _say(f"external Kafka ({kafka_broker.BOOTSTRAP_ENV}): {external}; nothing started")
-        return
-    started = time.monotonic()
-    try:
-        with console.status("starting the Kafka broker …"):
-            b, reused = kafka_broker.up(timeout_s=timeout)
-    except kafka_broker.KafkaBrokerError as e:
-        _fail(str(e))
-    _say(f"Kafka broker {'already running' if reused else f'started in {time.monotonic() - started:.1f}s'}: "
-         f"{b.bootstrap} (SASL_PLAINTEXT, {kafka_broker.MECHANISM}), pid {b.pid}")
-
-
-@kafka_app.command("down")
-def kafka_down() -> None:
-    """Stop the embedded broker (its topics, credentials and port are kept for the next `up`)."""
-    from streamops import kafka_broker
-
-    _say("Kafka broker stopped" if kafka_broker.down() else "Kafka broker was not running")
-
-
-@kafka_app.command("status")
-def kafka_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no output; exit 0 only if running")) -> None:
-    """Whether the broker runs and answers, its pid, bootstrap address, log directory and topics."""
-    from streamops import kafka_broker
-
-    external = os.environ.get(kafka_broker.BOOTSTRAP_ENV)
-    s = {} if external else kafka_broker.status()
-    if quiet:
-        raise typer.Exit(0 if external or s.get("running") else 1)
-    if external:
-        console.print(f"external Kafka ({kafka_broker.BOOTSTRAP_ENV}): {external}")
-        return
-    if s.get("bootstrap") is None:
-        _fail("the embedded Kafka broker was never started; run `streamops kafka up`", 1)
-    t = Table(show_header=False, box=None)
-    t.add_row("running", "[green]yes[/]" if s["running"] else "[red]no[/]")
-    for key in ("pid", "bootstrap", "controller_port", "log_dir", "logs", "topics"):
-        t.add_row(key.replace("_", " "), "-" if s.get(key) is None else str(s[key]))
-    console.print(t)
-    if not s["running"]:
-        raise typer.Exit(1)
 
 
 # -- airflow -----------------------------------------------------------------------------------

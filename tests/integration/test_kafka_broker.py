@@ -80,6 +80,19 @@ def _listening(pid: int) -> list[tuple[str, int]]:
             if c.status == psutil.CONN_LISTEN]
 
 
+def test_the_cli_says_the_broker_runs_and_where(broker):
+    from typer.testing import CliRunner
+
+    from streamops.cli import app
+
+    res = CliRunner().invoke(app, ["kafka", "status"])
+    assert res.exit_code == 0, res.output
+    assert f"127.0.0.1:{broker.port}" in res.output and str(broker.pid) in res.output
+    assert CliRunner().invoke(app, ["kafka", "status", "--quiet"]).exit_code == 0
+    again = CliRunner().invoke(app, ["kafka", "up"])
+    assert again.exit_code == 0 and "already running" in again.output, again.output
+
+
 def test_status_then_a_round_trip_with_the_scram_credentials(broker):
     s = kafka_broker.status()
     assert s["running"] and s["pid"] == broker.pid and s["bootstrap"] == f"127.0.0.1:{broker.port}"
