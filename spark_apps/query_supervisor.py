@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from streamops import checkpoint_layout as checkpoint
-from streamops.agent import data_loss
+from streamops.agent import data_loss, state_schema
 from streamops.agent.errors import ErrorClass, classify
 from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, isolate
 from streamops.checkpoint_layout import QUERIES, query_checkpoint
@@ -64,6 +64,10 @@ class QuerySupervisor:
         if cls.kind == "data_lost":  # fails the same way on every retry: the run fails, naming the gap
             source = self.stage.source
             why = data_loss.reason(getattr(source, "topic", "?"), getattr(source, "bootstrap_servers", None), text)
+            log.error("action=query-failed query=%s %s", which, why)
+            return why, 0
+        if cls.kind == "incompatible":  # the new code's state: fails the same way on every retry
+            why = state_schema.reason(cls.name, text, query_checkpoint(which, self.ckpt))
             log.error("action=query-failed query=%s %s", which, why)
             return why, 0
         if cls.kind == "transient":

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from streamops.agent import data_loss
+from streamops.agent import data_loss, state_schema
 
 # SQLSTATE classes and codes of failures that pass: the connection (08), resources such as a full
 # disk or too many connections (53), the operator or a restart (57: admin shutdown, crash
@@ -59,6 +59,7 @@ INFRA_ERRNOS = (errno.ESTALE, errno.EIO, errno.EROFS, errno.ENOSPC, errno.EDQUOT
 class ErrorClass:
     kind: str   # transient (retry in place) | infrastructure (not the data's; a new run may help) | data
     #             | data_lost (a Kafka source's records deleted before they were read: no retry helps)
+    #             | incompatible (the job's code cannot read the checkpoint's state: no retry helps)
     name: str   # the Java class or Spark condition, the SQLSTATE, the text marker, or the Python type
 
     def __str__(self) -> str:
@@ -114,6 +115,8 @@ def classify_chain(chain: list[JavaLink]) -> ErrorClass | None:
     for link in chain:
         if data_loss.is_data_loss(link.condition, ""):
             return ErrorClass("data_lost", str(link.condition))
+        if state_schema.is_incompatible(link.condition, ""):
+            return ErrorClass("incompatible", str(link.condition))
         if link.condition and link.condition.split(".")[0] in INFRA_CONDITIONS:
             return ErrorClass("infrastructure", link.condition)
         if any(c in DATA_IO_CLASSES for c in link.classes):
@@ -178,6 +181,8 @@ def classify(e: Any) -> ErrorClass:
     text = str(e)
     if data_loss.is_data_loss(None, text):
         return ErrorClass("data_lost", data_loss.CONDITION)
+    if state_schema.is_incompatible(None, text):
+        return ErrorClass("incompatible", next(c for c in state_schema.CONDITIONS if c in text))
     marker = next((m for m in _TRANSIENT_TEXT if m in text), None)
     if marker is not None:
         return ErrorClass("transient", marker)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from streamops import checkpoint_repair, processes, registry, spark_cluster
-from streamops.agent import data_loss
+from streamops.agent import data_loss, state_schema
 from streamops.execute import broker_heal, gaps, mechanisms, reconfigure, replicas, stages, stops
 from streamops.execute.gaps import WRITE_PROBE_S, write_gap
 from streamops.execute.launcher import launcher_for
@@ -257,9 +257,10 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     ledger.finish(f.deployment_id, "failed", f"watchdog: {f.detail}")
     if f.given_up is not None:
         return _recorded_only(f, fid, attempts, progress)
-    if f.kind == "data_lost":  # a restart reads the same missing offsets: the way on is the operator's
+    # A restart reads the same missing offsets, or the same state with the same code: the operator's move.
+    if f.kind == "data_lost" or state_schema.MARKER in (f.detail or ""):
         failures.give_up(fid, f.detail)
-        log.error("stage %s: action=give-up failure=%d kind=data_lost: %s", f.stage_id, fid, f.detail)
+        log.error("stage %s: action=give-up failure=%d kind=%s: %s", f.stage_id, fid, f.kind, f.detail)
         progress(f"{f.who}: {f.detail}")
         return Recovery(f.stage_id, fid, f.kind, "gave_up", attempts, detail=f.detail)
     if f.role != replicas.PRIMARY and replicas.index(f.role) >= replicas.wanted(f.stage_id):
