@@ -135,6 +135,10 @@ class StageDriver:
 
         if ship_code(self.spark, self.run_spec.code_archive):
             log.info("action=ship-code job=%s sha256=%s", self.stage.job, (self.run_spec.code_sha256 or "")[:12])
+        if self.run_spec.code_archive:
+            # The driver imports the archive too, never the code directories: they may hold newer
+            # code by now (an upgrade's rollback restarts the code the old run was admitted with).
+            self.stage = self.stage.model_copy(update={"code": [self.run_spec.code_archive]})
 
     def _take_executors(self) -> None:
         from spark_apps.executors import scale_to
