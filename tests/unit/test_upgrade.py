@@ -40,3 +40,15 @@ def test_a_state_repartition_is_refused_up_front_for_an_operator_not_known_to_su
     assert validate_change(reg, "a.s", "scale_out", cores=2, current=odd).cores == 2, "cores alone may change"
     with pytest.raises(InvalidChange, match="keeps no state"):
         validate_change(reg, "a.s", "scale_out", partitions=8, current=Current(1, "p", None, ()))
+
+
+def test_a_kafka_stage_is_never_given_an_active_backup():
+    """Its catch-up is judged by file source logs: the rule falls through to what applies instead."""
+    from streamops.plan.mechanism import choose_mechanism
+
+    why = "a Kafka stage has no file source log to judge a secondary's catch-up by"
+    mech, reason = choose_mechanism("upgrade", 2, 4, False, live_refused="x", in_driver_refused="x",
+                                    active_backup_refused=why)
+    assert (mech, reason) == ("pause_resume", f"{why} and nothing staged")
+    assert choose_mechanism("scale_out", 2, 4, True, live_refused="x", in_driver_refused="x",
+                            active_backup_refused=why)[0] == "prestaged"

@@ -32,7 +32,7 @@ from streamops.execute import stages
 from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, Situation, source_behind, \
     wait_first_batch
 from streamops.plan.change import InvalidChange, is_noop, stage_of, validate_change
-from streamops.plan.kinds import MechanismName, Phase, RunStatus
+from streamops.plan.kinds import Action, MechanismName, Phase, RunStatus
 from streamops.plan.mechanism import choose_mechanism
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
@@ -43,6 +43,7 @@ Progress = Callable[[str], None]
 
 GATE_BATCHES = 5
 GATE_METRICS_WAIT_S = 30.0  # the agent's metrics writer retries for longer, but 30 s means it is stuck
+GATE_OUTPUT_WAIT_S = 180.0  # an upgrade's wait for the new version's first sink rows (a window's close)
 AUTO = MechanismName.AUTO  # no mechanism named: `choose_mechanism`'s cost rule, at execution
 
 
@@ -184,7 +185,8 @@ def _choose(s: Situation) -> tuple[str, str]:
     """The cost rule (`plan.mechanism.choose_mechanism`) over what each mechanism refuses now."""
     return choose_mechanism(s.action, s.target_cores, s.target_pool_free, s.staged_ready, running=s.live is not None,
                             live_refused=MECHANISMS[MechanismName.LIVE].refusal(s),
-                            in_driver_refused=MECHANISMS[MechanismName.IN_DRIVER].refusal(s))
+                            in_driver_refused=MECHANISMS[MechanismName.IN_DRIVER].refusal(s),
+                            active_backup_refused=MECHANISMS[MechanismName.ACTIVE_BACKUP].refusal(s))
 
 
 def _is_noop(row: Row, reg: registry.Registry) -> bool:
@@ -205,7 +207,7 @@ def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_
         if why_not:
             raise RuntimeError(why_not)
         behind = _wait_caught_up(ex, dep)
-        gate_failure = _quality_gate(ex, dep.id, gate, since=ex.changed_at)
+        gate_failure = _quality_gate(ex, dep.id, gate, since=ex.changed_at or ex.switched_at)
         if gate_failure:
             raise RuntimeError(gate_failure)
         downtime, interval = rstore.output_gap(ex.stage_id, started)
@@ -233,18 +235,34 @@ def _quality_gate(ex: Execution, dep_id: int, gate: Gate, since: datetime | None
     running driver (live, in_driver), on its first batches `since` the change: None if they pass,
     else the rollback reason. A run that has committed nothing (an idle source) has nothing to judge."""
     # Judge rows that exist: wait (briefly) for the metrics of the batches the run has committed.
-    def settled() -> tuple[int, int] | None:
-        metrics, commits = rstore.gate_progress(dep_id, since)
-        return (metrics, commits) if commits == 0 or metrics >= min(GATE_BATCHES, commits) else None
+    # After an active backup's switch, the run's next commit is a batch away: none yet is not idle.
+    def settled() -> tuple[int, int, int] | None:
+        metrics, commits, outputs = rstore.gate_progress(dep_id, since)
+        if commits == 0:
+            return None if ex.switched_at is not None else (metrics, commits, outputs)
+        return (metrics, commits, outputs) if metrics >= min(GATE_BATCHES, commits) else None
 
-    _, commits = wait_until(settled, GATE_METRICS_WAIT_S) or rstore.gate_progress(dep_id, since)
+    _, commits, outputs = wait_until(settled, GATE_METRICS_WAIT_S) or rstore.gate_progress(dep_id, since)
     if commits == 0:
         ex.progress(f"{ex.stage_id}: quality gate skipped: the new run has no output yet (idle source)")
         return None
+    if ex.row.action == Action.UPGRADE and not outputs and _sink_kind(ex) == "postgres":
+        # New code is judged on rows it wrote; an append-mode job writes none until its watermark
+        # passes a window, and the run serves meanwhile, so waiting costs only the stage's lock.
+        ex.progress(f"{ex.stage_id}: quality gate: waiting up to {GATE_OUTPUT_WAIT_S:.0f}s for the new "
+                    "version's first sink rows")
+        if wait_until(lambda: rstore.gate_progress(dep_id, since)[2] > 0, GATE_OUTPUT_WAIT_S) is None:
+            ex.progress(f"{ex.stage_id}: quality gate: the new version wrote no sink row in "
+                        f"{GATE_OUTPUT_WAIT_S:.0f}s; judged on its metrics only")
+        wait_until(settled, GATE_METRICS_WAIT_S)
     verdict = gate(dep_id, GATE_BATCHES, since=since)
     ex.progress(f"{ex.stage_id}: quality gate {'passed' if verdict.passed else 'FAILED'} "
                 f"({verdict.details.get('elapsed_s', 0):.1f}s)")
     return None if verdict.passed else verdict.reason
+
+
+def _sink_kind(ex: Execution) -> str:
+    return ex.reg.stage(ex.stage_id)[2].sink.kind
 
 
 def _rolled_back(ex: Execution, mech: Mechanism, reason: str, started: datetime, started_mono: float) -> Outcome:

@@ -150,11 +150,11 @@ def output_gap(stage_id: str, since: datetime) -> tuple[float, float | None]:
 
 
 
-def gate_progress(dep_id: int, since: datetime | None = None) -> tuple[int, int]:
-    """(metrics rows written, batches committed) by a new run, or by a run since a change made in
-    its driver: the gate judges rows that exist."""
+def gate_progress(dep_id: int, since: datetime | None = None) -> tuple[int, int, int]:
+    """(metrics rows written, batches committed, sink rows written) by a new run, or by a run since
+    a change made in its driver: the gate judges rows that exist."""
     r = db.row("gate_metrics_ready", deployment_id=dep_id, since=since)
-    return (r.metrics, r.commits) if r else (0, 0)
+    return (r.metrics, r.commits, r.outputs) if r else (0, 0, 0)
 
 
 # -- staged checkpoint copies ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import Row
@@ -32,6 +33,9 @@ class ActiveBackup:
 
     def refusal(self, s: Situation) -> str | None:
         """No copy is taken for a secondary that cannot start (start_stage checks again, under the pool lock)."""
+        if s.source_kind == "kafka":
+            # Catch-up is judged by the two runs' file source logs; a topic's offsets are not compared yet.
+            return "a Kafka stage has no file source log to judge a secondary's catch-up by"
         if s.live is not None and s.target_pool_free < s.target_cores:
             return (f"pool {s.target_pool or s.pool!r} has {s.target_pool_free} free of {s.target_pool_total} cores; "
                     f"the new run needs {s.target_cores} beside the running one")
@@ -42,18 +46,20 @@ class ActiveBackup:
         old = running_primary(ex)
         staged = prestage(ex.stage_id, target_partitions(ex, old), ex.reg, ex.progress)
         rstore.link(r.id, staged_checkpoint=staged.path, old_deployment_id=old.id)
+        staged_commit = checkpoint.last_committed_batch(Path(staged.path))
         res = stages.start_stage(ex.stage_id, ex.reg, cores=r.target_cores, state_partitions=staged.partitions,
                                  pool=r.target_pool, checkpoint_path=staged.path, role="secondary",
                                  wait_s=ex.deadlines.first_batch_s, reconfiguration_id=r.id, fault=ex.fault)
         release(ex.stage_id, ex.reg, status="used")
         ex.new_deployment_id = res.deployment_id
         rstore.link(r.id, new_deployment_id=res.deployment_id)
-        self._wait_secondary_caught_up(ex, old, ledger.deployment(res.deployment_id))
+        self._wait_secondary_caught_up(ex, old, ledger.deployment(res.deployment_id), staged_commit)
         stop_primary(ex)
+        ex.switched_at = datetime.now(timezone.utc)  # the new run writes alone from here
         ledger.promote(res.deployment_id)
 
     @staticmethod
-    def _wait_secondary_caught_up(ex: Execution, old: Row, new: Row) -> None:
+    def _wait_secondary_caught_up(ex: Execution, old: Row, new: Row, staged_commit: int | None) -> None:
         """The primary keeps serving while the secondary catches up, so waiting costs only cores:
         wait as long as the secondary gains on the primary, up to ACTIVE_BACKUP_MAX_WAIT_FACTOR deadlines."""
         inputs = source_of(new)
@@ -65,10 +71,18 @@ class ActiveBackup:
         best, gained_at = None, started
         limit = ex.deadlines.caught_up_s
 
+        def planned(run: Row) -> int | None:
+            return checkpoint.last_planned_batch(Path(run.checkpoint))
+
         def caught_up() -> bool:
             nonlocal best, gained_at
             behind = primary_log.seen() - secondary_log.seen()
-            if behind <= 0 and checkpoint.last_committed_batch(Path(new.checkpoint)) is not None:
+            # Its source log takes files when a batch is planned, so a version whose state Spark refuses
+            # (planned, never committed) would look caught up: it must also have committed a batch of
+            # its own, or have nothing planned left (an idle source).
+            committed = checkpoint.last_committed_batch(Path(new.checkpoint))
+            own = committed is not None and (staged_commit is None or committed > staged_commit)
+            if behind <= 0 and (own or (committed is not None and committed == planned(new))):
                 return True
             now = time.monotonic()
             if best is None or behind < best:
@@ -85,13 +99,14 @@ class ActiveBackup:
         wait_until(caught_up, float("inf"))
 
     def rollback(self, ex: Execution, reason: str) -> None:
-        """The primary was never stopped (unless the switch failed after it): stop the secondary."""
-        try:
+        """Before the switch the primary still serves: stop the secondary. After it (the gate failed
+        the promoted run, or the switch failed half-way), restart the old run's checkpoint and code."""
+        try:  # not running as one once promoted
             stages.stop_stage(ex.stage_id, ex.reg, deadline_s=10, kill_after_s=5, role="secondary",
                               requested_by="rollback")
         except stages.StageNotRunning:
             pass
-        if ledger.latest_run(ex.stage_id, live=True) is None:
+        if ex.switched_at is not None or ledger.latest_run(ex.stage_id, live=True) is None:
             restore_previous(ex, reason)
 
     def recover(self, ex: Execution, live: Row | None) -> Recovery:

@@ -54,6 +54,7 @@ class Situation:
     target_pool_free: int  # free cores of the target pool, of its size in the registry
     target_pool_total: int
     staged_ready: bool
+    source_kind: str = "files"  # of the stage's registry spec: files | kafka
 
     @classmethod
     def read(cls, row: Row, reg: registry.Registry) -> Situation:
@@ -71,7 +72,15 @@ class Situation:
             state_partitions=checkpoint.state_partitions(Path(live.checkpoint)) if live is not None else None,
             target_pool_free=free, target_pool_total=total,
             staged_ready=rstore.staged_ready(row.stage_id) is not None,
+            source_kind=_source_kind(row.stage_id, reg),
         )
+
+
+def _source_kind(stage_id: str, reg: registry.Registry) -> str:
+    try:
+        return reg.stage(stage_id)[2].source.kind
+    except registry.RegistryError:  # a stage gone from the registry: its pending rows are cancelled elsewhere
+        return "files"
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,9 @@ class Execution:
         self.rollback_copy: Path | None = None
         # a change in the running driver: its first batch is the first after this
         self.changed_at: datetime | None = None
+        # an active backup's switch: the new run writes the sink alone from here, so the gate judges
+        # its batches after it (before it, the old run's rows share the sink)
+        self.switched_at: datetime | None = None
 
     def stamp(self, phase: Phase, at: datetime | None = None) -> None:
         rstore.stamp(self.row.id, phase, at)
