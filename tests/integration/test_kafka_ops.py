@@ -1,7 +1,8 @@
 """Kafka stages' operations against a real embedded broker (one for the module): records deleted
 before a stopped stage read them are a `data_lost` failure naming the topic, partitions and
 ranges, never a silent skip; `streamops gen` produces to a Kafka stage's topic; the supervisor
-heals a killed broker (`broker_lost`)."""
+heals a killed broker (`broker_lost`); a broker killed, then stopped for 60 s, under a fed stage
+leaves its sink equal to the topic."""
 
 from __future__ import annotations
 
@@ -203,3 +204,60 @@ def test_the_supervisor_heals_a_killed_broker_under_a_running_stage(broker, clea
     row = _failure(clean_db, sid, "broker_lost")
     print(f"broker healed in {healed_s:.1f}s on port {after.port}; broker_lost MTTR {row.mttr_ms / 1000:.1f}s "
           f"(from the last sighting to the stage's first commit after the heal)")
+
+
+@pytest.mark.slow  # 106 s (60 of them the stop): `make test-chaos`, not `make test`'s 25 minutes
+@pytest.mark.e2e
+@pytest.mark.chaos
+@pytest.mark.db
+def test_the_sink_equals_the_topic_after_a_broker_kill_and_a_60s_stop(broker, clean_db):
+    """The broker under a fed wordcount stage, killed with kill -9 and restarted on its port, then
+    stopped (SIGSTOP) for 60 s and resumed: the stage goes on by itself (its consumer retries; the
+    offsets are in the checkpoint), and the sink equals an oracle that reads the topic with its own
+    client. Whatever the producer had acknowledged is in the topic, and is counted exactly once."""
+    import os
+    import signal
+
+    import psutil
+
+    from streamops.execute import stages
+    from tests.integration.test_e2e_stage import eventually
+    from tests.integration.test_kafka_broker import TopicFeeder, _commits
+    from tests.oracles import actual, expected
+
+    topic, sid = _topic(partitions=2), "bf.wc"
+    reg = _wordcount_stage(topic, app="bf")
+    marks: list[str] = []
+    started = time.monotonic()
+    with TopicFeeder(topic, seed=11) as feeder:
+        stages.start_stage(sid, reg, warm_up=False)
+        try:
+            eventually(lambda: _commits(clean_db, sid) >= 2, 150, "two commits")
+            before = kafka_broker.load_record()
+            os.kill(before.pid, signal.SIGKILL)
+            psutil.Process(before.pid).wait(10)
+            marks.append(f"killed at {time.monotonic() - started:.0f}s")
+            time.sleep(5)
+            after, _ = kafka_broker.up()
+            assert after.port == before.port
+            commits = _commits(clean_db, sid)
+            eventually(lambda: _commits(clean_db, sid) > commits + 1, 180, "commits after the restart")
+            marks.append(f"committing again at {time.monotonic() - started:.0f}s")
+            os.kill(after.pid, signal.SIGSTOP)
+            marks.append(f"stopped at {time.monotonic() - started:.0f}s")
+            try:
+                time.sleep(60)
+            finally:
+                os.kill(after.pid, signal.SIGCONT)
+            commits = _commits(clean_db, sid)
+            eventually(lambda: _commits(clean_db, sid) > commits + 1, 180, "commits after the resume")
+            marks.append(f"committing again at {time.monotonic() - started:.0f}s")
+            feeder.stop.set()
+            feeder.thread.join(10)
+            assert feeder.producer.flush(60) == 0, "records left unsent"
+            messages = _read_topic(topic, feeder.sent, timeout_s=120)
+            want = expected("wordcount", [json.loads(m.value()) for m in messages])
+            eventually(lambda: actual(clean_db, sid, "wordcount") == want, 180, "the sink to equal the oracle")
+        finally:
+            stages.stop_stage(sid, reg, deadline_s=30)
+    print(f"{len(messages)} messages, {sum(want.values())} words: sink = oracle; {', '.join(marks)}")
