@@ -80,6 +80,28 @@ def state_partitions(ckpt: Path) -> int | None:
     return int(value) if value is not None else None
 
 
+def source_change(ckpt: Path, kind: str, topic: str | None = None) -> str | None:
+    """Why a checkpoint cannot serve a stage's source as declared now, or None when it can: its
+    newest planned offsets belong to another kind of source, or to another Kafka topic. Spark
+    does not refuse that: a changed topic on an old checkpoint read nothing, silently."""
+    n = last_planned_batch(ckpt)
+    if n is None:
+        return None
+    path = Path(ckpt) / "offsets" / str(n)
+    lines = read_entry(path)
+    if len(lines) < 2 or lines[1] == "-":
+        return None
+    offset = parse(path, lines[1])
+    held = "files" if "logOffset" in offset else "kafka"
+    if held != kind:
+        return f"the checkpoint {ckpt} holds the offsets of a {held} source, and the stage now reads {kind}"
+    topics = sorted(offset) if held == "kafka" else []
+    if held == "kafka" and topic not in topics:
+        return (f"the checkpoint {ckpt} holds the offsets of topic(s) {', '.join(topics)}, and the stage now reads "
+                f"topic {topic}: Spark would read nothing from it")
+    return None
+
+
 def batch_files(ckpt: Path, batch_id: int) -> list[str]:
     """The input files the file source planned for `batch_id` (its log `sources/0/N`, or the
     compacted `sources/0/M.compact` that holds it), as plain paths."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from streamops.checkpoint_layout import (  # noqa: F401 - re-exported
     QUERIES, batch_files, has_state, last_committed_batch, last_planned_batch, quarantine_checkpoint,
-    query_checkpoint, state_partitions,
+    query_checkpoint, source_change, state_partitions,
 )
 
 # Log files: "N", "N.compact" and their checksums ".N.crc", ".N.compact.crc".

@@ -195,6 +195,9 @@ def start_stage(
     if as_run is not None:
         old = RunSpec.of(as_run.config)
         st, code = old.spec, CodeBundle(old.code_archive, old.code_sha256)
+    if (changed := checkpoint.source_change(ckpt, st.source.kind, getattr(st.source, "topic", None))) is not None:
+        raise registry.RegistryError(f"stage {sid}: {changed}. Deploy the new source as a new stage (its own "
+                                     f"checkpoint), or move {ckpt} aside to start it from its starting offsets")
     spec = RunSpec(app=app, stage=name, spec=st, pool=pool, reconfiguration_id=reconfiguration_id, fault=fault,
                    speculation=_speculation(sid, st, pool), warm_up=warm_up, operator_manager=OPERATOR_MANAGER,
                    code_archive=code.archive, code_sha256=code.sha256, checkpoint_repair=repaired)
