@@ -76,7 +76,7 @@ def operators(query_ckpt: Path) -> list[str]:
 def reason(condition: str, text: str, query_ckpt: Path | None = None) -> str:
     """The run's stop reason: the condition, the checkpoint's operators and the fields."""
     ops = operators(query_ckpt) if query_ckpt is not None else []
-    changes = field_changes(text)
+    what = "; ".join(field_changes(text)) or (text.splitlines() or [""])[0][:300]
     return (f"{MARKER} the job's code cannot read the checkpoint's state ({condition}"
-            f"{'; operator ' + ', '.join(ops) if ops else ''}): {'; '.join(changes) or text.splitlines()[0][:300]}. "
+            f"{'; operator ' + ', '.join(ops) if ops else ''}): {what}. "
             "Deploy code that keeps the state's schema, or deploy the change as a new stage (a new checkpoint)")
