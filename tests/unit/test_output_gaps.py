@@ -42,3 +42,10 @@ def test_the_cause_is_named_when_it_is_known():
     assert gaps.cause_of("java.io.IOException: No space left on device", None, False) == "disk_full"
     assert gaps.cause_of(None, None, True) == "driver_silent"
     assert gaps.cause_of("something else", None, False) == "no_progress"
+
+
+def test_a_kafka_stages_lag_is_input_waiting_and_named_in_records():
+    """A Kafka stage's beat has no files: its lag in records is what waits."""
+    assert gaps.gap_of(_run(beat_info={"backlog_files": 0, "backlog_rows": 500}), NOW) == 30.0
+    assert gaps.waiting({"backlog_files": 0, "backlog_rows": 500}) == "500 record(s) of the topic"
+    assert gaps.waiting({"backlog_files": 3}) == "3 input file(s)"

@@ -69,14 +69,20 @@ def cause_of(last_error: str | None, database_gap: str | None, silent: bool) -> 
     return "driver_silent" if silent else "no_progress"
 
 
+def waiting(info: dict) -> str:
+    """What input waits by a beat: files, or a Kafka stage's lag in records."""
+    files = info.get("backlog_files")
+    return f"{files} input file(s)" if files else f"{info.get('backlog_rows') or 0} record(s) of the topic"
+
+
 def gap_of(d, now: datetime, floor_s: float = FLOOR_S) -> float | None:
     """Seconds since the stage's last commit (made while this run ran), when input waits by the
-    run's last beat (files not yet read, or a batch in flight) and that is past the run's limit;
+    run's last beat (files not yet read, a Kafka stage's lag, or a batch in flight) and that is past the run's limit;
     else None."""
     info = d.beat_info or {}
     if d.status != "running" or info.get("stop_requested"):
         return None
-    if not (info.get("backlog_files") or getattr(d, "trigger_active", False)):
+    if not (info.get("backlog_files") or info.get("backlog_rows") or getattr(d, "trigger_active", False)):
         return None
     # Not before the run's first commit: a starting run's time is its starter's (a recovery, a
     # reconfiguration, a deploy), and a cold first batch is not an outage.
@@ -109,7 +115,7 @@ def record(candidates, *, floor_s: float = FLOOR_S, database_gap: str | None = N
         silent = (d.silent_s or 0) > limit_s(_trigger_ms(d), floor_s)
         cause = cause_of(info.get("last_error"), database_gap, silent)
         detail = (f"cause={cause}: no commit for {gap:.0f}s while input waits "
-                  f"({info.get('backlog_files') or 0} file(s) unread"
+                  f"({waiting(info)} unread"
                   + (", a batch in flight" if getattr(d, "trigger_active", False) else "") + ")"
                   + (f"; the database: {database_gap}" if database_gap else "")
                   + (f"; the driver's last error: {info['last_error']}" if info.get("last_error") else "")

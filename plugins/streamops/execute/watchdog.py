@@ -111,11 +111,6 @@ def stalled_for(beat_info: dict | None, silent_s: float | None, stall_s: float |
     return idle if idle > stall_s else None
 
 
-def _waiting(info: dict) -> str:
-    files = info.get("backlog_files")
-    return f"{files} input file(s)" if files else f"{info.get('backlog_rows')} record(s) of the topic"
-
-
 def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
            candidates: list | None = None, stall_s: float | None = STALL_S,
            stopped: dict[int, stops.Stopped] | None = None) -> list[Failure]:
@@ -168,7 +163,7 @@ def _failure_of(d, stale_s: float, seen_alive: dict[int, datetime], stall_s: flo
     if d.status == "running" and (idle := stalled_for(d.beat_info, d.silent_s, stall_s)) is not None:
         # from its last progress, as its beat dated it: the stall began there, not at the beat
         return Failure(d.stage_id, d.id, "stalled",
-                       f"no commit for {idle:.0f}s while {_waiting(d.beat_info)} wait "
+                       f"no commit for {idle:.0f}s while {gaps.waiting(d.beat_info)} wait "
                        f"(limit {stall_s:.0f}s)", d.beat_at - timedelta(seconds=float(d.beat_info["since_progress_s"])),
                        d.role)
     if d.status == "failed" and (d.stop_reason or "").startswith(stages.LAUNCH_FAILED):
