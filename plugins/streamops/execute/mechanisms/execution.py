@@ -27,6 +27,7 @@ from streamops.waiting import wait_until
 log = logging.getLogger("streamops.reconfigure")
 Progress = Callable[[str], None]
 
+DRIVER_LOOK_S = 2.0  # while a driver command is awaited, how often its driver's life is checked
 DIED = "the executor died mid-way"  # why `resume` rolls back a reconfiguration left running
 
 
@@ -231,7 +232,19 @@ def driver_command(ex: Execution, run: Row, command: str, args: CommandArgs, wai
     which must be `done`."""
     args = args.model_copy(update={"reconfiguration_id": ex.row.id})
     cid = ledger.send_command(ex.stage_id, run.id, command, args, f"reconfiguration {ex.row.id}")
-    cmd = wait_until(lambda: (c := ledger.command(cid)).done_at is not None and c, wait_s, 0.25)
+    looked = [time.monotonic()]
+
+    def answered():
+        if (c := ledger.command(cid)).done_at is not None:
+            return c
+        if time.monotonic() - looked[0] >= DRIVER_LOOK_S:  # a dead driver answers nothing: roll back now
+            looked[0] = time.monotonic()
+            if not stages.is_alive(run):
+                raise RuntimeError(f"the driver (deployment {run.id}, pid {run.pid}) died before it carried out "
+                                   f"the {command} command")
+        return None
+
+    cmd = wait_until(answered, wait_s, 0.25)
     if not cmd:
         raise RuntimeError(f"the driver did not carry out the {command} command within {wait_s:.0f}s")
     outcome = CommandOutcome.parse(cmd.outcome) or CommandOutcome(status="failed", detail="no outcome")

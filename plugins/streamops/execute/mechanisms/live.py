@@ -11,6 +11,7 @@ from sqlalchemy import Row
 
 from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, check_room_to_grow, \
     driver_command, recover_by_restore, restore_previous, running_primary, same_run_holds_target
+from streamops.execute import stages
 from streamops.plan.kinds import MechanismName, Phase
 from streamops.run_spec import ScaleArgs
 from streamops.plan.mechanism import live_refusal
@@ -50,10 +51,11 @@ class LiveScale:
         ex.progress(f"{ex.stage_id}: {outcome.detail}")
 
     def rollback(self, ex: Execution, reason: str) -> None:
-        """Back to the old cores in the same run if it still runs; else restart it as it was."""
+        """Back to the old cores in the same run if it still runs; else (its driver died, as in
+        a kill mid-scale) restart it as it was, now rather than at the watchdog's next pass."""
         old = ex.old_deployment
         live = ledger.latest_run(ex.stage_id, live=True)
-        if old is not None and live is not None and live.id == old.id:
+        if old is not None and live is not None and live.id == old.id and stages.is_alive(live):
             if live.cores != old.cores:
                 self._scale(ex, live, old.cores)
             return

@@ -1,0 +1,103 @@
+"""A Kafka stage on the embedded Spark standalone cluster (issue 45): the connector's jars reach
+the executors through `spark.jars`, the stage scales out live, and a kill -9 of its driver in the
+middle of that scale-out loses and doubles nothing: the sink equals an oracle that reads the
+topic with its own client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+from sqlalchemy import text
+
+from streamops import kafka_broker, quality, registry
+from streamops.execute import reconfigure, stages, watchdog
+from streamops.store import ledger
+from tests.demo_jobs import demo_job
+from tests.integration.test_e2e_stage import eventually
+from tests.oracles import actual, expected
+
+pytest.importorskip("confluent_kafka")
+from tests.integration.test_kafka_broker import TopicFeeder, _commits, _read_topic, _topic  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos,
+              pytest.mark.slow]  # a cluster driver's start, a kill and a restart: `make test-chaos`
+
+
+@pytest.fixture(scope="module")
+def broker(test_home):
+    b, _ = kafka_broker.up()
+    yield b
+    kafka_broker.down()
+
+
+def _registry(topic: str) -> registry.Registry:
+    stage = {**demo_job("wordcount", {"kind": "kafka", "topic": topic, "max_offsets_per_trigger": 1000}),
+             "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000,
+             "pool": "cluster", "policy": {"kind": "edf"}}
+    return registry.parse({
+        "pools": {"cluster": {"master": "embedded", "cores": 2, "executor_cores": 1, "executor_memory": "512m"}},
+        "apps": {"kc": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                        "stages": {"wc": stage}}},
+    })
+
+
+def test_a_kafka_stage_on_the_cluster_loses_nothing_when_its_driver_dies_mid_scale_out(
+        clean_db, spark_standalone, broker):
+    topic, sid = _topic(partitions=2), "kc.wc"
+    reg = _registry(topic)
+    marks: list[str] = []
+    started = time.monotonic()
+    with TopicFeeder(topic, seed=13) as feeder:
+        first = stages.start_stage(sid, reg, wait_s=180, warm_up=False)
+        try:
+            eventually(lambda: _commits(clean_db, sid) >= 2, 150, "two commits on the cluster")
+            rid = reconfigure.request(sid, "scale_out", cores=2, mechanism="live", reg=reg, requested_by="test")
+            outcome = {}
+            change = threading.Thread(target=lambda: outcome.update(
+                o=reconfigure.execute(rid, gate=quality.gate_new_run, reg=reg)), daemon=True)
+            change.start()
+            eventually(lambda: _scale_requested(clean_db, rid), 60, "the executors asked for")
+            os.killpg(first.pid, signal.SIGKILL)  # the driver and its JVM, mid-way through the scale-out
+            marks.append(f"killed at {time.monotonic() - started:.0f}s")
+            change.join(300)
+            assert not change.is_alive(), "the reconfiguration returned"
+            out = outcome["o"]
+            marks.append(f"reconfiguration {out.status} at {time.monotonic() - started:.0f}s: {out.detail[:90]}")
+            print(marks)
+            # Its driver's death is seen within seconds, and the rollback restarts the run at once (it
+            # once waited out the command's 90 s and left the restart to the watchdog's next pass).
+            assert out.status == "rolled_back" and "died before it carried out the scale" in out.detail, out
+            commits = _commits(clean_db, sid)
+
+            def recovered() -> bool:  # the watchdog's passes, as the supervisor makes them
+                watchdog.cycle(reg, stale_s=60)
+                return _commits(clean_db, sid) > commits + 1
+
+            eventually(recovered, 240, "commits after the kill", interval=2)
+            live = ledger.latest_run(sid, live=True)
+            marks.append(f"committing again at {time.monotonic() - started:.0f}s (deployment {live.id}, "
+                         f"{live.cores} cores)")
+            feeder.stop.set()
+            feeder.thread.join(10)
+            assert feeder.producer.flush(60) == 0, "records left unsent"
+            messages = _read_topic(topic, feeder.sent, timeout_s=120)
+            want = expected("wordcount", [json.loads(m.value()) for m in messages])
+            eventually(lambda: actual(clean_db, sid, "wordcount") == want, 180, "the sink to equal the oracle")
+        finally:
+            stages.stop_stage(sid, reg, deadline_s=30)
+    with clean_db.connect() as conn:
+        runs = conn.execute(text("SELECT count(*) FROM deployments WHERE stage_id = :s AND role = 'primary' "
+                                 "AND status IN ('starting', 'running')"), {"s": sid}).scalar_one()
+    assert runs == 0, "every run stopped: no second primary was left behind"
+    print(f"{len(messages)} messages, {sum(want.values())} words: sink = oracle; {'; '.join(marks)}")
+
+
+def _scale_requested(engine, rid: int) -> bool:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT scale_requested_at IS NOT NULL FROM reconfigurations WHERE id = :i"),
+                            {"i": rid}).scalar_one()
