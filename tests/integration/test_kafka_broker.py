@@ -227,6 +227,21 @@ def _read_topic(topic: str, total: int, timeout_s: float = 60) -> list:
     return got
 
 
+def settle_against_topic(engine, sid: str, feeder: TopicFeeder, topic: str) -> tuple[list, dict]:
+    """Stop feeding, then wait until the wordcount sink equals an oracle over every message the
+    topic holds, read by a client of its own: (the messages, the expected counts)."""
+    from tests.integration.test_e2e_stage import eventually
+    from tests.oracles import actual, expected
+
+    feeder.stop.set()
+    feeder.thread.join(10)
+    assert feeder.producer.flush(60) == 0, "records left unsent"
+    messages = _read_topic(topic, feeder.sent, timeout_s=120)
+    want = expected("wordcount", [json.loads(m.value()) for m in messages])
+    eventually(lambda: actual(engine, sid, "wordcount") == want, 180, "the sink to equal the oracle")
+    return messages, want
+
+
 def _commits(engine, sid: str) -> int:
     with engine.connect() as conn:
         return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"),

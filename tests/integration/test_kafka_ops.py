@@ -222,8 +222,7 @@ def test_the_sink_equals_the_topic_after_a_broker_kill_and_a_60s_stop(broker, cl
 
     from streamops.execute import stages
     from tests.integration.test_e2e_stage import eventually
-    from tests.integration.test_kafka_broker import TopicFeeder, _commits
-    from tests.oracles import actual, expected
+    from tests.integration.test_kafka_broker import TopicFeeder, _commits, settle_against_topic
 
     topic, sid = _topic(partitions=2), "bf.wc"
     reg = _wordcount_stage(topic, app="bf")
@@ -252,12 +251,7 @@ def test_the_sink_equals_the_topic_after_a_broker_kill_and_a_60s_stop(broker, cl
             commits = _commits(clean_db, sid)
             eventually(lambda: _commits(clean_db, sid) > commits + 1, 180, "commits after the resume")
             marks.append(f"committing again at {time.monotonic() - started:.0f}s")
-            feeder.stop.set()
-            feeder.thread.join(10)
-            assert feeder.producer.flush(60) == 0, "records left unsent"
-            messages = _read_topic(topic, feeder.sent, timeout_s=120)
-            want = expected("wordcount", [json.loads(m.value()) for m in messages])
-            eventually(lambda: actual(clean_db, sid, "wordcount") == want, 180, "the sink to equal the oracle")
+            messages, want = settle_against_topic(clean_db, sid, feeder, topic)
         finally:
             stages.stop_stage(sid, reg, deadline_s=30)
     print(f"{len(messages)} messages, {sum(want.values())} words: sink = oracle; {', '.join(marks)}")

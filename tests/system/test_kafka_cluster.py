@@ -5,7 +5,6 @@ topic with its own client."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -19,10 +18,9 @@ from streamops.execute import reconfigure, stages, watchdog
 from streamops.store import ledger
 from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
-from tests.oracles import actual, expected
 
 pytest.importorskip("confluent_kafka")
-from tests.integration.test_kafka_broker import TopicFeeder, _commits, _read_topic, _topic  # noqa: E402
+from tests.integration.test_kafka_broker import TopicFeeder, _commits, _topic, settle_against_topic  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos,
               pytest.mark.slow]  # a cluster driver's start, a kill and a restart: `make test-chaos`
@@ -82,12 +80,7 @@ def test_a_kafka_stage_on_the_cluster_loses_nothing_when_its_driver_dies_mid_sca
             live = ledger.latest_run(sid, live=True)
             marks.append(f"committing again at {time.monotonic() - started:.0f}s (deployment {live.id}, "
                          f"{live.cores} cores)")
-            feeder.stop.set()
-            feeder.thread.join(10)
-            assert feeder.producer.flush(60) == 0, "records left unsent"
-            messages = _read_topic(topic, feeder.sent, timeout_s=120)
-            want = expected("wordcount", [json.loads(m.value()) for m in messages])
-            eventually(lambda: actual(clean_db, sid, "wordcount") == want, 180, "the sink to equal the oracle")
+            messages, want = settle_against_topic(clean_db, sid, feeder, topic)
         finally:
             stages.stop_stage(sid, reg, deadline_s=30)
     with clean_db.connect() as conn:
