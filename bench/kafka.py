@@ -18,7 +18,8 @@ source and cores, one run:
   correct  the feed stopped, the sink equals the oracle (tests/oracles.py) over every record.
 
 RATE is the same for every run, so they compare: half the first run's (kafka, 1 core) median
-drain rate, unless --rate says. The runs go by cores, kafka then files, so both sources of a
+drain rate, at most 80 % of what the batch cap allows a trigger (records a batch / trigger
+interval: the stage's sustainable ceiling), unless --rate says. The runs go by cores, kafka then files, so both sources of a
 row see the same machine; this process generates the records on the same cores. Scratch database
 `streamops_bench_kafka`, a temporary STREAMOPS_HOME and the broker in it, removed at the end.
 Results in bench/results/kafka.json; a table is printed.
@@ -231,8 +232,12 @@ def one_run(source: str, cores: int, args: argparse.Namespace, rate: int | None,
         if d["rows_per_s"]["median"] is None:
             raise RuntimeError(f"the backlog fit in {d['batches']} batch(es): no batch after the first to measure")
         if rate is None:  # the first run sets the feed's rate for all
-            rate = feed.rate = max(50, int(d["rows_per_s"]["median"] / 2 // 50 * 50))
-            say(f"feed rate for every run: {rate} records/s (half of {name}'s median drain rate)")
+            # Sustainable at all: a batch reads at most `cap` records a trigger, whatever its speed
+            # (a first run at 6 300/s over a ceiling of 5 000/s measured a growing lag, not latency).
+            ceiling = _batch_cap(demo) * 1000 / trigger_ms
+            rate = feed.rate = max(50, int(min(d["rows_per_s"]["median"] / 2, 0.8 * ceiling) // 50 * 50))
+            say(f"feed rate for every run: {rate} records/s (half of {name}'s median drain rate, at most 80 % of "
+                f"the {ceiling:.0f}/s its batch cap and trigger allow)")
         result["rate"] = rate
         started = datetime.now(timezone.utc)
         feed.thread.start()
