@@ -19,10 +19,10 @@ source and cores, one run:
 
 RATE is the same for every run, so they compare: half the first run's (kafka, 1 core) median
 drain rate, at most 80 % of what the batch cap allows a trigger (records a batch / trigger
-interval: the stage's sustainable ceiling), unless --rate says. The runs go by cores, kafka then files, so both sources of a
-row see the same machine; this process generates the records on the same cores. Scratch database
-`streamops_bench_kafka`, a temporary STREAMOPS_HOME and the broker in it, removed at the end.
-Results in bench/results/kafka.json; a table is printed.
+interval: the stage's sustainable ceiling), unless --rate says. The runs go by cores, kafka
+then files, so both sources of a row see the same machine; this process generates the records
+on the same cores. Scratch database `streamops_bench_kafka`, a temporary STREAMOPS_HOME and the
+broker in it, removed at the end. Results in bench/results/kafka.json; a table is printed.
 
     .venv/bin/python bench/kafka.py [--quick] [--cores 1,2,4] [--backlog 300000] [--feed-s 90] [--rate N]
 """
