@@ -246,3 +246,27 @@ def test_master_lost_is_timed_from_the_last_pass_that_saw_the_master_alive(clean
     rows = _failures(clean_db)
     assert [r.kind for r in rows] == ["master_lost"]
     assert rows[0].failed_at <= seen, f"failed_at {rows[0].failed_at} is after the last sighting {seen}"
+
+
+def test_a_run_whose_state_the_code_cannot_read_is_given_up_at_once(clean_db):
+    """A driver that stopped with Spark's state schema refusal (its reason starts with
+    state_schema.MARKER): one failure, given up on the first pass, with the reason and no
+    restart, since the same code would fail on the same state again."""
+    from streamops.agent import state_schema
+    from streamops.execute import watchdog
+
+    reg = _registry()
+    _sync(clean_db, reg)
+    dep = _run(clean_db, "failed", None)
+    reason = (f"query w.s terminated: {state_schema.MARKER} the job's code cannot read the checkpoint's state "
+              "(STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE; operator 0 (stateStoreSave)): value fields added: sum")
+    with clean_db.begin() as conn:
+        conn.execute(text("UPDATE deployments SET stop_reason = :r, stopped_at = now() WHERE id = :d"),
+                     {"r": reason, "d": dep})
+    [rec] = watchdog.cycle(reg, stale_s=60).recoveries
+    assert (rec.kind, rec.status, rec.attempts) == ("query_failed", "gave_up", 0), rec
+    assert [(f.kind, f.status) for f in _failures(clean_db)] == [("query_failed", "gave_up")]
+    with clean_db.connect() as conn:
+        runs = conn.execute(text("SELECT count(*) FROM deployments WHERE stage_id = 'w.s'")).scalar_one()
+    assert runs == 1, "not restarted into the same refusal"
+    assert not watchdog.cycle(reg, stale_s=60).recoveries, "a second pass leaves it given up"

@@ -389,7 +389,8 @@ def test_reconfiguration_gate_waits_for_metrics_written_after_the_commit(qdb):
                                                     deployment_id=dep, t0=t0 + timedelta(seconds=5)))
     late.start()
     started = time.monotonic()
-    ex = SimpleNamespace(stage_id=STAGE, progress=lambda _: None)
+    ex = SimpleNamespace(stage_id=STAGE, progress=lambda _: None, row=SimpleNamespace(action="scale_out"),
+                         switched_at=None)
     reason = reconfigure._quality_gate(ex, dep, gate_new_run)
     late.join()
     assert reason is None, reason
