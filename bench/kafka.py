@@ -102,7 +102,8 @@ class TopicWriter:
         from confluent_kafka import Producer
 
         self.topic, self.sent = topic, 0
-        self.producer = Producer({**kafka_broker.client_settings().librdkafka(), "linger.ms": 5, "log_level": 0})
+        conf = kafka_broker.client_settings().librdkafka_producer()
+        self.producer = Producer({**conf, "linger.ms": 5, "log_level": 0})
 
     def __call__(self, lines: list[str]) -> None:
         for line in lines:

@@ -26,7 +26,7 @@ from streamops.generator import SCHEMAS, sample_lines
 from streamops.records import check_line
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaException, Producer  # noqa: E402
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 LOOPBACK_ADDRESSES = {"127.0.0.1", "::ffff:127.0.0.1"}
@@ -54,7 +54,7 @@ def _topic(partitions: int = 1) -> str:
 
 
 def _produce(topic: str, records: list[tuple[str, str]], partitions: int = 1) -> None:
-    p = Producer(_conf())
+    p = Producer({**kafka_broker.client_settings().librdkafka_producer(), "log_level": 0})
     for i, (key, value) in enumerate(records):
         p.produce(topic, key=key.encode(), value=value.encode(), partition=i % partitions)
     assert p.flush(30) == 0, "records left unsent"
@@ -184,7 +184,7 @@ class TopicFeeder:
     def __init__(self, topic: str, seed: int = 7):
         self.topic, self.rng, self.sent = topic, random.Random(seed), 0
         self.stop = threading.Event()
-        self.producer = Producer(_conf())
+        self.producer = Producer({**kafka_broker.client_settings().librdkafka_producer(), "log_level": 0})
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def send(self, key: bytes, value: bytes | None) -> None:
@@ -210,20 +210,27 @@ class TopicFeeder:
 
 
 def _read_topic(topic: str, total: int, timeout_s: float = 60) -> list:
-    """Every message of the topic, read by a client of its own: the oracle's input."""
-    c = Consumer({**_conf(), "group.id": f"oracle-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    c.subscribe([topic])
+    """Every message of the topic, from each partition's low to its high watermark, read by a
+    client of its own: the oracle's input. Read to the end offsets, not to a count: a producer that
+    was not idempotent may have written a retried send twice, and the stage reads both."""
+    c = Consumer({**_conf(), "group.id": f"oracle-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
+    parts = c.list_topics(topic, timeout=30).topics[topic].partitions
+    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in parts}
+    c.assign([TopicPartition(topic, p, lo) for p, (lo, hi) in ends.items() if hi > lo])
+    left = {p for p, (lo, hi) in ends.items() if hi > lo}
     got: list = []
     deadline = time.monotonic() + timeout_s
     try:
-        while len(got) < total and time.monotonic() < deadline:
+        while left and time.monotonic() < deadline:
             m = c.poll(1.0)
             if m is not None and m.error() is None:
                 got.append(m)
+                if m.offset() >= ends[m.partition()][1] - 1:
+                    left.discard(m.partition())
     finally:
         c.close()
-    assert len(got) == total, f"read {len(got)} of the topic's {total} messages"
+    assert not left, f"partitions {sorted(left)} not read to their end offsets in {timeout_s:.0f}s"
+    assert len(got) == total, f"the topic holds {len(got)} messages, {total} were sent (each once: idempotent)"
     return got
 
 

@@ -43,7 +43,8 @@ class TopicGenerator(Generator):
         from confluent_kafka import Producer
 
         self.topic = topic
-        self.producer = Producer({**conf, "linger.ms": 20})
+        # Idempotent: a send retried across a broker crash is written once (kafka_broker.librdkafka_producer).
+        self.producer = Producer({**conf, "enable.idempotence": True, "linger.ms": 20})
         self.errors: list[str] = []
 
     def _stage(self, name: str, payload: bytes) -> bytes:
