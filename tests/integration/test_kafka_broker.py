@@ -56,8 +56,13 @@ def _topic(partitions: int = 1) -> str:
 def _produce(topic: str, records: list[tuple[str, str]], partitions: int = 1) -> None:
     p = Producer({**kafka_broker.client_settings().librdkafka_producer(), "log_level": 0})
     for i, (key, value) in enumerate(records):
-        p.produce(topic, key=key.encode(), value=value.encode(), partition=i % partitions)
-    assert p.flush(30) == 0, "records left unsent"
+        while True:
+            try:
+                p.produce(topic, key=key.encode(), value=value.encode(), partition=i % partitions)
+                break
+            except BufferError:  # the client's queue (100 000 messages) is full: let it send
+                p.poll(0.5)
+    assert p.flush(60) == 0, "records left unsent"
 
 
 def _consume(topic: str, n: int, timeout_s: float = 30) -> list[str]:

@@ -422,6 +422,16 @@ def test_ds2_policy(input_rate, rate_per_core, backlog, cores, min_cores, max_co
         assert (r.action, r.target_cores) == expected
 
 
+def test_a_ds2_scale_out_driven_by_a_backlog_says_so():
+    """A topic's lag is the backlog: the reason names it and what it adds to the demand, so a
+    reader of `decisions` can tell a lag-driven scale-out from a rate-driven one."""
+    [r], _ = run("ds2", demand_stats(100.0, 500.0, 1, backlog=60_000.0, max_cores=4))
+    assert (r.action, r.target_cores) == (SCALE_OUT, 4)
+    assert "backlog 60,000 rows to catch up in 60s: +1,000/s" in r.reason, r.reason
+    [r], _ = run("ds2", demand_stats(1000.0, 500.0, 2, max_cores=16))
+    assert "backlog" not in r.reason, r.reason
+
+
 # --------------------------------------------------------------------------------------------
 # operator_cycle: the window guard
 

@@ -60,6 +60,14 @@ def _demand(s: StageStats, opt: OperatorOptions) -> float | None:
     return None
 
 
+def _backlog_note(s: StageStats, opt: OperatorOptions) -> str:
+    """What a backlog (a topic's lag) adds to the demand, for a reason a reader can check."""
+    if s.backlog_rows <= 0:
+        return ""
+    extra = s.backlog_rows / opt.catch_up_s
+    return f"; backlog {s.backlog_rows:,.0f} rows to catch up in {opt.catch_up_s:.0f}s: +{extra:,.0f}/s"
+
+
 def _forecast_holds(s: StageStats, opt: OperatorOptions, cores: int) -> bool:
     """A scale-in to `cores` would be undone within the horizon: the forecast demand needs more
     than `cores` at `target_utilization`."""
@@ -178,7 +186,8 @@ def ds2(s: StageStats, opt: OperatorOptions, state: OperatorState,
     down = ds2_target(s, opt.catch_up_s, opt.ds2_scale_in_margin, demand)
     snap: dict[str, Any] = {"load_ratio": round(u, 3), "n_star": up}
     if up > n:
-        return [_scale_out(s, up, opt, ctx, f"DS2 n* {up} > n {n} (load {u:.2f})", **snap)], state
+        return [_scale_out(s, up, opt, ctx, f"DS2 n* {up} > n {n} (load {u:.2f}{_backlog_note(s, opt)})",
+                           **snap)], state
     if down < n:
         why = f"DS2 n* {down} < n {n} at {opt.ds2_scale_in_margin:.0%} target"
         return [_scale_in(s, down, ctx, why, **snap)], state
