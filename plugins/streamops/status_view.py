@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -83,6 +84,8 @@ def cells(r) -> tuple[dict[str, str], list[str]]:
         notes.append(f"[yellow]{r.stage_id}[/]: {r.poison_24h}")
     if r.input_24h:
         notes.append(f"[yellow]{r.stage_id}[/]: input {r.input_24h} (table input_anomalies)")
+    if getattr(r, "last_change", None):  # why its cores last moved: a policy's reason names its signal
+        notes.append(escape(f"{r.stage_id}: last change {r.last_change}: {r.last_change_reason}"))
     return {
         "stage": r.stage_id, "state": state, "pool": r.pool or "–", "cores": _fmt(r.cores), "parts": _fmt(r.partitions),
         "in/s": _fmt(r.in_rps, ",.0f"), "out/s": _fmt(r.out_rps, ",.0f"),

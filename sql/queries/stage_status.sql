@@ -47,6 +47,16 @@ plan AS (  -- what the control loop has in store for the stage: a planned change
                r.action || '→' || COALESCE(r.target_cores::text, r.target_pool) || ' deferred'
         FROM requests r WHERE r.status = 'deferred'
     ) x ORDER BY stage_id, prio, at DESC
+),
+last_change AS (  -- the newest finished change of the last day, and why it was made (a policy's reason)
+    SELECT DISTINCT ON (c.stage_id) c.stage_id,
+           format('%s %s→%s %s %s %s', c.action, COALESCE(c.from_cores::text, c.from_pool),
+                  COALESCE(c.target_cores::text, c.target_pool), COALESCE(c.mechanism, ''), c.status,
+                  to_char(c.finished_at, 'HH24:MI')) AS label,
+           COALESCE(rq.reason, c.requested_by) AS reason
+    FROM reconfigurations c LEFT JOIN requests rq ON rq.id = c.request_id
+    WHERE c.finished_at > now() - interval '1 day'
+    ORDER BY c.stage_id, c.finished_at DESC
 )
 SELECT s.stage_id, s.app, s.job, COALESCE(r.pool, s.pool) AS pool,  -- where the run is (a migration moves it)
        COALESCE(r.status, 'never started') AS status,
@@ -63,6 +73,7 @@ SELECT s.stage_id, s.app, s.job, COALESCE(r.pool, s.pool) AS pool,  -- where the
        CAST(h.info ->> 'executors' AS integer) AS executors,  -- NULL in local mode
        COALESCE(q.quarantined, 0) AS quarantined,
        pl.label AS plan,
+       lc.label AS last_change, lc.reason AS last_change_reason,
        r.stop_reason,
        s.health, s.health_reason,
        s.replicas, COALESCE(rp.live_replicas, 0) AS live_replicas, rp.leader,
@@ -87,5 +98,6 @@ LEFT JOIN recent rc ON rc.stage_id = s.stage_id
 LEFT JOIN heartbeats h ON h.deployment_id = r.id
 LEFT JOIN q ON q.stage_id = s.stage_id
 LEFT JOIN plan pl ON pl.stage_id = s.stage_id
+LEFT JOIN last_change lc ON lc.stage_id = s.stage_id
 LEFT JOIN replicas rp ON rp.stage_id = s.stage_id
 ORDER BY s.app, s.stage_id

@@ -20,3 +20,12 @@ def test_wide_status_links_the_live_run_s_spark_ui_and_a_narrow_terminal_drops_i
     assert wide.columns[-1].header == "spark ui"
     narrow = status_table([on, off], 110)
     assert "spark ui" not in [c.header for c in narrow.columns] and "spark ui" in str(narrow.caption)
+
+
+def test_a_stage_s_last_change_is_a_note_with_the_reason_its_policy_gave():
+    row = SimpleNamespace(**{**ROW, "last_change": "scale_out 1→2 live done 07:12",
+                             "last_change_reason": "DS2 n* 2 > n 1 (load 2.90; backlog [bold] rows to catch up)"})
+    _, notes = cells(row)
+    assert notes == ["a.s: last change scale_out 1→2 live done 07:12: DS2 n* 2 > n 1 "
+                     "(load 2.90; backlog \\[bold] rows to catch up)"]  # escaped: not rich markup
+    assert cells(SimpleNamespace(**ROW))[1] == []
