@@ -87,7 +87,7 @@ def _registry(name: str, source: str, cores: int, topic: str, demo: registry.Sta
         {"kind": "files", "path": f"{name}/in", "max_files_per_trigger": max(1, cap // FILE_RECORDS)}
     stage = {**demo_job("wordcount", src), "cores": {"initial": cores, "max": cores},
              "state_partitions": demo.state_partitions, "trigger_interval_ms": demo.trigger_interval_ms,
-             "pool": "p", "params": dict(demo.params)}
+             "pool": "p", "params": {**demo.params, "cpu_cost": 0}}  # the source's cost, not the demo's burn
     assert stage["job"] == demo.job, f"the demo runs {demo.job}, the bench {stage['job']}"
     return registry.parse({
         "pools": {"p": {"master": "local", "cores": cores}},
