@@ -12,6 +12,7 @@ import pytest
 
 from streamops.sim.bound import (BoundModel, BoundStage, frontier, model_from_sim, prepare, regret, schedule_cost,
                                  sustained_rate, window_open_mask)
+from streamops.sim.bound_dp import solve
 from streamops.sim.model import SimConfig
 from streamops.sim.policies import POLICY_CONFIGS
 
@@ -137,3 +138,25 @@ def test_model_from_sim_reads_the_simulators_mechanisms_and_bucket():
     # "45 1-23/2 * * *" for 30 min: open 23:45-00:15 and 01:45-02:15
     assert mask[14] and not mask[15] and not mask[104] and mask[105] and mask[134] and not mask[135]
     assert sum(mask) == 45
+
+
+def _wide_trace() -> tuple[BoundModel, np.ndarray]:
+    """One stage of 1-40 cores under a noisy wave: more than 60 supported points (issue 46's cap)."""
+    stage = BoundStage("a", rate_per_core=10.0, base_latency_ms=20.0, cores=1, min_cores=1, max_cores=40,
+                       scale_out_s=1.0, scale_in_s=2.0)
+    model = BoundModel((stage,), r_max_ms=100.0, queue_ms=5.0, window_s=5, tokens=1, arrival_sd=0.05,
+                       capacity_sd=0.05)
+    rng = np.random.default_rng(3)
+    return model, np.clip(120 + 80 * np.sin(np.arange(600) / 40) + rng.normal(0, 30, 600), 2, None)
+
+
+def test_the_search_is_complete_no_segment_hides_a_supported_point():
+    model, rates = _wide_trace()
+    front, pb = frontier(rates, model), prepare(rates, model, None)
+    assert len(front.points) > 60
+    for a, b in zip(front.points, front.points[1:]):
+        wc, wv = a.seconds_above - b.seconds_above, (b.core_hours - a.core_hours) * 3600
+        c, v, _, _ = solve(pb, model, wc, wv)
+        line = wc * a.core_hours * 3600 + wv * a.seconds_above
+        assert wc * c + wv * v >= line - 1e-9 * abs(line), (a, b)
+

@@ -6,8 +6,9 @@ Pure: per-second input rates + a `BoundModel` → a `Frontier`. docs/policies.md
 The planning model and its programme are in sim/bound_dp.py.
 
 The optimum is a dynamic programme over (interval, configuration, tokens). Two objectives make a
-frontier: `frontier` finds every supported point (the minimizers of core-seconds + p × seconds
-above R_max over all prices p ≥ 0) by dichotomic search, which needs one programme per point.
+frontier: `supported` finds every supported point (the minimizers of core-seconds + p × seconds
+above R_max over all prices p ≥ 0) by dichotomic search, about two programmes per point, with no
+cap on their number.
 Between two supported points the frontier is the straight line: the lower convex envelope, itself
 a bound on any schedule (each point of the model lies on or above every supporting line).
 """
@@ -85,12 +86,17 @@ def _lerp(x: float, x0: float, x1: float, y0: float, y1: float) -> float:
 
 
 
-def frontier(rates: Sequence[float], model: BoundModel, window_open: Sequence[bool] | None = None,
-             max_points: int = 60) -> Frontier:
-    """Every supported point of the (core-hours, seconds above R_max) frontier, by dichotomic
-    search: the two ends (fewest cores; fewest seconds above), then, between two neighbours, the
-    price of the line through them, kept when its optimum lies below that line."""
+def frontier(rates: Sequence[float], model: BoundModel, window_open: Sequence[bool] | None = None) -> Frontier:
+    """The (core-hours, seconds above R_max) frontier of a trace: its supported points' envelope."""
     pb = prepare(rates, model, window_open)
+    return Frontier(envelope(supported(pb, model)), duration_s=len(np.asarray(rates)))
+
+
+def supported(pb: Problem, model: BoundModel) -> list[FrontierPoint]:
+    """Every supported point, by dichotomic search: the two ends (fewest cores; fewest seconds
+    above), then, between two neighbours, the price of the line through them, kept when its optimum
+    lies below that line. Complete: it ends only when no segment hides a point below it (issue 46:
+    a 60-point cap left a straight segment from 18 to 38 core-hours)."""
     sols: dict[tuple[float, float], FrontierPoint] = {}
 
     def point(wc: float, wv: float) -> tuple[float, float]:
@@ -104,7 +110,7 @@ def frontier(rates: Sequence[float], model: BoundModel, window_open: Sequence[bo
     cheap = point(1.0, 1e-9)  # fewest core-seconds, then fewest seconds above
     safe = point(1e-9, 1.0)  # fewest seconds above, then fewest core-seconds
     todo = [(cheap, safe)] if cheap != safe else []
-    while todo and len(sols) < max_points:
+    while todo:
         a, b = todo.pop()
         wc, wv = a[1] - b[1], b[0] - a[0]  # the normal of the line through a and b
         if wc <= 0 or wv <= 0:
@@ -113,14 +119,19 @@ def frontier(rates: Sequence[float], model: BoundModel, window_open: Sequence[bo
         at_a = wc * a[0] + wv * a[1]
         if wc * m[0] + wv * m[1] < at_a - 1e-9 * abs(at_a):
             todo += [(a, m), (m, b)]
+    return list(sols.values())
+
+
+def envelope(points: Sequence[FrontierPoint]) -> tuple[FrontierPoint, ...]:
+    """The lower convex envelope of (core-hours, seconds above): core-hours ascending."""
     hull: list[FrontierPoint] = []
-    for p in sorted(sols.values(), key=lambda p: (p.core_hours, p.seconds_above)):  # the lower convex envelope
+    for p in sorted(points, key=lambda p: (p.core_hours, p.seconds_above)):
         if hull and p.seconds_above >= hull[-1].seconds_above:
             continue  # more cores and no fewer seconds above: dominated
         while len(hull) >= 2 and _cross(hull[-2], hull[-1], p) <= 0:
             hull.pop()
         hull.append(p)
-    return Frontier(tuple(hull), duration_s=len(np.asarray(rates)))
+    return tuple(hull)
 
 
 def _cross(o: FrontierPoint, a: FrontierPoint, b: FrontierPoint) -> float:
