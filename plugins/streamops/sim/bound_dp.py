@@ -9,14 +9,19 @@ The planning model keeps what decides cores against violations in sim/engine.py 
   Σ_k base_k + queue_ms·ρ_k/(1 − ρ_k) (ρ_k capped at rho_cap, every ρ_k < 1) is ≤ R_max. A second
   of rate r is above R_max with the chance that the second's noise (the simulator's per-second
   arrival and service noise, which no one can foresee: the trace itself is known) takes the
-  arrivals past the service, P(r·(1 + ε_a) > λ*(v)·(1 + ε_c)); without noise, when r > λ*(v).
-  Backlog carried from one second to the next is dropped: it only adds seconds above R_max.
+  arrivals past the service, P(r·(1 + ε_a) + B > λ*(v)·(1 + ε_c)); without noise, when r + B > λ*(v).
+  B is the backlog carried from the seconds before, as in the simulator: a fluid queue at the
+  chain's capacity c(v) on the trace's rates. A configuration held for h intervals carries what it
+  built in them (h up to `backlog_memory_s`); a change inherits what the configuration before it
+  built in the previous interval, and drains it with the change's own backlog. Both keep the bound
+  a relaxation (less backlog than the simulator, never more); what a change inherits from further
+  back, and what it leaves to the intervals after it, are dropped (issue 46, docs/policies.md §14.1).
 - A change restarts the changed stages together: the app is down for the longest of their
-  downtimes d, and the outage's backlog drains at the new configuration's spare capacity, so the
-  change costs d / (1 − λ/c(v)) seconds above R_max (at most the interval), c(v) the chain's
-  capacity. Scale-outs use the pre-staged restart (a clairvoyant always stages in time) or the
-  active backup, whose overlap holds the new cores twice; scale-ins are pause-resumes plus the
-  state's offline repartition.
+  downtimes d, and the outage's backlog (and the inherited one, B) drains at the new configuration's
+  spare capacity, so the change costs (d·c(v) + B) / (c(v) − λ) seconds above R_max (at most the
+  interval), c(v) the chain's capacity. Scale-outs use the pre-staged restart (a clairvoyant
+  always stages in time) or the active backup, whose overlap holds the new cores twice; scale-ins
+  are pause-resumes plus the state's offline repartition.
 - The token bucket: a scale-out of k stages spends k tokens of a bucket of capacity B that gains
   one token per interval (the generator's most: a relaxation).
 - Maintenance windows: scale-ins only at intervals that start in an open window, at most
@@ -64,6 +69,8 @@ class BoundModel:
     per_total: int | None = 4
     arrival_sd: float = 0.0  # relative per-second noise of the arrivals (SimConfig.arrival_noise)
     capacity_sd: float = 0.0  # … and of the service (SimConfig.capacity_noise)
+    # How far back a held configuration's backlog is carried (the programme's state grows with it)
+    backlog_memory_s: int = 1800
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -73,7 +80,6 @@ class BoundModel:
         for s in self.stages:
             if not 1 <= s.min_cores <= s.cores <= s.max_cores:
                 raise ValueError(f"stage {s.name}: expected 1 <= min_cores <= cores <= max_cores")
-
 
 
 # ----------------------------------------------------------------------------------------- model
@@ -125,9 +131,18 @@ class Problem:
     down_s: np.ndarray  # (S, S) the app's output gap of the change
     extra_core_s: np.ndarray  # (S, S) overlap cores of the change
     widths: np.ndarray  # (W,) seconds per interval
-    above: np.ndarray  # (W, S) seconds above R_max per interval at configuration j, no change
+    # (M+1, W, S) seconds above R_max in interval w at configuration j, held since the start of
+    # interval w − h with no backlog then: what it carries from the h intervals before
+    held: np.ndarray
+    carry: np.ndarray  # (W, S) backlog left at interval w's end by j, from none at its start
     mean_rate: np.ndarray  # (W,)
     open_: np.ndarray  # (W,) a scale-in may be granted at the interval's start
+
+    @property
+    def above(self) -> np.ndarray:
+        """(W, S) seconds above R_max per interval at configuration j, with no backlog carried in."""
+        out: np.ndarray = self.held[0]
+        return out
 
 
 def prepare(rates: Sequence[float], model: BoundModel, window_open: Sequence[bool] | None) -> Problem:
@@ -151,97 +166,145 @@ def prepare(rates: Sequence[float], model: BoundModel, window_open: Sequence[boo
     W = model.window_s
     n = int(math.ceil(len(r) / W))
     widths = np.array([min(W, len(r) - w * W) for w in range(n)], dtype=float)
-    above = np.zeros((n, len(V)))
-    mean = np.zeros(n)
-    for w in range(n):
-        seg = r[w * W:(w + 1) * W]
-        above[w] = _seconds_above(seg, lam, model.arrival_sd, model.capacity_sd)
-        mean[w] = seg.mean()
+    mean = np.array([r[w * W:(w + 1) * W].mean() for w in range(n)])
+    memory = min(n - 1, int(math.ceil(model.backlog_memory_s / W)))
+    held, carry = _held(r, lam, cap, W, memory, model.arrival_sd, model.capacity_sd)
     if window_open is None:
         open_ = np.ones(n, dtype=bool)
     else:
         open_ = np.asarray(window_open, dtype=bool)
         if len(open_) != n:
             raise ValueError(f"window_open has {len(open_)} intervals, the trace {n}")
-    return Problem(V, init, lam, cap, ups, downs, down_s, extra, widths, above, mean, open_)
+    return Problem(V, init, lam, cap, ups, downs, down_s, extra, widths, held, carry, mean, open_)
 
 
-def _seconds_above(rates: np.ndarray, lam: np.ndarray, arrival_sd: float, capacity_sd: float) -> np.ndarray:
-    """Per configuration: the expected seconds of `rates` above R_max, Σ_s P(r·(1+ε_a) > λ*·(1+ε_c))."""
+def _held(r: np.ndarray, lam: np.ndarray, cap: np.ndarray, W: int, memory: int, arrival_sd: float,
+          capacity_sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """`Problem.held` and `Problem.carry`. Second by second, as the simulator: the backlog B grows by
+    r − c(v) (the trace's rate, a fluid: the noise is no one's to foresee) and a second is above
+    R_max with P(r·(1+ε_a) + B > λ*·(1+ε_c)): the carried rows count as arrivals."""
     from scipy.special import ndtr  # type: ignore[import-untyped]  # the normal CDF, vectorized
 
-    if arrival_sd <= 0 and capacity_sd <= 0:
-        seg = np.sort(rates)
-        return len(seg) - np.searchsorted(seg, lam, side="right")
-    r, lm = rates[:, None], lam[None, :]
-    sd = np.sqrt((r * arrival_sd) ** 2 + (lm * capacity_sd) ** 2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(sd > 0, (r - lm) / sd, np.where(r > lm, np.inf, -np.inf))
-    out: np.ndarray = ndtr(z).sum(axis=0)
-    return out
+    n, S = int(math.ceil(len(r) / W)), len(lam)
+    pad = np.full((n + memory) * W, np.nan)
+    pad[:len(r)] = r
+    R = pad.reshape(n + memory, W)
+    held = np.zeros((memory + 1, n, S))
+    carry = np.zeros((n, S))
+    B = np.zeros((n, S))  # one row per start interval, all run at once
+    starts = np.arange(n)
+    noisy = arrival_sd > 0 or capacity_sd > 0
+    for h in range(memory + 1):
+        acc = np.zeros((n, S))
+        for q in range(W):
+            x = R[starts + h, q][:, None]
+            ok = ~np.isnan(x)
+            x = np.where(ok, x, 0.0)
+            load = x + B
+            if noisy:
+                sd = np.sqrt((x * arrival_sd) ** 2 + (lam * capacity_sd) ** 2)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    z = np.where(sd > 0, (load - lam) / sd, np.where(load > lam, np.inf, -np.inf))
+                p = ndtr(z)
+            else:
+                p = (load > lam).astype(float)
+            acc += np.where(ok, p, 0.0)
+            B = np.where(ok, np.maximum(0.0, load - cap), B)
+        if h == 0:
+            carry = B.copy()
+        held[h, h:] = acc[:n - h]  # started at w − h, scored at w
+        held[h, :h] = held[0, :h]  # no configuration runs from before the trace: never read
+    return held, carry
 
 
-def _interval_cost(pb: Problem, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """(core-seconds, seconds above R_max) of entering interval w at configuration j from i: (S, S)."""
+def _change_cost(pb: Problem, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """(core-seconds, seconds above R_max) of changing from i to j at interval w's start: (S, S). The
+    app is down for the change's output gap; the rows that came in meanwhile, and the backlog i left
+    at the end of interval w − 1, drain at j's spare capacity (the diagonal is no change: `held`)."""
     width = pb.widths[w]
     core_s = pb.V.sum(axis=1)[None, :] * width + pb.extra_core_s
-    rho = pb.mean_rate[w] / np.maximum(pb.cap, 1e-12)
-    drain = np.where(rho < 1, 1.0 / np.maximum(1e-12, 1.0 - rho), 1e12)  # overloaded: the whole interval
-    change = pb.down_s * drain[None, :]
-    return core_s, np.minimum(width, pb.above[w][None, :] + change)
+    spare = pb.cap - pb.mean_rate[w]
+    with np.errstate(divide="ignore"):
+        drain = np.where(spare[None, :] > 0, (pb.down_s * pb.cap[None, :] + pb.carry[w - 1][:, None])
+                         / np.maximum(spare[None, :], 1e-12), np.inf)  # overloaded: the whole interval
+    return core_s, np.minimum(width, pb.above[w][None, :] + drain)
 
 
 def solve(pb: Problem, model: BoundModel, wc: float, wv: float) -> tuple[float, float, int, list[int]]:
-    """Minimize wc·core-seconds + wv·seconds above R_max: (core-s, seconds above, changes, schedule)."""
+    """Minimize wc·core-seconds + wv·seconds above R_max: (core-s, seconds above, changes, schedule).
+    The state is (configuration, tokens, h): h intervals held before this one, at most M, so that a
+    held configuration carries its backlog."""
     S, B, n = len(pb.V), model.tokens, len(pb.widths)
-    K = len(model.stages)
+    K, M = len(model.stages), len(pb.held) - 1
     # The first interval runs the initial configuration: the first grant comes at its end.
-    J = np.full((S, B + 1), INF)
+    J = np.full((S, B + 1, M + 1), INF)
     t0 = min(B, model.initial_tokens)
-    J[pb.init, t0] = wc * pb.V[pb.init].sum() * pb.widths[0] + wv * min(pb.widths[0], pb.above[0][pb.init])
-    back = np.zeros((n, S, B + 1), dtype=np.int64)
+    J[pb.init, t0, 0] = wc * pb.V[pb.init].sum() * pb.widths[0] + wv * min(pb.widths[0], pb.above[0][pb.init])
+    back = np.zeros((n, S, B + 1, M + 1), dtype=np.int32)  # the predecessor: (i·(B+1) + τ)·(M+1) + h
     by_ups = [pb.ups == u for u in range(K + 1)]
+    hs = np.arange(M + 1)
+    nxt = np.minimum(hs + 1, M)
+    cores = pb.V.sum(axis=1)
     for w in range(1, n):
-        core_s, viol = _interval_cost(pb, w)
+        core_s, viol = _change_cost(pb, w)
         cost = wc * core_s + wv * viol
         if pb.open_[w]:
             cost = np.where(pb.downs <= model.window_max_actions, cost, INF)
         else:
             cost = np.where(pb.downs == 0, cost, INF)
-        newJ = np.full((S, B + 1), INF)
+        np.fill_diagonal(cost, INF)  # holding is not a change: it keeps its backlog
+        cost_u = [np.where(by_ups[u], cost, INF) for u in range(K + 1)]
+        Jmin, hmin = J.min(axis=2), J.argmin(axis=2)
+        newJ = np.full((S, B + 1, M + 1), INF)
+        hold = wc * cores[:, None] * pb.widths[w] + wv * pb.held[nxt, w, :].T  # (S, h before)
         for tau in range(B + 1):
             if not np.isfinite(J[:, tau]).any():
                 continue
             avail = min(B, tau + 1)
             for u in range(min(avail, K) + 1):
-                m = np.where(by_ups[u], J[:, tau][:, None] + cost, INF)
+                m = Jmin[:, tau][:, None] + cost_u[u]
                 best_i = m.argmin(axis=0)
                 val = m[best_i, np.arange(S)]
                 t1 = avail - u
-                better = val < newJ[:, t1]
-                newJ[:, t1] = np.where(better, val, newJ[:, t1])
-                back[w, :, t1] = np.where(better, best_i * (B + 1) + tau, back[w, :, t1])
+                better = val < newJ[:, t1, 0]
+                newJ[:, t1, 0] = np.where(better, val, newJ[:, t1, 0])
+                code = (best_i * (B + 1) + tau) * (M + 1) + hmin[best_i, tau]
+                back[w, :, t1, 0] = np.where(better, code, back[w, :, t1, 0])
+            cand = J[:, tau, :] + hold
+            codes = (np.arange(S)[:, None] * (B + 1) + tau) * (M + 1) + hs[None, :]
+            for src, dst in ((slice(0, M), slice(1, M + 1)), (slice(M, M + 1), slice(M, M + 1))):
+                better = cand[:, src] < newJ[:, avail, dst]
+                newJ[:, avail, dst] = np.where(better, cand[:, src], newJ[:, avail, dst])
+                back[w, :, avail, dst] = np.where(better, codes[:, src], back[w, :, avail, dst])
         J = newJ
-    j, t_end = np.unravel_index(int(np.argmin(J)), J.shape)
-    path, tau = [int(j)], int(t_end)
+    j, tau, h = (int(x) for x in np.unravel_index(int(np.argmin(J)), J.shape))
+    path = [j]
     for w in range(n - 1, 0, -1):
-        prev = int(back[w, path[-1], tau])
-        path.append(prev // (B + 1))
-        tau = prev % (B + 1)
+        prev = int(back[w, path[-1], tau, h])
+        path.append(prev // ((B + 1) * (M + 1)))
+        tau, h = (prev // (M + 1)) % (B + 1), prev % (M + 1)
     path.reverse()
     return evaluate(pb, path)
 
 
 def evaluate(pb: Problem, path: list[int]) -> tuple[float, float, int, list[int]]:
+    """(core-seconds, seconds above R_max, changes, path) of a schedule, as the programme prices it."""
+    M = len(pb.held) - 1
     core = float(pb.V[path[0]].sum() * pb.widths[0])
     viol = float(min(pb.widths[0], pb.above[0][path[0]]))
-    changes = 0
+    changes = h = 0
     for w in range(1, len(path)):
-        c, v = _interval_cost(pb, w)
         i, j = path[w - 1], path[w]
+        if i == j:
+            h = min(h + 1, M)
+            core += float(pb.V[j].sum() * pb.widths[w])
+            viol += float(pb.held[h, w, j])
+            continue
+        c, v = _change_cost(pb, w)
         core += float(c[i, j])
         viol += float(v[i, j])
         changes += int(pb.ups[i, j] + pb.downs[i, j])
+        h = 0
     return core, viol, changes, path
 
 
