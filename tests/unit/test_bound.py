@@ -12,6 +12,7 @@ import pytest
 
 from streamops.sim.bound import (BoundModel, BoundStage, frontier, model_from_sim, prepare, regret, schedule_cost,
                                  sustained_rate, window_open_mask)
+from streamops.sim.bound_dp import solve
 from streamops.sim.model import SimConfig
 from streamops.sim.policies import POLICY_CONFIGS
 
@@ -137,3 +138,78 @@ def test_model_from_sim_reads_the_simulators_mechanisms_and_bucket():
     # "45 1-23/2 * * *" for 30 min: open 23:45-00:15 and 01:45-02:15
     assert mask[14] and not mask[15] and not mask[104] and mask[105] and mask[134] and not mask[135]
     assert sum(mask) == 45
+
+
+def _wide_trace() -> tuple[BoundModel, np.ndarray]:
+    """One stage of 1-40 cores under a noisy wave: more than 60 supported points (issue 46's cap)."""
+    stage = BoundStage("a", rate_per_core=10.0, base_latency_ms=20.0, cores=1, min_cores=1, max_cores=40,
+                       scale_out_s=1.0, scale_in_s=2.0)
+    model = BoundModel((stage,), r_max_ms=100.0, queue_ms=5.0, window_s=5, tokens=1, arrival_sd=0.05,
+                       capacity_sd=0.05, backlog_memory_s=60)
+    rng = np.random.default_rng(3)
+    return model, np.clip(120 + 80 * np.sin(np.arange(600) / 40) + rng.normal(0, 30, 600), 2, None)
+
+
+def test_the_search_is_complete_no_segment_hides_a_supported_point():
+    model, rates = _wide_trace()
+    front, pb = frontier(rates, model), prepare(rates, model, None)
+    assert len(front.points) > 60
+    for a, b in zip(front.points, front.points[1:]):
+        wc, wv = a.seconds_above - b.seconds_above, (b.core_hours - a.core_hours) * 3600
+        c, v, _, _ = solve(pb, model, wc, wv)
+        line = wc * a.core_hours * 3600 + wv * a.seconds_above
+        assert wc * c + wv * v >= line - 1e-9 * abs(line), (a, b)
+
+
+
+# ------------------------------------------------------------------ issue 46: backlog carried between seconds
+def _one_stage(window_s: int = 60, max_cores: int = 1) -> BoundModel:
+    stage = BoundStage("s", rate_per_core=100.0, base_latency_ms=20.0, cores=1, min_cores=1, max_cores=max_cores,
+                       scale_out_s=5.0, scale_in_s=10.0)
+    return BoundModel((stage,), r_max_ms=200.0, queue_ms=7.0, window_s=window_s, per_total=None)
+
+
+def test_backlog_carries_between_seconds_within_an_interval():
+    model = _one_stage()
+    # 10 s at twice the capacity leave 1 000 rows; at 50 rows/s of spare capacity they take 20 s to drain
+    rates = [200.0] * 10 + [50.0] * 50
+    pb = prepare(rates, model, None)
+    assert 29 <= pb.above[0][0] <= 30  # the old model counted the 10 s of overload alone
+
+
+def test_backlog_carries_between_intervals_while_a_configuration_is_held():
+    model = _one_stage(window_s=10)
+    rates = [200.0] * 10 + [50.0] * 30  # the overload's backlog drains in the next two intervals
+    pb = prepare(rates, model, None)
+    _, seconds = schedule_cost(pb, model, [(1,), (1,), (1,), (1,)])
+    assert 29 <= seconds <= 30
+
+
+def test_a_change_drains_the_backlog_it_inherits():
+    model = _one_stage(window_s=20, max_cores=2)
+    # interval 0 at 1 core: 10 s at twice its capacity, then 10 s at half: 500 rows are left over
+    pb = prepare([200.0] * 10 + [50.0] * 10 + [100.0] * 20, model, None)
+    # interval 1 at 2 cores: 5 s down at 100 rows/s, then the 500 + 500 rows drain at 100 rows/s spare
+    assert schedule_cost(pb, model, [(1,), (2,)])[1] == pytest.approx(20 + 15)
+    quiet = prepare([50.0] * 20 + [100.0] * 20, model, None)  # nothing carried: the downtime's own backlog
+    assert schedule_cost(quiet, model, [(1,), (2,)])[1] == pytest.approx(10)
+
+
+def test_the_bounds_schedules_replay_in_the_simulator_with_their_backlog():
+    """Frontier schedules of a 40-minute overload, replayed as scripted changes (3 seeds): the cores
+    are the model's, and the cheapest schedule, which holds its cores through the overload, is above
+    R_max for as long as the model says (the old model, without backlog, said 1 743 s of 2 340)."""
+    from streamops.sim.bound_replay import replay
+    from streamops.sim.traces import SimTrace
+
+    cfg = SimConfig()
+    T = 2400
+    trace = SimTrace("overload", lambda t: 120.0 + (180.0 if 600 <= t < 1500 else 0.0) + 30.0 * np.sin(t / 97), T)
+    model = model_from_sim(cfg, POLICY_CONFIGS["accept_all"].app_opts())
+    front = frontier([trace.rows(t) for t in range(T)], model)
+    for p in front.points[::4]:
+        runs = [replay(p.schedule, model, cfg, trace, T, seed=s) for s in (1, 2, 3)]
+        assert sum(c for c, _ in runs) / 3 == pytest.approx(p.core_hours, rel=0.02)
+    cheap = front.points[0]
+    runs = [replay(cheap.schedule, model, cfg, trace, T, seed=s) for s in (1, 2, 3)]
+    assert sum(v for _, v in runs) / 3 == pytest.approx(cheap.seconds_above, rel=0.05)
