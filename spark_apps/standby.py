@@ -4,7 +4,9 @@ before any failure, so a failover skips the JVM start."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -57,7 +59,15 @@ def standby(stage_id: str, cores: int, ready_file: str, run: Callable[[int, Any]
     Path(ready_file).touch()
     log.info("action=standby ready in %.1fs (%s, warm-up on %d input lines)", time.monotonic() - started,
              where, sampled)
+    adopted = threading.Event()
+    holder = threading.Thread(target=_hold_no_executor, args=(spark.sparkContext, adopted), daemon=True,
+                              name="standby-executors")
+    if cluster:
+        holder.start()
     line = sys.stdin.readline().strip()
+    adopted.set()
+    if holder.is_alive():
+        holder.join(10)  # its last give-back is done before the run asks for its executors
     if not line:
         log.info("action=standby released")
         spark.stop()
@@ -67,7 +77,29 @@ def standby(stage_id: str, cores: int, ready_file: str, run: Callable[[int, Any]
     return run(int(line), spark)
 
 
-BORROW_S = 20.0  # how long a cluster spare waits for a free core to warm up on
+# How long a cluster spare waits for a free core to warm up on (the tests shorten it, to make the
+# borrowed executor arrive after the spare gave up on it).
+BORROW_S = float(os.environ.get("STREAMOPS_STANDBY_BORROW_S", "20"))
+HOLD_LOOK_S = 2.0  # how often a waiting cluster spare looks for an executor it must give back
+
+
+def _hold_no_executor(sc, adopted: threading.Event) -> None:
+    """Give back any executor that registers while the spare waits. The borrow's launch can
+    outlast BORROW_S (an executor JVM took over 20 s under a load average of 20 in the demo):
+    the executor then registers after the limit went to 0 and Spark keeps it, a core that the
+    stages' live scale-outs were refused for."""
+    from spark_apps.executors import executor_ids, scale_to
+
+    asked: set[str] = set()
+    while not adopted.wait(HOLD_LOOK_S):
+        try:
+            if held := executor_ids(sc):
+                if set(held) - asked:  # said once; asked again until it has gone
+                    log.info("action=standby giving back executor(s) %s, granted after the borrow gave up", held)
+                asked |= set(held)
+                scale_to(sc, 0, wait=False)  # no waiting: an adoption must not find it mid-way
+        except Exception as e:  # the session going away (released, adopted): nothing to hold
+            log.debug("action=standby executor check: %s", e)
 
 
 def _warm_up_on_a_borrowed_executor(spark, stage: Stage, cores: int, partitions: int) -> tuple[int, str]:
