@@ -44,14 +44,14 @@ PY
 # Sized to what this 2-core machine sustains next to Airflow (docs/demo.md): taxi ramps from 100
 # to 1 200 rows/s in 18 minutes, which the planner meets with one scale-out; hibench stays
 # within one core; clicks gets 100 records/s over its topic's 4 partitions with a burst of 1 500/s
-# for 150 s every 20 minutes (the first at once), which one core falls behind on: the lag drives a
+# for 120 s every 20 minutes (the first at once), which one core falls behind on: the lag drives a
 # live scale-out, shown with its reason on the Streams page and in `status`.
 streamops gen taxi.top10 --background --duration 86400 --seed 1 --garbage 0.002 \
     --trace "ramp:start_rate=100,doubling_s=360,max_rate=1200"
 streamops gen hibench.wordcount --background --duration 86400 --seed 2 --garbage 0.002 \
     --trace "diurnal:base=150,peak=400,period_s=900"
 streamops gen clicks.wordcount --background --duration 86400 --seed 3 --garbage 0.002 \
-    --trace "spike:base=100,spike_rate=1500,every_s=1200,duration_s=150"
+    --trace "spike:base=100,spike_rate=1500,every_s=1200,duration_s=120"
 
 echo
 echo "database: $(streamops db status | tail -1)   (psql it, or query stage_metrics)"
