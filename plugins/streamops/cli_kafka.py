@@ -21,9 +21,13 @@ def _fail(msg: str, code: int = 1) -> None:
 
 
 @kafka_app.command("up")
-def kafka_up(timeout: float = typer.Option(90, help="seconds to wait for the broker to answer")) -> None:
-    """Start (or reuse) the embedded Kafka broker: one KRaft node on 127.0.0.1, its port kept
-    across restarts, clients authenticated by SASL/SCRAM-SHA-256 (.streamops/kafka/credentials.json)."""
+def kafka_up(timeout: float = typer.Option(90, help="seconds to wait for the broker to answer"),
+             host: str = typer.Option(None, envvar="STREAMOPS_KAFKA_HOST",
+                                      help="the address the clients' listener binds and advertises, for drivers "
+                                           "and executors on other hosts (default 127.0.0.1)")) -> None:
+    """Start (or reuse) the embedded Kafka broker: one KRaft node on 127.0.0.1 (or --host), its
+    port kept across restarts, clients authenticated by SASL/SCRAM-SHA-256
+    (.streamops/kafka/credentials.json: copy it to the other hosts)."""
     from streamops import kafka_broker
 
     external = os.environ.get(kafka_broker.BOOTSTRAP_ENV)
@@ -33,7 +37,7 @@ def kafka_up(timeout: float = typer.Option(90, help="seconds to wait for the bro
     started = time.monotonic()
     try:
         with console.status("starting the Kafka broker …"):
-            b, reused = kafka_broker.up(timeout_s=timeout)
+            b, reused = kafka_broker.up(timeout_s=timeout, host=host)
     except kafka_broker.KafkaBrokerError as e:
         _fail(str(e))
     console.print(f"Kafka broker {'already running' if reused else f'started in {time.monotonic() - started:.1f}s'}: "

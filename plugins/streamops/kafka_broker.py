@@ -7,7 +7,9 @@ Its state is `.streamops/kafka/`: the log directory `data/`, `server.properties`
 `broker.json`, the record of its ports, cluster id and pid. Its two ports are chosen free once
 and kept across restarts: every client holds the bootstrap address.
 
-It listens on 127.0.0.1 only. Clients authenticate with SASL/SCRAM-SHA-256 (`SASL_PLAINTEXT`);
+It listens on 127.0.0.1 only, unless `up(host=…)` (`streamops kafka up --host ADDR`, or
+`$STREAMOPS_KAFKA_HOST`) puts the clients' listener on a host address for other hosts' drivers
+and executors (docs/cluster.md); the controller stays on loopback. Clients authenticate with SASL/SCRAM-SHA-256 (`SASL_PLAINTEXT`);
 the user and its generated password are written into the metadata log when the log directory
 is formatted (`--add-scram`), so no listener takes a client without a password. The controller
 listener (loopback too) takes SASL/PLAIN with a second generated password: the broker half is
@@ -26,7 +28,7 @@ import os
 import secrets
 import shutil
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ BOOTSTRAP_ENV = "STREAMOPS_KAFKA_BOOTSTRAP"
 USER_ENV = "STREAMOPS_KAFKA_USER"
 PASSWORD_ENV = "STREAMOPS_KAFKA_PASSWORD"
 CREDENTIALS_ENV = "STREAMOPS_KAFKA_CREDENTIALS"
+HOST_ENV = "STREAMOPS_KAFKA_HOST"  # the clients' listener's address when other hosts must reach it
 JAVA_OPTIONS_ENV = "STREAMOPS_KAFKA_JAVA_OPTIONS"
 # A modest JVM: the box's 2 cores and its memory are Spark's and PostgreSQL's too. C1 only and
 # the serial collector start it in about half the CPU time; a dev broker's load is light.
@@ -60,10 +63,11 @@ class Broker:
     cluster_id: str
     pid: int | None = None
     started: float | None = None  # the pid's start time: a pid the kernel reused is not the broker
+    host: str = LOOPBACK  # the clients' listener; the controller's stays on loopback
 
     @property
     def bootstrap(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -210,8 +214,8 @@ def _server_properties(b: Broker, creds: dict[str, str]) -> str:
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@{LOOPBACK}:{b.controller_port}",
-        f"listeners=SASL_PLAINTEXT://{LOOPBACK}:{b.port},CONTROLLER://{LOOPBACK}:{b.controller_port}",
-        f"advertised.listeners=SASL_PLAINTEXT://{LOOPBACK}:{b.port}",
+        f"listeners=SASL_PLAINTEXT://{b.host}:{b.port},CONTROLLER://{LOOPBACK}:{b.controller_port}",
+        f"advertised.listeners=SASL_PLAINTEXT://{b.host}:{b.port}",
         "listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=SASL_PLAINTEXT",
@@ -295,17 +299,17 @@ def _new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def free_port() -> int:
+def free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def _port_free(port: int) -> bool:
+def _port_free(port: int, host: str = LOOPBACK) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((LOOPBACK, port))
+            s.bind((host, port))
             return True
         except OSError:
             return False
@@ -341,8 +345,8 @@ def is_running(b: Broker | None = None) -> bool:
 def _start(b: Broker, timeout_s: float) -> Broker:
     """Start the broker on `b`'s ports (formatting a new log directory first), record it, and
     wait until it answers an authenticated request."""
-    for port in (b.port, b.controller_port):  # a restart right after a kill: the old sockets let go
-        if not wait_until(lambda p=port: _port_free(p), 30.0, interval_s=0.5):
+    for port, host in ((b.port, b.host), (b.controller_port, LOOPBACK)):  # after a kill: the old sockets let go
+        if not wait_until(lambda p=port, h=host: _port_free(p, h), 30.0, interval_s=0.5):
             raise KafkaBrokerError(f"port {port}, recorded for the embedded Kafka broker, is held by another process "
                                    f"(`ss -ltnp 'sport = :{port}'` names it); every client uses it, so the broker "
                                    f"does not move: free it and run `streamops kafka up` again")
@@ -350,7 +354,7 @@ def _start(b: Broker, timeout_s: float) -> Broker:
     _format(b, config)
     proc = processes.spawn_detached([*_jvm("kafka.Kafka"), str(config)], log_path=home() / "logs" / "broker.out",
                                     pid_file=home() / "broker.pid", cwd=str(home()))
-    b = Broker(b.port, b.controller_port, b.cluster_id, proc.pid, processes.started_at(proc.pid))
+    b = replace(b, pid=proc.pid, started=processes.started_at(proc.pid))
     _save(b)
     if not wait_until(lambda: not is_alive(b) or answers(b, timeout_s=2.0) is not None, timeout_s, interval_s=0.5) \
             or not is_alive(b):
@@ -360,17 +364,25 @@ def _start(b: Broker, timeout_s: float) -> Broker:
     return b
 
 
-def up(timeout_s: float = 90.0) -> tuple[Broker, bool]:
-    """Start (or reuse) the embedded broker. Returns it and whether it was already running."""
+def up(timeout_s: float = 90.0, host: str | None = None) -> tuple[Broker, bool]:
+    """Start (or reuse) the embedded broker. Returns it and whether it was already running.
+    `host` (else `$STREAMOPS_KAFKA_HOST`, else loopback): the address the clients' listener binds
+    and advertises, for drivers and executors on other hosts; they still authenticate (SCRAM)."""
+    host = host or os.environ.get(HOST_ENV) or LOOPBACK
     b = load_record()
     if b is not None and is_alive(b):
+        if b.host != host:
+            raise KafkaBrokerError(f"the Kafka broker runs on {b.bootstrap}, not on {host}: "
+                                   "`streamops kafka down` first to move it")
         if wait_until(lambda: answers(b) is not None, timeout_s, interval_s=1.0) is None:
             raise KafkaBrokerError(f"the Kafka broker (pid {b.pid}) runs but does not answer on {b.bootstrap}; "
                                    f"see {home() / 'logs'}, or `streamops kafka down` and up again")
         return b, True
     if b is None or not (log_dir() / "meta.properties").exists():
         shutil.rmtree(log_dir(), ignore_errors=True)  # a log directory with no record: nobody's cluster
-        b = Broker(free_port(), free_port(), b.cluster_id if b else _new_cluster_id())
+        b = Broker(free_port(host), free_port(), b.cluster_id if b else _new_cluster_id(), host=host)
+    elif b.host != host:  # a stopped broker moved to another address keeps its data and ports
+        b = replace(b, host=host)
     elif not _credentials_path().exists():
         raise KafkaBrokerError(f"the Kafka broker's credentials file {_credentials_path()} is missing, and its "
                                f"log directory holds that password: restore the file, or remove {home()} to start "
@@ -402,7 +414,7 @@ def down(grace_s: float = 20.0) -> bool:
     was = is_alive(b)
     if was and b.pid is not None:
         processes.stop(b.pid, grace_s=grace_s, group=True)
-    _save(Broker(b.port, b.controller_port, b.cluster_id))
+    _save(replace(b, pid=None, started=None))
     return was
 
 

@@ -1,9 +1,11 @@
-"""Nothing assumes one host (issue 28 item 5): the Spark master, two workers and the stage's
-driver each run on a host of their own, a Linux network namespace with its own address, and the
-database on a fifth (the bridge's side). No 127.0.0.1 crosses a host: each namespace has its
-own loopback, so a process that used it to reach another would fail. The stage deploys through
-the CLI on the driver's host, scales out live, loses a worker to kill -9, and its sink equals the
-generator's ground truth. The file system is shared, as a cluster's shared storage is."""
+"""Nothing assumes one host (issue 28 item 5): the Spark master, two workers, the stage's driver
+and a Kafka broker each run on a host of their own, a Linux network namespace with its own
+address, and the database on a sixth (the bridge's side). No 127.0.0.1 crosses a host: each
+namespace has its own loopback, so a process that used it to reach another would fail. A files
+stage deploys through the CLI on the driver's host, scales out live, loses a worker to kill -9,
+and its sink equals the generator's ground truth; then a Kafka stage reads a topic on the broker's
+host (issue 45), its executors on a worker's, and its sink equals the topic. The file system is
+shared, as a cluster's shared storage is."""
 
 from __future__ import annotations
 
@@ -31,8 +33,8 @@ from tests.demo_jobs import demo_job
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 BRIDGE, SUBNET = "somh0", "10.213.0"
-HOSTS = {"so-master": 10, "so-w1": 11, "so-w2": 12, "so-driver": 20}
-SID = "mh.wc"
+HOSTS = {"so-master": 10, "so-w1": 11, "so-w2": 12, "so-driver": 20, "so-kafka": 30}
+SID, KAFKA_SID, TOPIC = "mh.wc", "mk.wc", "mh-clicks"
 
 
 @pytest.fixture(scope="module")
@@ -83,21 +85,21 @@ def build(records, params):
 def _apps(path: Path, source: Path, code: Path) -> Path:
     shutil.copytree(Path(demo_job("wordcount")["code"][0]) / "demo_jobs", code / "demo_jobs")
     (code / "mh_job.py").write_text(_JOB)
-    stage = {**demo_job("wordcount", {"kind": "files", "path": str(source), "max_files_per_trigger": 3}),
-             "job": "mh_job:build", "code": [str(code)],
-             "cores": {"initial": 1, "max": 2}, "state_partitions": 2, "trigger_interval_ms": 1000,
-             "pool": "cluster", "policy": {"kind": "edf"}}
+    common = {"job": "mh_job:build", "code": [str(code)], "cores": {"initial": 1, "max": 2}, "state_partitions": 2,
+              "trigger_interval_ms": 1000, "pool": "cluster", "policy": {"kind": "edf"}}
+    window = {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30}}
+    files = {**demo_job("wordcount", {"kind": "files", "path": str(source), "max_files_per_trigger": 3}), **common}
+    kafka = {**demo_job("wordcount", {"kind": "kafka", "topic": TOPIC, "max_offsets_per_trigger": 1000}), **common}
     path.write_text(yaml.safe_dump({
         "pools": {"cluster": {"master": "embedded", "cores": 2, "executor_cores": 1, "executor_memory": "512m"}},
-        "apps": {"mh": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                        "stages": {"wc": stage}}}}))
+        "apps": {"mh": {**window, "stages": {"wc": files}}, "mk": {**window, "stages": {"wc": kafka}}}}))
     return path
 
 
-def _commits(engine) -> int:
+def _commits(engine, sid: str = SID) -> int:
     with engine.connect() as conn:
         return conn.execute(text("SELECT count(*) FROM sink_commits WHERE stage_id = :s AND rows > 0"),
-                            {"s": SID}).scalar_one()
+                            {"s": sid}).scalar_one()
 
 
 def _executors() -> list[psutil.Process]:
@@ -114,8 +116,8 @@ def _arg(p: psutil.Process, flag: str) -> str:
 
 @pytest.mark.slow  # 150 s: live scaling and a worker kill are test_live_scaling's on one host (make test); the
 # network namespaces are make test-all's
-def test_a_stage_across_four_hosts_scales_live_survives_a_worker_kill_and_loses_nothing(network, test_home,
-                                                                                        tmp_path):
+def test_stages_across_five_hosts_scale_live_survive_a_worker_kill_read_a_remote_broker_and_lose_nothing(
+        network, test_home, tmp_path, monkeypatch):
     net, addr = network, network.hosts
     # Under the session's home (0755): the embedded PostgreSQL runs as `postgres` and keeps its data there.
     homes = {name: test_home / "multihost" / name for name in ("db", *HOSTS)}
@@ -202,11 +204,49 @@ def test_a_stage_across_four_hosts_scales_live_survives_a_worker_kill_and_loses_
             failures = conn.execute(text("SELECT count(*) FROM failures WHERE stage_id = :s"), {"s": SID}).scalar_one()
         assert (runs, failures) == (1, 0), "one run throughout: a lost worker is Spark's business"
         _cli("stop", SID, env=driver_env, on=on_driver)
+        _kafka_stage_reads_a_broker_on_another_host(net, homes, apps, driver_env, engine, tmp_path, monkeypatch)
         engine.dispose()
     finally:
+        subprocess.run([sys.executable, "-m", "streamops.cli", "kafka", "down"], env=_env(homes["so-kafka"]),
+                       capture_output=True, timeout=60)
         for w in (workers if "workers" in locals() else {}).values():
             w.kill()
         subprocess.run([sys.executable, "-m", "streamops.cli", "spark", "down"], env=_env(homes["so-master"]),
                        capture_output=True, timeout=60, cwd=str(tmp_path))
         subprocess.run([sys.executable, "-m", "streamops.cli", "db", "down"], env=db_env, capture_output=True,
                        timeout=60)
+
+
+def _kafka_stage_reads_a_broker_on_another_host(net, homes, apps, driver_env, engine, tmp_path, monkeypatch) -> None:
+    """The broker on its own host, its clients' listener on that host's address (SCRAM still): the
+    driver's host and this test reach it with a copy of its credentials, the executors through the
+    options the driver hands them. The sink equals the topic read by a client of the test's own."""
+    from streamops import kafka_broker
+    from streamops.generator.topic import ensure_topic
+    from tests.integration.test_kafka_broker import TopicFeeder, settle_against_topic
+
+    addr = net.hosts["so-kafka"]
+    kafka_env = _env(homes["so-kafka"])
+    out = _cli("kafka", "up", "--host", addr, env=kafka_env, on=net.netns("so-kafka"), timeout=120)
+    assert f"{addr}:" in out, out
+    broker = json.loads((homes["so-kafka"] / "kafka" / "broker.json").read_text())
+    assert net.host_of(broker["pid"]) == "so-kafka"
+    creds = tmp_path / "kafka-credentials.json"  # as an operator copies it to the other hosts
+    shutil.copy2(homes["so-kafka"] / "kafka" / "credentials.json", creds)
+    remote = {kafka_broker.BOOTSTRAP_ENV: f"{addr}:{broker['port']}", kafka_broker.CREDENTIALS_ENV: str(creds)}
+    for k, v in remote.items():
+        monkeypatch.setenv(k, v)
+    ensure_topic(kafka_broker.client_settings().librdkafka(), TOPIC, 2)
+    on_driver = net.netns("so-driver")
+    env = {**driver_env, **remote}
+    with TopicFeeder(TOPIC, seed=47) as feeder:
+        _cli("deploy", "mk", env=env, on=on_driver)
+        _cli("start", KAFKA_SID, env=env, on=on_driver)
+        try:
+            eventually(lambda: _commits(engine, KAFKA_SID) >= 2, 180, "two committed batches from the remote broker")
+            executors = _executors()
+            assert executors and {net.host_of(p.pid) for p in executors} <= {"so-w1", "so-w2"}
+            messages, want = settle_against_topic(engine, KAFKA_SID, feeder, TOPIC)
+        finally:
+            _cli("stop", KAFKA_SID, env=env, on=on_driver)
+    print(f"Kafka across hosts: {len(messages)} messages from {addr}, {sum(want.values())} words: sink = topic")
