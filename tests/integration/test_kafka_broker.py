@@ -151,6 +151,29 @@ def test_down_then_up_keeps_the_port_and_the_topics(broker):
     assert _consume(topic, 1) == ["kept"]
 
 
+def test_the_client_listener_moves_to_a_host_address_and_back_with_its_port_and_topics(broker):
+    """`up(host=…)` (`kafka up --host`) for other hosts' clients: refused while the broker runs
+    elsewhere; on a stopped broker the clients' listener binds and advertises that address (here
+    127.0.0.2, another loopback address), the controller's stays on 127.0.0.1, the port and the
+    topics are kept, and a client still authenticates."""
+    topic = _topic()
+    _produce(topic, [("k", "moved")])
+    with pytest.raises(kafka_broker.KafkaBrokerError, match=f"runs on 127.0.0.1:{broker.port}, not on 127.0.0.2"):
+        kafka_broker.up(host="127.0.0.2")
+    assert kafka_broker.down()
+    try:
+        moved, _ = kafka_broker.up(host="127.0.0.2")
+        assert (moved.bootstrap, moved.controller_port) == (f"127.0.0.2:{broker.port}", broker.controller_port)
+        listening = {(ip.removeprefix("::ffff:"), port) for ip, port in _listening(moved.pid)}  # Java's v4-mapped
+        assert listening == {("127.0.0.2", broker.port), ("127.0.0.1", broker.controller_port)}
+        assert kafka_broker.client_settings().bootstrap == moved.bootstrap
+        assert _consume(topic, 1) == ["moved"]
+    finally:
+        kafka_broker.down()
+        back, _ = kafka_broker.up()
+    assert back.bootstrap == broker.bootstrap
+
+
 def test_heal_restarts_a_killed_broker_on_its_port(broker):
     before = kafka_broker.load_record()
     os.kill(before.pid, signal.SIGKILL)
