@@ -9,11 +9,11 @@ and kept across restarts: every client holds the bootstrap address.
 
 It listens on 127.0.0.1 only, unless `up(host=…)` (`streamops kafka up --host ADDR`, or
 `$STREAMOPS_KAFKA_HOST`) puts the clients' listener on a host address for other hosts' drivers
-and executors (docs/cluster.md); the controller stays on loopback. Clients authenticate with SASL/SCRAM-SHA-256 (`SASL_PLAINTEXT`);
-the user and its generated password are written into the metadata log when the log directory
-is formatted (`--add-scram`), so no listener takes a client without a password. The controller
-listener (loopback too) takes SASL/PLAIN with a second generated password: the broker half is
-its only client. No ACLs: an authenticated client may do anything.
+and executors (docs/cluster.md); the controller stays on loopback. Clients authenticate with
+SASL/SCRAM-SHA-256 (`SASL_PLAINTEXT`); the user and its generated password are written into the
+metadata log when the log directory is formatted (`--add-scram`), so no listener takes a client
+without a password. The controller listener (loopback too) takes SASL/PLAIN with a second
+generated password: the broker half is its only client. No ACLs: an authenticated client may do anything.
 
 `STREAMOPS_KAFKA_BOOTSTRAP` names an existing cluster instead (with `STREAMOPS_KAFKA_USER` and
 `STREAMOPS_KAFKA_PASSWORD`, or `STREAMOPS_KAFKA_CREDENTIALS`: a json file with `username` and
