@@ -20,6 +20,11 @@ failure-free run once the feed stops.
 (1-core executors), whose warm spare is a registered driver holding no executor (issue 28);
 results in ha_cluster.json.
 
+`--load N`: part 1 under N busy-looping processes at the data plane's niceness
+(`STREAMOPS_DATA_PLANE_NICE`, default 5), standing for other stages' drivers and executors on a
+saturated machine; with `STREAMOPS_DATA_PLANE_NICE=0` everything competes equally, as before
+issue 48 item 4 (results in ha_load<N>_nice<n>.json).
+
 `--fault sigstop`: part 1 only, warm spares only; the driver's process group is SIGSTOPped
 instead of killed (a hung driver: issue 31 item 6), and SIGCONTed once the stage has recovered,
 when it must be gone (the supervisor killed it). Detection = the failure's time (the last poll that
@@ -117,6 +122,19 @@ def feed(path: str, seconds: float, seed: int, stop: threading.Event) -> threadi
         stop_event=stop))
     t.start()
     return t
+
+
+@contextlib.contextmanager
+def busy_loops(n: int):
+    """`n` processes that burn a core each at the data plane's niceness: other stages' work."""
+    procs = [processes.spawn_detached([sys.executable, "-c", "while True: pass"], log_path=Path(os.devnull),
+                                      nice=processes.DATA_PLANE_NICE) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(5)
 
 
 def mttr_part(kills: int, warm_spares: bool = True, cluster: bool = False, fault: str = "kill") -> dict:
@@ -260,10 +278,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--quick", action="store_true", help="3 kills, 90 s per setup")
     p.add_argument("--cluster", action="store_true",
                    help="part 1 only, on a cluster pool of the embedded Spark cluster (results: ha_cluster.json)")
+    p.add_argument("--load", type=int, default=0, help="busy loops at the data plane's niceness during part 1")
     p.add_argument("--fault", choices=("kill", "sigstop"), default="kill",
                    help="part 1's fault: kill -9 of the driver's process group, or SIGSTOP of it (warm spares only)")
     args = p.parse_args(argv)
-    if args.fault == "sigstop":
+    if args.fault == "sigstop" or args.load:
         args.skip_setups = True
     RATE = args.rate
     if args.quick:
@@ -273,7 +292,10 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         if args.cluster:
             spark_cluster.up(workers=1, cores_per_worker=3, memory_per_worker="6g", progress=say)
-        if not args.skip_mttr:
+        if args.load:
+            with busy_loops(args.load):
+                out["mttr"] = mttr_part(args.kills, cluster=args.cluster, fault=args.fault)
+        elif not args.skip_mttr:
             out["mttr"] = mttr_part(args.kills, cluster=args.cluster, fault=args.fault)
             if args.fault == "kill":
                 out["mttr_cold"] = mttr_part(max(3, args.kills // 2), warm_spares=False, cluster=args.cluster)
@@ -293,6 +315,14 @@ def main(argv: list[str] | None = None) -> dict:
         drop_database(admin, SCRATCH_DB)
         shutil.rmtree(home, ignore_errors=True)
     RESULTS.mkdir(exist_ok=True)
+    if args.load:
+        (RESULTS / f"ha_load{args.load}_nice{processes.DATA_PLANE_NICE}.json").write_text(
+            json.dumps(out, indent=2, default=str))
+        m, mm = out["mttr"]["median"], out["mttr"]["min_max"]
+        console.print(f"{args.load} busy loops at nice {processes.DATA_PLANE_NICE}, the drivers too: MTTR median "
+                      f"{m['mttr_s']:.1f}s ({mm['mttr_s'][0]:.1f}-{mm['mttr_s'][1]:.1f}), detection "
+                      f"{m['detect_s']:.1f}s, output gap {m['gap_s']:.1f}s, load {mm['load_avg_1min']}")
+        return out
     if args.fault == "sigstop":
         name = "ha_cluster_sigstop.json" if args.cluster else "ha_sigstop.json"
         (RESULTS / name).write_text(json.dumps(out, indent=2, default=str))

@@ -14,17 +14,24 @@ import psutil
 
 from streamops.waiting import wait_until
 
+# The data plane (stage drivers, their spares, Spark workers and the executors they fork) runs this
+# much nicer than the control plane (supervisor, database, Airflow, broker): on a saturated machine
+# the processes that detect and repair failures still get the CPU (issue 48 item 4). 0: off.
+DATA_PLANE_NICE = int(os.environ.get("STREAMOPS_DATA_PLANE_NICE", "5"))
+
 
 def spawn_detached(argv: Sequence[str], *, log_path: Path, pid_file: Path | None = None,
                    env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
-                   stdin_pipe: bool = False) -> subprocess.Popen:
+                   stdin_pipe: bool = False, nice: int = 0) -> subprocess.Popen:
     """Start `argv` in its own session (it survives its starter, Ctrl-C there does not reach it, and
     it leads a process group that `stop(..., group=True)` takes down whole), stdout and stderr
     appended to `log_path`, stdin closed (or a pipe from us, `stdin_pipe`); its pid is written to
-    `pid_file`. `env` None: ours."""
+    `pid_file`. `env` None: ours. `nice` > 0: it and its children run that much nicer (through
+    nice(1), which execs: the pid is the command's; no preexec_fn, unsafe in a threaded caller)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    argv = ["nice", "-n", str(nice), *argv] if nice > 0 else list(argv)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                                 env=None if env is None else dict(env), cwd=cwd, start_new_session=True)
     if pid_file is not None:

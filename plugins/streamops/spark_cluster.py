@@ -181,8 +181,10 @@ def _env(host: str) -> dict[str, str]:
 
 def _spawn(cls: str, args: list[str], name: str, host: str) -> int:
     argv = [str(spark_home() / "bin" / "spark-class"), cls, *args, "--properties-file", str(auth_conf())]
+    # A worker's executors inherit its niceness: the data plane; the master stays with the control plane.
+    nice = processes.DATA_PLANE_NICE if cls.endswith("Worker") else 0
     proc = processes.spawn_detached(argv, log_path=home() / "logs" / f"{name}.log", pid_file=home() / f"{name}.pid",
-                                    env=_env(host), cwd=str(home()))
+                                    env=_env(host), cwd=str(home()), nice=nice)
     return proc.pid
 
 

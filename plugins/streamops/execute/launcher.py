@@ -108,7 +108,7 @@ class LocalProcessLauncher:
         # Its own session: it survives the CLI that started it; Ctrl-C there does not reach it.
         proc = processes.spawn_detached([sys.executable, str(RUN_STAGE), "--deployment-id", str(deployment_id)],
                                         log_path=log_path, pid_file=self.pid_file(stage_id),
-                                        env=child_env, cwd=str(REPO_ROOT))
+                                        env=child_env, cwd=str(REPO_ROOT), nice=processes.DATA_PLANE_NICE)
         self._children[proc.pid] = proc
         return Launched(pid=proc.pid, driver_id=None, log_path=str(log_path), ui_url=ui_url)
 
@@ -128,7 +128,7 @@ class LocalProcessLauncher:
         proc = processes.spawn_detached(
             [sys.executable, str(RUN_STAGE), "--standby", stage_id, "--cores", str(cores), "--ready-file", str(ready),
              *args],
-            log_path=log_path, env=child_env, cwd=str(REPO_ROOT), stdin_pipe=True)
+            log_path=log_path, env=child_env, cwd=str(REPO_ROOT), stdin_pipe=True, nice=processes.DATA_PLANE_NICE)
         self._children[proc.pid] = proc
         return Spare(stage_id, cores, proc, str(log_path), ready, master=master, ui_url=ui_url)
 
