@@ -127,7 +127,8 @@ def feed(path: str, seconds: float, seed: int, stop: threading.Event) -> threadi
 @contextlib.contextmanager
 def busy_loops(n: int):
     """`n` processes that burn a core each at the data plane's niceness: other stages' work."""
-    procs = [processes.spawn_detached([sys.executable, "-c", "while True: pass"], log_path=Path(os.devnull),
+    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"  # ends with the bench
+    procs = [processes.spawn_detached([sys.executable, "-c", spin], log_path=Path(os.devnull),
                                       nice=processes.DATA_PLANE_NICE) for _ in range(n)]
     try:
         yield
@@ -152,7 +153,8 @@ def mttr_part(kills: int, warm_spares: bool = True, cluster: bool = False, fault
             wait(lambda: q("commits_of_run", d=run.id)[0][0] >= 3, 120, "three commits")
             warm = bool(wait(lambda: sup.spare_ready(SID), 120, "a warm spare")) if warm_spares else False
             os.killpg(run.pid, signal.SIGSTOP if fault == "sigstop" else signal.SIGKILL)
-            f = wait(lambda: q("failures_of_run", d=run.id), 180, "recovery")[0]
+            kinds = ["dead_pid"] if fault == "kill" else None  # not an output gap the load caused first
+            f = wait(lambda: q("failures_of_run", d=run.id, kinds=kinds), 180, "recovery")[0]
             rows.append({"warm": warm, "kind": f.kind, "mttr_s": f.mttr_ms / 1000, "gap_s": f.downtime_ms / 1000,
                          "detect_s": (f.detected_at - f.failed_at).total_seconds(),
                          "load_avg_1min": round(os.getloadavg()[0], 2)})
