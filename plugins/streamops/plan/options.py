@@ -89,8 +89,14 @@ class AppOptions:
     # open or next: a scale-out's gain is net of holding its new cores until then, one that
     # gains nothing net is declined unless urgent, and a scale-in's gain adds the holding it saves.
     core_hour_cost: float = 0.0
+    # No flip-flops, no scale-in while catching up (plan/stability.py, docs/policies.md §7.1).
+    scale_down_delay_s: float = 600.0  # a scale-in is granted once asked for this long (Flink: scale-down.interval)
+    reversal_interval_s: float = 900.0  # a change reversing one granted less than this ago is declined
+    drain_backlog_s: float = 10.0  # more than this many seconds of input queued: draining, no scale-in
 
     def __post_init__(self) -> None:
+        if min(self.scale_down_delay_s, self.reversal_interval_s, self.drain_backlog_s) < 0:
+            raise ValueError("expected scale_down_delay_s, reversal_interval_s and drain_backlog_s >= 0")
         if not 0 < self.beta <= 1:
             raise ValueError(f"expected 0 < beta <= 1, got {self.beta}")
         if self.capacity < 0:  # below 1 is legal: a bucket that never grants (recommend-only in effect)

@@ -41,6 +41,7 @@ from streamops.plan.cost import CostModel, Observation
 from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, REPLICA_ACTIONS, SCALE_OUT, AppState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
+from streamops.plan.stability import LastChange, StageFacts, draining
 from streamops.sim import ha as ha_mod
 from streamops.sim.model import SimConfig, batch_capacity, lognormal
 from streamops.sim.stagerun import Reconfig, StageRun, apply_scripted
@@ -256,7 +257,8 @@ class Simulation:
                             continue
                 old = self.open.get(key)
                 rid = old.id if old is not None else self._new_id()
-                self.open[key] = replace(r, id=rid)  # refresh, never duplicate
+                since = old.first_made_at if old is not None else self.cfg.start + timedelta(seconds=t)
+                self.open[key] = replace(r, id=rid, first_made_at=since)  # refresh, never duplicate
                 proposed.add(r.action)
             if self.cfg.withdraw_stale:
                 for key in [k for k in self.open if k[0] == name and k[1] not in LOCAL and k[1] not in proposed
@@ -323,7 +325,7 @@ class Simulation:
         order = {st.spec.name: i for i, st in enumerate(self.stages)}
         requests = sorted(self.open.values(), key=lambda r: (order.get(r.stage_id, 0), r.action))
         decisions, self.app_state = application_cycle(self.app, self.app_opts, self.app_state, requests,
-                                                      response_ms, growing, now)
+                                                      response_ms, growing, now, self._facts(t))
         self.tokens.append((t, self.app_state.tokens))
         by_name = {st.spec.name: st for st in self.stages}
         for d in decisions:
@@ -345,6 +347,17 @@ class Simulation:
                 st.prestage_ready_at = None
             else:
                 self._execute(st, r, t, d.urgent)
+
+    def _facts(self, t: int) -> dict[str, StageFacts]:
+        """Each stage's last change and whether its backlog drains, as production reads them."""
+        last: dict[str, LastChange] = {}
+        for rc in self.reconfigs:  # in grant order: the latest wins
+            last[rc.stage] = LastChange(self.cfg.start + timedelta(seconds=rc.t), rc.action, rc.from_cores,
+                                        rc.to_cores)
+        T = int(self.app_opts.control_interval_s)
+        return {st.spec.name: StageFacts(last.get(st.spec.name), draining(
+            st.backlog_now, float(st.arrivals[max(0, t - T):t].mean()) if t > 0 else 0.0, self.app_opts))
+            for st in self.stages}
 
     def _execute(self, st: StageRun, r: Request, t: int, urgent: bool) -> None:
         cfg, rng = self.cfg, self.mech_rng
