@@ -34,7 +34,10 @@ class OperatorOptions:
     # Predictive input (docs/policies.md §4.1): demand = max(measured, forecast peak over the horizon)
     forecast: bool = False
     forecast_horizon_s: float = 600.0  # how far ahead to ask: a scale-out's restart + stabilization + window
-    forecast_season_s: float = 86400.0  # the input's season (a day); Holt-Winters from two seasons of history
+    forecast_season_s: float = 86400.0  # the candidate season (a day); Holt-Winters from two seasons of history
+    # issue 46: use the season only once the history shows it (analyze.season); false: assume it, as before
+    forecast_season_learn: bool = True
+    forecast_max_skill: float = 1.0  # mpc plans without a forecast whose recent error is above this × the naive one's
     forecast_bucket_s: float = 60.0  # the forecaster's time step: input rate averaged per bucket
     # Giving cores back (edf, threshold3): "one" core per scale-in, as the papers do, or "ds2": one
     # scale-in straight to DS2's n* at ds2_scale_in_margin, asked whenever that is below n and the

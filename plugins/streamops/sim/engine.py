@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from streamops.analyze.forecast import Forecaster, bucket_means, innovation_sd
+from streamops.analyze.season import SkillTracker, season_of
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
@@ -100,6 +101,7 @@ class Simulation:
         self.requests_made = 0
         self.tokens: list[tuple[int, float]] = []
         self.forecaster = Forecaster()  # with `forecast`: each stage's input-rate forecast, refitted as it goes
+        self.skill = SkillTracker()  # and its recent error against the naive forecast's
 
     # ------------------------------------------------------------------ the model, one second
     def _step(self, t: int) -> None:
@@ -234,11 +236,15 @@ class Simulation:
         if not opt.forecast:
             return {}
         history = bucket_means(st.arrivals[:t], opt.forecast_bucket_s)
+        season = season_of(history, opt)
         f = self.forecaster.forecast(st.spec.name, history, bucket_s=opt.forecast_bucket_s,
-                                     season_s=opt.forecast_season_s, horizon_s=opt.forecast_horizon_s)
+                                     season_s=season, horizon_s=opt.forecast_horizon_s)
         if f is None:
             return {}
-        return {"forecast_rate": f.peak, "forecast_path": f.path, "forecast_sd": innovation_sd(history)}
+        skill = self.skill.skill(st.spec.name, history)  # before this forecast joins the record
+        self.skill.record(st.spec.name, len(history), f.path)
+        return {"forecast_rate": f.peak, "forecast_path": f.path, "forecast_sd": innovation_sd(history),
+                "forecast_skill": skill, "forecast_season_s": season}
 
     def _operator_cycles(self, t: int) -> None:
         for st in self.stages:
