@@ -93,7 +93,7 @@ class AppOptions:
     # gains nothing net is declined unless urgent, and a scale-in's gain adds the holding it saves.
     core_hour_cost: float = 0.0
     # No flip-flops, no scale-in while catching up (plan/stability.py, docs/policies.md §7.1).
-    scale_down_delay_s: float = 600.0  # a scale-in is granted once asked for this long (Flink: scale-down.interval)
+    scale_down_delay_s: float = 3600.0  # a scale-in is granted once asked for this long (Flink: scale-down.interval)
     reversal_interval_s: float = 900.0  # a change reversing one granted less than this ago is declined
     drain_backlog_s: float = 10.0  # more than this many seconds of input queued: draining, no scale-in
 
