@@ -103,7 +103,8 @@ RULE = ("among candidates with runs on every training family: most families meet
         "ties by name. Only runs with a training seed are read.")
 QUICK_FAMILIES = ("flash_crowd", "outage", "step_drift")
 METRICS = ("availability", "downtime_s", "seconds_above_rmax", "violated_windows", "reconfigs_per_day",
-           "core_hours")
+           "core_hours", "flip_flops", "changes_per_stage_day")
+CHURN = ("flip_flops", "changes_per_stage_day")  # plan.stability.churn, per run
 
 
 def _one(job: tuple[str, PolicyConfig, str, int, str]) -> dict[str, Any]:
@@ -117,6 +118,7 @@ def _one(job: tuple[str, PolicyConfig, str, int, str]) -> dict[str, Any]:
             "violated_windows": s["violated_windows"], "reconfigurations_total": s["reconfigurations_total"],
             "reconfigurations": s["reconfigurations"],
             "reconfigs_per_day": round(s["reconfigurations_total"] / days, 3),
+            "flip_flops": s["flip_flops"], "changes_per_stage_day": s["changes_per_stage_day"],
             "core_hours": s["core_hours"], "convergence_decisions": s["convergence_decisions"],
             "convergence_decisions_max": s["convergence_decisions_max"], "response_p95_ms": s["response_p95_ms"],
             "run_s": round(time.perf_counter() - t0, 2)}
@@ -129,7 +131,8 @@ def aggregate(runs: Iterable[dict]) -> dict[tuple[str, str], dict[str, Any]]:
         groups.setdefault((r["family"], r["policy"]), []).append(r)
     agg = {}
     for key, rs in groups.items():
-        a: dict[str, Any] = {m: statistics.fmean(r[m] for r in rs) for m in METRICS}
+        # runs from before issue 46 carry no churn figures: counted as none
+        a: dict[str, Any] = {m: statistics.fmean(r.get(m, 0.0) if m in CHURN else r[m] for r in rs) for m in METRICS}
         a["seeds"] = sorted(r["seed"] for r in rs)
         a["convergence_max"] = max((r["convergence_decisions_max"] for r in rs if r["convergence_decisions"]),
                                    default=None)
@@ -400,12 +403,14 @@ def family_rows(agg: dict, family: str, policies: list[str]) -> list[list[str]]:
         if a is None:
             continue
         rows.append([p, f"{a['availability']:.3%}", f"{a['seconds_above_rmax']:.1f}", f"{a['violated_windows']:.1f}",
-                     f"{a['reconfigs_per_day']:.1f}", f"{a['core_hours']:.2f}", _conv(a["convergence_max"]),
+                     f"{a['reconfigs_per_day']:.1f}", f"{a['flip_flops']:.1f}", f"{a['changes_per_stage_day']:.2f}",
+                     f"{a['core_hours']:.2f}", _conv(a["convergence_max"]),
                      _goals_text(goals_met(a, base)) if base else "?"])
     return rows
 
 
-COLS = ("config", "availability", "s > R_max", "violated win.", "reconfigs/day", "core-hours", "conv. max", "goals")
+COLS = ("config", "availability", "s > R_max", "violated win.", "reconfigs/day", "flip-flops", "changes/stage/day",
+        "core-hours", "conv. max", "goals")
 
 
 def markdown(agg: dict, families: list[str], policies: list[str], head: list[str]) -> str:

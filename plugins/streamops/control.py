@@ -28,6 +28,7 @@ from streamops.plan.cost import CostModel, Observation
 from streamops.plan.model import RECONFIGURATIONS, REPLICA_ACTIONS, AppState, Decision, OperatorState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
+from streamops.plan.stability import LastChange, StageFacts, draining
 from streamops.redundancy_pass import redundancy_requests
 from streamops.store import db
 
@@ -169,9 +170,13 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
     for r in conn.execute(db.query("requests_open"), {"apps": names}):
         open_by_app.setdefault(r.app, []).append(Request(
             r.stage_id, r.action, r.target_cores, r.target_pool, r.gain, r.cost_ms, r.reason, r.snapshot or {},
-            app=r.app, id=r.id, made_at=r.refreshed_at))
-    stages_now = {r.stage_id: StageNow(Current(r.cores, r.pool, r.state_partitions), r.in_flight, r.settled_at)
-                  for r in conn.execute(db.query("stages_now"), {"apps": names})}
+            app=r.app, id=r.id, made_at=r.refreshed_at, first_made_at=r.created_at))
+    stages_now, last_change = {}, {}
+    for r in conn.execute(db.query("stages_now"), {"apps": names}):
+        stages_now[r.stage_id] = StageNow(Current(r.cores, r.pool, r.state_partitions), r.in_flight, r.settled_at)
+        if r.last_requested_at is not None:
+            last_change[r.stage_id] = LastChange(r.last_requested_at, r.last_action, r.last_from_cores,
+                                                 r.last_to_cores)
     windows_by_app: dict[str, list[StageStats]] = {}
     for w in windows:
         windows_by_app.setdefault(w.app, []).append(w)
@@ -193,7 +198,10 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
                 refused.append((r, why))
             else:
                 asking.append(r)
-        decisions, new_state = application_cycle(view, opts, state, asking, response, growing, now)
+        facts = {w.stage_id: StageFacts(last_change.get(w.stage_id), draining(w.backlog_rows, w.input_rate, opts))
+                 for w in app_windows}
+        facts.update({sid: StageFacts(lc) for sid, lc in last_change.items() if sid not in facts})
+        decisions, new_state = application_cycle(view, opts, state, asking, response, growing, now, facts)
         decisions = [Decision(r, "declined", why, new_state.tokens, new_state.tokens) for r, why in refused] + decisions
         results.append(AppCycle(a.name, [(d, None) for d in decisions], new_state.tokens, response))
         label = _policy_label(opts)

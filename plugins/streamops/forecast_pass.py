@@ -24,6 +24,7 @@ import numpy as np
 from sqlalchemy import Connection
 
 from streamops.analyze.forecast import Forecaster, innovation_sd
+from streamops.analyze.season import SkillTracker, season_of
 from streamops.analyze.stats import StageStats
 from streamops.plan.options import OperatorOptions
 from streamops.store import db
@@ -49,6 +50,7 @@ class _History:
 
 _HISTORY: dict[str, _History] = {}
 _FORECASTER = Forecaster()
+_SKILL = SkillTracker()  # each stage's recent forecasts, scored against the naive one (in this process only)
 _LOCK = threading.Lock()
 
 
@@ -98,10 +100,15 @@ def _forecasts(conn: Connection, epoch: float, asks: dict[str, OperatorOptions])
         h = _merge(_HISTORY.get(sid), b, start, end, fresh[sid], _span(asks[sid]))
         _HISTORY[sid] = h
         o = asks[sid]
-        f = _FORECASTER.forecast(sid, h.values, bucket_s=b, season_s=o.forecast_season_s,
-                                 horizon_s=o.forecast_horizon_s, end_s=end * b)
+        season = season_of(h.values, o)  # the declared season, once the history shows it
+        f = _FORECASTER.forecast(sid, h.values, bucket_s=b, season_s=season, horizon_s=o.forecast_horizon_s,
+                                 end_s=end * b)
+        if f is not None:
+            skill = _SKILL.skill(sid, h.values, first=h.first)
+            _SKILL.record(sid, end, f.path)
         out[sid] = {} if f is None else {"forecast_rate": f.peak, "forecast_path": f.path,
-                                         "forecast_sd": innovation_sd(h.values)}
+                                         "forecast_sd": innovation_sd(h.values), "forecast_skill": skill,
+                                         "forecast_season_s": season}
         if f is not None and f.fitted:
             log.info("stage %s: forecast model %s fitted on %d buckets: peak %.1f rows/s within %.0f s",
                      sid, f.model, f.n, f.peak, o.forecast_horizon_s)

@@ -207,11 +207,25 @@ def _bench():
     return mod
 
 
-def _run(policy, family, seed, above, down=50.0, ch=10.0, avail=0.999, reconf=10, conv=1):
+def _run(policy, family, seed, above, down=50.0, ch=10.0, avail=0.999, reconf=10, conv=1, flips=0):
     return {"policy": policy, "family": family, "seed": seed, "availability": avail, "downtime_s": down,
             "seconds_above_rmax": above, "violated_windows": above, "reconfigs_per_day": reconf / 2,
             "reconfigurations_total": reconf, "core_hours": ch, "convergence_decisions": [conv],
-            "convergence_decisions_max": conv}
+            "convergence_decisions_max": conv, "flip_flops": flips, "changes_per_stage_day": reconf / 6}
+
+
+def test_the_suite_reports_flip_flops_and_changes_per_stage_per_day():
+    bench = _bench()
+    runs = [_run("edf_b075", "f1", 1, 400, flips=2), _run("edf_b075", "f1", 2, 400, flips=1),
+            _run("x", "f1", 1, 100, reconf=12), {k: v for k, v in _run("x", "f1", 2, 100, reconf=12).items()
+                                                 if k not in bench.CHURN}]  # an old run: no churn figures
+    agg = bench.aggregate(runs)
+    assert agg[("f1", "edf_b075")]["flip_flops"] == 1.5 and agg[("f1", "x")]["changes_per_stage_day"] == 1.0
+    rows = {r[0]: dict(zip(bench.COLS, r)) for r in bench.family_rows(agg, "f1", ["edf_b075", "x"])}
+    assert rows["edf_b075"]["flip-flops"] == "1.5" and rows["x"]["changes/stage/day"] == "1.00"
+    s = run_simulation("threshold3", "suite:issue15_day:1", seed=1, plot=False)
+    assert s["flip_flops"] >= 0 and s["changes_per_stage_day"] == pytest.approx(
+        s["reconfigurations_total"] / len(s["final_cores"]) / (s["duration_s"] / DAY_S), abs=1e-3)
 
 
 def _fabricated(test_factor: float) -> list[dict]:

@@ -37,6 +37,8 @@ class StageStats:
     forecast_rate: float | None = None  # forecast peak input rate (rows/s) over the horizon (analyze.forecast)
     forecast_path: tuple[float, ...] = ()  # the forecast rate per bucket ahead, from the bucket in progress
     forecast_sd: float | None = None  # its spread one bucket ahead (analyze.forecast.innovation_sd)
+    forecast_skill: float | None = None  # its recent error over the naive forecast's (analyze.season); None: unknown
+    forecast_season_s: float = 0.0  # the season the forecast used (learned, analyze.season); 0: none
     # Tasks the source can feed at once (a Kafka topic's partitions, or source.min_partitions
     # when it splits them); None: no such bound (files).
     max_useful_cores: int | None = None

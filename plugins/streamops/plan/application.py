@@ -7,6 +7,8 @@ Pure: (app, options, state, requests, response, now) → (decisions, new state).
 - Controlled windows: scale-ins and migrations are deferred to the app's maintenance window,
   which has its own budget (max_actions per window), best gain/cost first.
 - Urgent scale-outs (response > R_max and backlog growing) go first, within the bucket.
+- Before any of that, plan.stability's guard (given each stage's `facts`): no scale-in while the
+  backlog drains or within its scale-down delay, no reversal of a recent change.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from croniter import croniter
 
 from streamops.plan.model import (ADD_REPLICA, DISRUPTIVE, LOCAL, REMOVE_REPLICA, SCALE_IN, SCALE_OUT, AppState,
                                   Decision, Request)
 from streamops.plan.options import AppOptions
+from streamops.plan.stability import StageFacts, stability_verdict
 
 TokenGenerator = Callable[[float | None, float, float], float]
 
@@ -90,6 +93,19 @@ def _decide(r: Request, outcome: str, reason: str, before: float, after: float, 
     return Decision(r, outcome, reason, round(before, 3), round(after, 3), **kw)
 
 
+def _stable(reconfigs: list[Request], facts: Mapping[str, StageFacts], now: datetime, opt: AppOptions,
+            tokens: float, decisions: list[Decision]) -> list[Request]:
+    """The requests plan.stability lets through; a decision for each one it stops."""
+    kept = []
+    for r in reconfigs:
+        verdict = stability_verdict(r, facts.get(r.stage_id, StageFacts()), now, opt)
+        if verdict is None:
+            kept.append(r)
+        else:
+            decisions.append(_decide(r, verdict[0], verdict[1], tokens, tokens))
+    return kept
+
+
 def application_cycle(
     app: AppView,
     opt: AppOptions,
@@ -98,6 +114,7 @@ def application_cycle(
     response_ms: float | None,
     backlog_growing: bool,
     now: datetime,
+    facts: Mapping[str, StageFacts] | None = None,
 ) -> tuple[list[Decision], AppState]:
     # End of the previous interval: refill the bucket from the measured response time.
     gen = GENERATORS[opt.generator]
@@ -122,6 +139,8 @@ def application_cycle(
     net = {id(r): net_gain(r, opt, hold_h) for r in requests}
     reconfigs = sorted((r for r in requests if r.action not in LOCAL and r.action != REMOVE_REPLICA),
                        key=lambda r: net[id(r)] / max(r.cost_ms / 1000.0, 0.001), reverse=True)
+    if facts is not None:  # refused before the bucket or the window's budget sees them: nothing spent
+        reconfigs = _stable(reconfigs, facts, now, opt, tokens, decisions)
     if opt.policy == "accept_all":
         for r in reconfigs:
             if r.stage_id in granted_stages:

@@ -35,6 +35,7 @@ class Request:
     app: str = ""
     id: int | None = field(default=None, compare=False)
     made_at: datetime | None = field(default=None, compare=False)  # its Operator Manager's latest word
+    first_made_at: datetime | None = field(default=None, compare=False)  # asked for since (refreshed without a break)
 
     @property
     def value(self) -> float:

@@ -203,10 +203,11 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
     if mu is None:
         return [], state
     steps = max(1, int(round(opt.mpc_horizon_s / opt.mpc_step_s)))
-    demand = demand_path(s.input_rate, s.forecast_path if opt.forecast else (), opt.forecast_bucket_s, steps,
-                         opt.mpc_step_s)
-    sd = spread_path(demand, s.forecast_sd if opt.forecast else None, opt.forecast_bucket_s, opt.mpc_step_s,
-                     opt.mpc_rate_sd)
+    # A forecast doing worse than holding the measured rate is set aside, and the reason says so.
+    unskilled = opt.forecast and s.forecast_skill is not None and s.forecast_skill > opt.forecast_max_skill
+    use = opt.forecast and not unskilled
+    demand = demand_path(s.input_rate, s.forecast_path if use else (), opt.forecast_bucket_s, steps, opt.mpc_step_s)
+    sd = spread_path(demand, s.forecast_sd if use else None, opt.forecast_bucket_s, opt.mpc_step_s, opt.mpc_rate_sd)
 
     def change_s(n: int) -> float:
         return ctx.cost(s.stage_id, SCALE_OUT if n > s.cores else SCALE_IN, s.state_bytes, None) / 1000.0
@@ -218,11 +219,16 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
                    price, change_s, s.backlog_rows)
     snap: dict[str, Any] = {"mpc_target": p.target, "mpc_switch_step": p.switch_step,
                             "expected_above_s": round(p.expected_above_s, 1), "saving_core_s": round(p.saving, 1),
-                            "demand_now": round(demand[0], 2), "demand_peak": round(max(demand), 2)}
+                            "demand_now": round(demand[0], 2), "demand_peak": round(max(demand), 2),
+                            **({"forecast_season_s": s.forecast_season_s} if use else {})}
     plan_text = (f"{p.target} cores {'now' if p.switch_step == 1 else f'in {p.switch_step - 1} steps'} save "
                  f"{p.saving:.0f} core-s over {opt.mpc_horizon_s:.0f} s at {price:.3g} core-s per s above R_max, its "
                  f"share of {opt.slo_price:g} "
                  f"(peak demand {max(demand):.0f} rows/s)")
+    if unskilled:
+        plan_text += (f"; forecast set aside: its recent error is {s.forecast_skill:.2f}× the naive forecast's "
+                      f"(> {opt.forecast_max_skill:g})")
+        snap["forecast_skill"] = round(float(s.forecast_skill or 0.0), 3)
     out: list[Request] = []
     # A scale-out planned for later is staged now (no restart, no token), so that it restarts
     # pre-staged when it is due; a plan that no longer wants more cores gives the copy back.

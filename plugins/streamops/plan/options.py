@@ -34,7 +34,10 @@ class OperatorOptions:
     # Predictive input (docs/policies.md §4.1): demand = max(measured, forecast peak over the horizon)
     forecast: bool = False
     forecast_horizon_s: float = 600.0  # how far ahead to ask: a scale-out's restart + stabilization + window
-    forecast_season_s: float = 86400.0  # the input's season (a day); Holt-Winters from two seasons of history
+    forecast_season_s: float = 86400.0  # the candidate season (a day); Holt-Winters from two seasons of history
+    # issue 46: use the season only once the history shows it (analyze.season); false: assume it, as before
+    forecast_season_learn: bool = True
+    forecast_max_skill: float = 1.0  # mpc plans without a forecast whose recent error is above this × the naive one's
     forecast_bucket_s: float = 60.0  # the forecaster's time step: input rate averaged per bucket
     # Giving cores back (edf, threshold3): "one" core per scale-in, as the papers do, or "ds2": one
     # scale-in straight to DS2's n* at ds2_scale_in_margin, asked whenever that is below n and the
@@ -89,8 +92,14 @@ class AppOptions:
     # open or next: a scale-out's gain is net of holding its new cores until then, one that
     # gains nothing net is declined unless urgent, and a scale-in's gain adds the holding it saves.
     core_hour_cost: float = 0.0
+    # No flip-flops, no scale-in while catching up (plan/stability.py, docs/policies.md §7.1).
+    scale_down_delay_s: float = 3600.0  # a scale-in is granted once asked for this long (Flink: scale-down.interval)
+    reversal_interval_s: float = 900.0  # a change reversing one granted less than this ago is declined
+    drain_backlog_s: float = 10.0  # more than this many seconds of input queued: draining, no scale-in
 
     def __post_init__(self) -> None:
+        if min(self.scale_down_delay_s, self.reversal_interval_s, self.drain_backlog_s) < 0:
+            raise ValueError("expected scale_down_delay_s, reversal_interval_s and drain_backlog_s >= 0")
         if not 0 < self.beta <= 1:
             raise ValueError(f"expected 0 < beta <= 1, got {self.beta}")
         if self.capacity < 0:  # below 1 is legal: a bucket that never grants (recommend-only in effect)

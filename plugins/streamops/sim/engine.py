@@ -35,12 +35,14 @@ from typing import Any
 import numpy as np
 
 from streamops.analyze.forecast import Forecaster, bucket_means, innovation_sd
+from streamops.analyze.season import SkillTracker, season_of
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
 from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, REPLICA_ACTIONS, SCALE_OUT, AppState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
+from streamops.plan.stability import LastChange, StageFacts, draining
 from streamops.sim import ha as ha_mod
 from streamops.sim.model import SimConfig, batch_capacity, lognormal
 from streamops.sim.stagerun import Reconfig, StageRun, apply_scripted
@@ -99,6 +101,7 @@ class Simulation:
         self.requests_made = 0
         self.tokens: list[tuple[int, float]] = []
         self.forecaster = Forecaster()  # with `forecast`: each stage's input-rate forecast, refitted as it goes
+        self.skill = SkillTracker()  # and its recent error against the naive forecast's
 
     # ------------------------------------------------------------------ the model, one second
     def _step(self, t: int) -> None:
@@ -233,11 +236,15 @@ class Simulation:
         if not opt.forecast:
             return {}
         history = bucket_means(st.arrivals[:t], opt.forecast_bucket_s)
+        season = season_of(history, opt)
         f = self.forecaster.forecast(st.spec.name, history, bucket_s=opt.forecast_bucket_s,
-                                     season_s=opt.forecast_season_s, horizon_s=opt.forecast_horizon_s)
+                                     season_s=season, horizon_s=opt.forecast_horizon_s)
         if f is None:
             return {}
-        return {"forecast_rate": f.peak, "forecast_path": f.path, "forecast_sd": innovation_sd(history)}
+        skill = self.skill.skill(st.spec.name, history)  # before this forecast joins the record
+        self.skill.record(st.spec.name, len(history), f.path)
+        return {"forecast_rate": f.peak, "forecast_path": f.path, "forecast_sd": innovation_sd(history),
+                "forecast_skill": skill, "forecast_season_s": season}
 
     def _operator_cycles(self, t: int) -> None:
         for st in self.stages:
@@ -256,7 +263,8 @@ class Simulation:
                             continue
                 old = self.open.get(key)
                 rid = old.id if old is not None else self._new_id()
-                self.open[key] = replace(r, id=rid)  # refresh, never duplicate
+                since = old.first_made_at if old is not None else self.cfg.start + timedelta(seconds=t)
+                self.open[key] = replace(r, id=rid, first_made_at=since)  # refresh, never duplicate
                 proposed.add(r.action)
             if self.cfg.withdraw_stale:
                 for key in [k for k in self.open if k[0] == name and k[1] not in LOCAL and k[1] not in proposed
@@ -323,7 +331,7 @@ class Simulation:
         order = {st.spec.name: i for i, st in enumerate(self.stages)}
         requests = sorted(self.open.values(), key=lambda r: (order.get(r.stage_id, 0), r.action))
         decisions, self.app_state = application_cycle(self.app, self.app_opts, self.app_state, requests,
-                                                      response_ms, growing, now)
+                                                      response_ms, growing, now, self._facts(t))
         self.tokens.append((t, self.app_state.tokens))
         by_name = {st.spec.name: st for st in self.stages}
         for d in decisions:
@@ -345,6 +353,17 @@ class Simulation:
                 st.prestage_ready_at = None
             else:
                 self._execute(st, r, t, d.urgent)
+
+    def _facts(self, t: int) -> dict[str, StageFacts]:
+        """Each stage's last change and whether its backlog drains, as production reads them."""
+        last: dict[str, LastChange] = {}
+        for rc in self.reconfigs:  # in grant order: the latest wins
+            last[rc.stage] = LastChange(self.cfg.start + timedelta(seconds=rc.t), rc.action, rc.from_cores,
+                                        rc.to_cores)
+        T = int(self.app_opts.control_interval_s)
+        return {st.spec.name: StageFacts(last.get(st.spec.name), draining(
+            st.backlog_now, float(st.arrivals[max(0, t - T):t].mean()) if t > 0 else 0.0, self.app_opts))
+            for st in self.stages}
 
     def _execute(self, st: StageRun, r: Request, t: int, urgent: bool) -> None:
         cfg, rng = self.cfg, self.mech_rng

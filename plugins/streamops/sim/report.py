@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from streamops.plan.model import RECONFIGURATIONS
+from streamops.plan.stability import churn
 from streamops.sim.traces import change_points
 
 if TYPE_CHECKING:
@@ -64,6 +65,9 @@ def summarize(sim: "Simulation", policy: dict[str, Any], trace_name: str) -> dic
     disturbed = np.zeros(T, dtype=bool)  # from a grant to 60 s after the restart
     for rc in sim.reconfigs:
         disturbed[int(rc.t):min(T, int(np.ceil(rc.down_end)) + 60)] = True
+    # A suite trace says how long its (compressed) day is; any other trace counts real days.
+    flips = churn(((rc.t, rc.stage, rc.from_cores, rc.to_cores) for rc in sim.reconfigs), len(sim.stages), T,
+                  float(sim.trace.meta.get("day_s", 86400.0)))
     return {
         "policy": policy["name"],
         "trace": trace_name,
@@ -77,6 +81,7 @@ def summarize(sim: "Simulation", policy: dict[str, Any], trace_name: str) -> dic
         "sla_compliance": round(1.0 - above / T, 6) if T else 1.0,
         "reconfigurations": by_action,
         "reconfigurations_total": len(sim.reconfigs),
+        **flips,
         "mechanisms": by_mech,
         "core_hours": round(sim.core_seconds / 3600.0, 4),
         "convergence_decisions": conv_n,
