@@ -24,6 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from streamops.store import db
 
+URL_ENV = "STREAMOPS_OBSERVE_DATABASE_URL"
 TIMEOUT_ENV = "STREAMOPS_OBSERVE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 3.0
 POOL_SIZE = 2  # the exporter reads with one (single flight); a second for a `streamops metrics` beside it
@@ -55,9 +56,13 @@ def connect_args() -> dict:
     return {**db.connect_args(), "connect_timeout": max(2, math.ceil(t)), "options": options}
 
 
+def database_url() -> str:
+    return db.database_url()
+
+
 def engine() -> Engine:
     """The observability engine of this process's database."""
-    return _engine(db.database_url())
+    return _engine(database_url())
 
 
 @functools.cache

@@ -89,6 +89,11 @@ def attach_runs(apps: list[AppView], runs: dict[str, list[dict[str, Any]]], per_
                       (d == "streamops_deploy" and (r.get("conf") or {}).get("app") == a.app)][:per_stage]
 
 
+def report_row(report_id: int) -> Any:
+    """The `reports` row of a written report, or None."""
+    return db.row("ui_report", id=report_id)
+
+
 def as_json(apps: list[AppView]) -> dict[str, Any]:
     """The page's model as JSON (GET /streamops/api/streams): what a script or a test reads."""
     def plain(v: Any) -> Any:
