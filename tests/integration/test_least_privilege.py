@@ -8,6 +8,7 @@ itself: each write below first does, so what refuses it is the role's privileges
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit
 
 import pytest
 from sqlalchemy import text
@@ -66,9 +67,10 @@ def test_the_observer_is_its_own_role_and_no_superuser(seeded):
 
 
 @pytest.mark.parametrize("kind", sorted(WRITES))
-def test_the_observer_cannot_write_even_when_its_session_allows_it(seeded, kind):
+@pytest.mark.parametrize("reader", ["exporter", "page"])
+def test_the_observer_cannot_write_even_when_its_session_allows_it(seeded, kind, reader):
     _observer_or_skip()
-    with db.connection(observe.engine()) as conn:
+    with db.connection(observe.engine() if reader == "exporter" else observe.page_engine()) as conn:
         conn.execute(text("SET TRANSACTION READ WRITE"))
         with pytest.raises(ProgrammingError) as refused:
             conn.execute(text(WRITES[kind]))
@@ -86,14 +88,17 @@ def test_the_page_and_the_exporter_read_their_rows_as_the_observer(seeded, monke
     def platform_engine(*_a, **_k):
         raise AssertionError("the page read through the platform's own engine")
 
-    monkeypatch.setattr(db, "engine", platform_engine)
+    for helper in ("rows", "row", "value"):  # the process engine's: the page's reads before
+        monkeypatch.setattr(db, helper, platform_engine)
+    with db.connection(observe.page_engine()) as conn:
+        assert conn.execute(text("SELECT current_user")).scalar() == roles.OBSERVER
     (app,) = views.streams()
     assert app.app == "a" and [s.status["stage_id"] for s in app.stages] == ["a.s"]
     assert app.failures_open == 1 and app.stages[0].last_failure["kind"] == "dead_pid"
     assert views.r_max_ms() == {"a": 1000} and list(views.response_series()) == ["a"]
-    assert views.report_row(1) is None and nightly.last_report(observe.engine()) is None
+    assert views.report_row(1) is None and nightly.last_report(observe.page_engine()) is None
     snapshot = prometheus.read(prometheus.start_of_utc_day())
-    assert [r.stage_id for r in snapshot.runs] == ["a.s"] and snapshot.failures
+    assert [(r.app, r.stage) for r in snapshot.runs] == [("a", "s")] and snapshot.failures
     families = {f.name: f for f in prometheus.families(snapshot)}
     assert families["streamops_stage_running"].samples[0].value == 1
 
@@ -115,7 +120,7 @@ def test_airflow_metadata_has_a_role_owning_its_database_only(test_env):
                                     "WHERE rolname = current_user AND d.datname = current_database()")).one()
             assert tuple(who) == (roles.AIRFLOW, False, False, False, roles.AIRFLOW)
             conn.execute(text("CREATE TABLE alembic_probe (x int)"))  # `airflow db migrate` creates its tables
-        platform = db.engine(db.with_database(url, test_env["url"].rsplit("/", 1)[1].split("?")[0]))
+        platform = db.engine(db.with_database(url, urlsplit(test_env["url"]).path.lstrip("/")))
         with pytest.raises(ProgrammingError) as refused, db.connection(platform) as conn:
             conn.execute(text("SELECT count(*) FROM deployments"))
         assert refused.value.orig.pgcode == "42501"
@@ -123,3 +128,35 @@ def test_airflow_metadata_has_a_role_owning_its_database_only(test_env):
         engine.dispose()
     finally:
         drop_database(test_env["server"], site.database)
+
+
+def test_an_airflow_database_the_superuser_made_is_handed_to_its_role_whole(test_env):
+    """Before its role, Airflow's database and its tables were the superuser's: its migrations,
+    now run as the role, must still alter them."""
+    from streamops.store.scratch import drop_database, recreate_database
+
+    if not roles.names_passfile(test_env["server"]):
+        pytest.skip("roles are made from the embedded cluster's password file")
+    name = f"airflow_old_{os.getpid()}"
+    old = db.engine(recreate_database(test_env["server"], name))
+    with old.begin() as conn:
+        conn.execute(text("CREATE TYPE state AS ENUM ('up', 'down'); "
+                          "CREATE TABLE dag_run (id serial PRIMARY KEY, s state); "
+                          "CREATE VIEW runs AS SELECT * FROM dag_run; "
+                          "CREATE FUNCTION one() RETURNS int LANGUAGE sql AS 'SELECT 1'"))
+    old.dispose()
+    try:
+        roles.ensure_owned_database(db.with_database(test_env["server"], "postgres"), name, roles.AIRFLOW)
+        mine = db.engine(roles.as_role(db.with_database(test_env["server"], name), roles.AIRFLOW))
+        with mine.begin() as conn:
+            owners = conn.execute(text(
+                "SELECT DISTINCT pg_get_userbyid(relowner) FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = relnamespace WHERE nspname = 'public' UNION SELECT pg_get_userbyid(typowner) "
+                "FROM pg_type WHERE typname = 'state' UNION SELECT pg_get_userbyid(proowner) FROM pg_proc "
+                "WHERE proname = 'one'")).scalars().all()
+            assert owners == [roles.AIRFLOW]
+            conn.execute(text("ALTER TABLE dag_run ADD COLUMN note text"))  # what a migration does
+            conn.execute(text("INSERT INTO dag_run (s) VALUES ('up')"))
+        mine.dispose()
+    finally:
+        drop_database(test_env["server"], name)
