@@ -11,7 +11,7 @@ import psycopg2
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from streamops.store import db, embedded, migrate
+from streamops.store import db, embedded, migrate, roles
 from tests.conftest import drop_database, recreate_database
 from tests.demo_jobs import demo_job
 
@@ -169,7 +169,7 @@ def _refused(url: str) -> str:
 
 
 def _as_reader_login(cluster, sql: str):
-    conn = psycopg2.connect(cluster.url("streamops", role=embedded.READER))
+    conn = psycopg2.connect(cluster.url("streamops", role=roles.READER))
     try:
         with conn.cursor() as cur:
             cur.execute(sql)
@@ -186,13 +186,13 @@ def test_the_embedded_cluster_takes_scram_passwords_from_a_private_file_and_the_
     c = private_cluster
     assert c.passfile and os.stat(c.passfile).st_mode & 0o777 == 0o600
     pw = embedded.passwords(c)
-    assert set(pw) == {embedded.SUPERUSER, embedded.READER} and all(len(p) >= 24 for p in pw.values())
+    assert set(pw) == {embedded.SUPERUSER, *roles.LOGIN_ROLES} and all(len(p) >= 24 for p in pw.values())
     assert all(p not in c.url() for p in pw.values()), "no password in a URL"
     bare = f"postgresql://{embedded.SUPERUSER}@127.0.0.1:{c.port}/streamops"
     assert "password" in _refused(bare + "?passfile=/nonexistent"), "no password, no login"
     with psycopg2.connect(c.url("postgres")) as conn, conn.cursor() as cur:
         cur.execute("SELECT rolname FROM pg_authid WHERE rolpassword LIKE 'SCRAM-SHA-256$%' ORDER BY 1")
-        assert [r[0] for r in cur.fetchall()] == [embedded.SUPERUSER, embedded.READER]
+        assert [r[0] for r in cur.fetchall()] == sorted([embedded.SUPERUSER, *roles.LOGIN_ROLES])
 
     migrate.apply(db.engine())
     assert _as_reader_login(c, "SELECT count(*) FROM reporting.sla_daily") == [(0,)]
@@ -206,6 +206,28 @@ def test_the_embedded_cluster_takes_scram_passwords_from_a_private_file_and_the_
                          env={**os.environ, "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert all(p not in out.stdout for p in pw.values()) and "passfile=" in out.stdout
+
+
+@pytest.mark.db
+def test_a_running_cluster_from_before_the_component_roles_gets_them_at_its_next_up(private_cluster):
+    """Issue 44: a password file with only the superuser and the reader gains the observer's and
+    Airflow's at `db up` (the cluster keeps running), and `airflow` becomes Airflow's role's."""
+    c = private_cluster
+    kept = {r: p for r, p in embedded.passwords(c).items() if r in (embedded.SUPERUSER, roles.READER)}
+    Path(c.passfile).write_text("".join(roles.passfile_line(r, p) for r, p in kept.items()))
+    with psycopg2.connect(c.url("postgres")) as conn, conn.cursor() as cur:
+        conn.autocommit = True
+        cur.execute("ALTER DATABASE airflow OWNER TO postgres")
+        cur.execute("DROP ROLE streamops_observer")  # the test has not migrated: no grant holds it
+    again, reused = embedded.up()
+    assert reused and os.stat(again.passfile).st_mode & 0o777 == 0o600
+    pw = embedded.passwords(again)
+    assert {r: pw[r] for r in kept} == kept and set(pw) == {embedded.SUPERUSER, *roles.LOGIN_ROLES}
+    for role, database in ((roles.OBSERVER, "streamops"), (roles.AIRFLOW, "airflow")):
+        with psycopg2.connect(again.url(database, role=role)) as conn, conn.cursor() as cur:
+            cur.execute("SELECT current_user, pg_get_userbyid(datdba) FROM pg_database "
+                        "WHERE datname = current_database()")
+            assert cur.fetchone() == (role, roles.AIRFLOW if database == "airflow" else embedded.SUPERUSER)
 
 
 @pytest.mark.db
@@ -229,7 +251,7 @@ def test_a_trust_cluster_from_before_passwords_is_converted_at_its_next_up(priva
     assert "password" in _refused(bare + "?passfile=/nonexistent"), "trust is gone"
     psycopg2.connect(again.url("postgres")).close()
     assert "trust" not in "".join(ln for ln in hba.read_text().splitlines() if not ln.lstrip().startswith("#"))
-    assert _as_reader_login(again, "SELECT current_user") == [(embedded.READER,)]
+    assert _as_reader_login(again, "SELECT current_user") == [(roles.READER,)]
 
 
 @pytest.mark.db

@@ -201,7 +201,7 @@ def test_env_example_lists_every_variable_compose_reads_each_with_a_comment():
 
 def test_every_secret_is_a_required_reference_never_a_literal():
     assert {"POSTGRES_PASSWORD", "AIRFLOW_API_SECRET_KEY", "AIRFLOW_JWT_SECRET", "SPARK_AUTH_SECRET",
-            "GRAFANA_ADMIN_PASSWORD"} <= SECRETS
+            "GRAFANA_ADMIN_PASSWORD", "OBSERVER_DB_PASSWORD", "AIRFLOW_DB_PASSWORD"} <= SECRETS
     for name, forms in _references().items():
         if name != BIND:
             # ${VAR:?...} only: no default, and unset or empty is an error, not an empty password.
@@ -229,7 +229,59 @@ def test_a_missing_secret_stops_compose_and_a_filled_one_reaches_its_users():
     pg = FILLED["POSTGRES_PASSWORD"]
     assert done["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"] == pg
     assert f"streamops:{pg}@postgres:5432/" in done["x-streamops-env"]["STREAMOPS_DATABASE_URL"]
-    assert f"streamops:{pg}@postgres:5432/" in done["x-airflow-env"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    airflow_url = done["x-airflow-env"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert airflow_url.endswith(f"streamops_airflow:{FILLED['AIRFLOW_DB_PASSWORD']}@postgres:5432/airflow")
+
+
+def test_the_page_and_the_exporter_hold_only_the_observer_s_url():
+    """Issue 44 item 11: the api-server (the Streams page) and the exporter only read, so their
+    containers get streamops_observer's URL and never the superuser's password."""
+    from streamops.store import observe, roles
+
+    done = interpolate(COMPOSE, FILLED)
+    observer = f"postgresql://{roles.OBSERVER}:{FILLED['OBSERVER_DB_PASSWORD']}@postgres:5432/streamops"
+    for name in ("airflow-api-server", "streamops-metrics"):
+        env = done["services"][name]["environment"]
+        assert env["STREAMOPS_DATABASE_URL"] == env[observe.URL_ENV] == observer, name
+        assert FILLED["POSTGRES_PASSWORD"] not in " ".join(map(str, env.values())), name
+    init = [v for v in SERVICES["postgres"]["volumes"] if v.startswith("./postgres-init.sh:")]
+    assert init and init[0].split(":")[1].startswith("/docker-entrypoint-initdb.d/")
+
+
+def _postgres_init(tmp_path: Path, passwords: dict[str, str]) -> tuple[subprocess.CompletedProcess, str]:
+    """docker/postgres-init.sh with a psql that records its arguments and its input."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "psql").write_text(f'#!/bin/sh\necho "ARGS $*" >> {tmp_path}/psql.log\ncat >> {tmp_path}/psql.log\n')
+    (fake / "psql").chmod(0o755)
+    env = {"PATH": f"{fake}:{os.environ['PATH']}", "POSTGRES_USER": "streamops", "POSTGRES_DB": "streamops",
+           **passwords}
+    res = subprocess.run(["sh", str(DOCKER / "postgres-init.sh")], env=env, capture_output=True, text=True,
+                         timeout=30)
+    log = tmp_path / "psql.log"
+    return res, log.read_text() if log.exists() else ""
+
+
+def test_postgres_init_makes_the_roles_with_passwords_on_stdin_only(tmp_path):
+    from streamops.store import roles
+
+    pw = {"OBSERVER_DB_PASSWORD": secrets.token_hex(16), "AIRFLOW_DB_PASSWORD": secrets.token_hex(16)}
+    res, log = _postgres_init(tmp_path, pw)
+    assert res.returncode == 0, res.stderr
+    args = [ln for ln in log.splitlines() if ln.startswith("ARGS ")]
+    assert len(args) == 2 and not any(p in a for a in args for p in pw.values()), "a password on a command line"
+    assert f"CREATE ROLE {roles.OBSERVER} LOGIN NOSUPERUSER" in log and pw["OBSERVER_DB_PASSWORD"] in log
+    assert f"CREATE DATABASE airflow OWNER {roles.AIRFLOW}" in log and pw["AIRFLOW_DB_PASSWORD"] in log
+    assert log.index("log_min_error_statement = panic") < log.index("CREATE ROLE")
+
+
+@pytest.mark.parametrize("bad", [None, "", "it's", "back\\slash"])
+def test_postgres_init_refuses_a_missing_or_unquotable_password(tmp_path, bad):
+    pw = {"OBSERVER_DB_PASSWORD": secrets.token_hex(16)}
+    if bad is not None:
+        pw["AIRFLOW_DB_PASSWORD"] = bad
+    res, log = _postgres_init(tmp_path, pw)
+    assert res.returncode != 0 and "CREATE ROLE" not in log
 
 
 def test_every_published_port_binds_loopback_unless_told_otherwise():
@@ -375,7 +427,7 @@ def test_the_exporter_is_a_real_cli_command_on_every_interface_of_its_own_contai
     command = typer.main.get_command(app).commands[name]
     assert set(options) <= {o for p in command.params for o in p.opts}
     assert svc["environment"]["STREAMOPS_METRICS_HOST"] == "0.0.0.0" and "ports" not in svc
-    assert svc["environment"]["STREAMOPS_DATABASE_URL"] == COMPOSE["x-streamops-env"]["STREAMOPS_DATABASE_URL"]
+    assert svc["environment"]["STREAMOPS_DATABASE_URL"] == COMPOSE["x-observer-url"]
     assert int(svc["environment"]["STREAMOPS_METRICS_PORT"]) == prometheus.DEFAULT_PORT
     # Loopback everywhere else: the variable is set on this service alone.
     assert [n for n, s in SERVICES.items() if "STREAMOPS_METRICS_HOST" in _env_names(s)] == ["streamops-metrics"]

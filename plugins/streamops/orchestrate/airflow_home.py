@@ -3,8 +3,9 @@ background processes (api-server, scheduler, dag-processor, triggerer).
 
 Configuration is environment variables (written to `$AIRFLOW_HOME/env.sh` too, so that an
 operator can `source` it and use the `airflow` CLI by hand). Metadata lives in the embedded
-PostgreSQL's `airflow` database; the executor is the LocalExecutor. Auth is the Simple auth
-manager with an admin and a read-only viewer, whose passwords we generate once, mode 0600.
+PostgreSQL's `airflow` database, as its own role (store/roles.py); the executor is the
+LocalExecutor. Auth is the Simple auth manager with an admin and a read-only viewer, whose
+passwords we generate once, mode 0600.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from streamops import processes
 from streamops.paths import REPO_ROOT, registry_path, state_dir, write_private
-from streamops.store import db, embedded
+from streamops.store import db, embedded, roles
 from streamops.waiting import wait_until
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,11 @@ def passwords(s: AirflowSite) -> dict[str, str]:
 
 
 def metadata_url(s: AirflowSite) -> str:
-    return db.sqlalchemy_url(db.with_database(db.database_url(), s.database))
+    """Airflow's database as `streamops_airflow`, which owns it and reads nothing of the platform's,
+    where the server's URL takes passwords from a password file (the embedded cluster's); else
+    as the platform's role (compose names its own URL: docker/compose.yaml)."""
+    url = db.with_database(db.database_url(), s.database)
+    return db.sqlalchemy_url(roles.as_role(url, roles.AIRFLOW) if roles.names_passfile(url) else url)
 
 
 def environment(s: AirflowSite) -> dict[str, str]:
@@ -136,7 +141,12 @@ def _airflow(s: AirflowSite, *args: str, check: bool = True, timeout: float = 60
 
 
 def _ensure_database(s: AirflowSite) -> None:
-    embedded.ensure_database(db.with_database(db.database_url(), "postgres"), s.database)
+    server = db.with_database(db.database_url(), "postgres")
+    if not roles.names_passfile(server):
+        embedded.ensure_database(server, s.database)
+        return
+    roles.ensure_login_roles(server)  # a cluster started by an older streamops has no such role yet
+    roles.ensure_owned_database(server, s.database, roles.AIRFLOW)
 
 
 def init(s: AirflowSite) -> float:

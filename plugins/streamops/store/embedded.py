@@ -6,8 +6,8 @@ address when `STREAMOPS_PG_LISTEN` names it with the network allowed to connect 
 `initdb` refuses to run as root, so as root the cluster runs as the unprivileged
 `postgres` user; its data directory must then be somewhere that user can reach.
 
-Every connection authenticates with a scram-sha-256 password: the superuser's and the reader
-role's are generated once and kept in a libpq password file (`.streamops/pg.pgpass`, mode
+Every connection authenticates with a scram-sha-256 password: the superuser's and those of the
+roles in store/roles.py are generated once and kept in a libpq password file (`.streamops/pg.pgpass`, mode
 0600), which the cluster's URLs name (`?passfile=`), so no password is in a URL, a command line,
 an environment or a log. A cluster made before this (`initdb -A trust`) is converted at its
 next `up`.
@@ -29,10 +29,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from streamops.paths import REPO_ROOT, state_dir, write_private
+from streamops.store import roles
 
-DATABASES = ("streamops", "airflow")
+DATABASES = ("streamops",)
+AIRFLOW_DATABASE = "airflow"  # its role's (roles.AIRFLOW), not the superuser's
 SUPERUSER = "postgres"
-READER = "streamops_reader"  # read-only: SELECT on `reporting` (sql/reports/90_grants.sql)
 RECORD_NAME = "pg.json"
 PASSFILE_NAME = "pg.pgpass"
 PG_ROOT = Path("/usr/lib/postgresql")  # Debian's layout: one bin/ per major version
@@ -198,9 +199,10 @@ def is_running(c: Cluster) -> bool:
 
 
 def _new_passfile() -> Path:
-    """Generate the superuser's and the reader's passwords into a fresh libpq password file."""
+    """Generate every role's password into a fresh libpq password file."""
     path = state_dir() / PASSFILE_NAME
-    write_private(path, "".join(f"*:*:*:{role}:{secrets.token_urlsafe(24)}\n" for role in (SUPERUSER, READER)))
+    write_private(path, "".join(roles.passfile_line(r, secrets.token_urlsafe(24))
+                                for r in (SUPERUSER, *roles.LOGIN_ROLES)))
     return path
 
 
@@ -228,10 +230,7 @@ def _ensure_hba(c: Cluster, iface) -> None:
 
 def passwords(c: Cluster) -> dict[str, str]:
     """Role → password, from the cluster's password file."""
-    if not c.passfile:
-        return {}
-    lines = Path(c.passfile).read_text().splitlines()
-    return {f[3]: f[4] for f in (line.split(":", 4) for line in lines) if len(f) == 5}
+    return roles.read_passwords(Path(c.passfile)) if c.passfile else {}
 
 
 def _initdb(c: Cluster) -> None:
@@ -280,25 +279,11 @@ def _set_password(conn, role: str, password: str) -> None:
         conn.close()
 
 
-def _ensure_reader(c: Cluster) -> None:
-    """The read-only role, with its password from the file (set again on every `up`)."""
-    import psycopg2
-    from psycopg2 import sql
-
-    from streamops.paths import sql_dir
-
-    statement = lambda n: (sql_dir() / "queries" / f"{n}.sql").read_text()  # noqa: E731 - raw text: psycopg2 params
-    password = passwords(c)[READER]
-    conn = psycopg2.connect(c.url("postgres"))
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(statement("role_exists"), {"name": READER})
-        if cur.fetchone() is None:
-            cur.execute(sql.SQL(statement("reader_role_create")).format(role=sql.Identifier(READER)),
-                        {"password": password})
-            conn.close()
-            return
-    _set_password(conn, READER, password)
+def _ensure_roles(c: Cluster) -> None:
+    """The login roles of store/roles.py, with their passwords from the file (set again on every
+    `up`; a role the file lacks, from an older cluster, gets one); Airflow's database is its own."""
+    roles.ensure_login_roles(c.url("postgres"))
+    roles.ensure_owned_database(c.url("postgres"), AIRFLOW_DATABASE, roles.AIRFLOW)
 
 
 def _start(c: Cluster) -> None:
@@ -349,6 +334,7 @@ def up() -> tuple[Cluster, bool]:
     c = load_record()
     if c and c.passfile and is_running(c):
         _check_listening(c)
+        _ensure_roles(c)
         _ensure_databases(c)
         return c, True
     owner = _owner()
@@ -371,7 +357,7 @@ def up() -> tuple[Cluster, bool]:
         if running:  # a trust cluster from before passwords, still running: converted in place
             _convert_from_trust(c)
             _save_record(c)
-            _ensure_reader(c)
+            _ensure_roles(c)
             _ensure_databases(c)
             return c, True
     _save_record(c)
@@ -380,7 +366,7 @@ def up() -> tuple[Cluster, bool]:
     _wait_accepting(c)
     if trust:
         _convert_from_trust(c)
-    _ensure_reader(c)
+    _ensure_roles(c)
     _ensure_databases(c)
     return c, False
 

@@ -4,7 +4,8 @@ engine of their own, and a deadline on every read.
 They must answer while PostgreSQL is in trouble, which is when one looks at them. The process's
 engine (`db.engine()`) waits up to 10 s to connect and 300 s for a statement, and its pool is
 the supervisor's: a locked table hung `/metrics` and the page for over 20 s, and scrapes queued
-on the supervisor's connections. Here a connection is read-only, connects within
+on the supervisor's connections. Here a connection is `streamops_observer`'s, which may read
+what these show and write nothing (store/roles.py); it is read-only, connects within
 `STREAMOPS_OBSERVE_TIMEOUT_S` (3 s) and cancels a statement after as long, from a pool of 2
 that a caller waits the same time for. A server that is stopped (SIGSTOP) or cut off never
 sends the cancellation, so `within` also gives up on the client side.
@@ -22,8 +23,9 @@ from sqlalchemy import Engine, Row, create_engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from streamops.store import db
+from streamops.store import db, roles
 
+URL_ENV = "STREAMOPS_OBSERVE_DATABASE_URL"
 TIMEOUT_ENV = "STREAMOPS_OBSERVE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 3.0
 POOL_SIZE = 2  # the exporter reads with one (single flight); a second for a `streamops metrics` beside it
@@ -55,9 +57,26 @@ def connect_args() -> dict:
     return {**db.connect_args(), "connect_timeout": max(2, math.ceil(t)), "options": options}
 
 
+def database_url() -> str:
+    """`STREAMOPS_OBSERVE_DATABASE_URL`; else the process's database as `streamops_observer`
+    (roles.py) when its URL takes passwords from a password file, as the embedded cluster's
+    does; else the process's URL itself: a server whose administrator gave no observer URL."""
+    url = os.environ.get(URL_ENV)
+    if url:
+        return url
+    url = db.database_url()
+    return roles.as_role(url, roles.OBSERVER) if roles.names_passfile(url) else url
+
+
 def engine() -> Engine:
     """The observability engine of this process's database."""
-    return _engine(db.database_url())
+    return _engine(database_url())
+
+
+def page_engine() -> Engine:
+    """The Streams page's: the observer's role, with the platform's timeouts (db.engine) rather
+    than this module's 3 s: on those a real Airflow's page showed no rows (commit 8413fb0)."""
+    return db.engine(database_url())
 
 
 @functools.cache

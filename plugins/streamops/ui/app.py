@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
 from streamops import registry
-from streamops.store import db
+from streamops.store import db, observe
 from streamops.ui import charts, views
 
 log = logging.getLogger("streamops.ui")
@@ -121,7 +121,7 @@ async def _streams(request: Request) -> list[views.AppView]:
 def _last_report() -> dict | None:
     from streamops.report.nightly import last_report
 
-    return last_report()
+    return last_report(observe.page_engine())
 
 
 @app.get("/", response_class=HTMLResponse)
@@ -182,7 +182,7 @@ async def latest_report(request: Request) -> Response:
 async def report_file(report_id: int, name: str, request: Request) -> Response:
     """A file of a written report (its index.html, or a CSV beside it), never outside its folder."""
     await _reader(request)
-    row = await run_in_threadpool(db.row, "ui_report", id=report_id)
+    row = await run_in_threadpool(views.report_row, report_id)
     if row is None:
         raise HTTPException(404, f"no report {report_id}")
     folder = Path(row.path).parent

@@ -1,6 +1,7 @@
 """What the Airflow page shows, read from PostgreSQL: every stage's row of `streamops status`
 (sql/queries/stage_status.sql) with its last failure, and per app the last hour's response
-time against R_max and the last day's failures. The same model feeds the page and its JSON."""
+time against R_max and the last day's failures. The same model feeds the page and its JSON.
+Every read is `streamops_observer`'s (observe.page_engine): the page can write nothing."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from streamops.store import db
+from sqlalchemy import Row
+
+from streamops.store import db, observe
+
+
+def _rows(name: str, **params: Any) -> list[Row]:
+    with db.connection(observe.page_engine()) as conn:
+        return conn.execute(db.query(name), params).all()
 
 
 @dataclass(frozen=True)
@@ -52,22 +60,22 @@ class AppView:
 def response_series() -> dict[str, list[tuple[datetime, float]]]:
     """app → its response time per minute over the last hour (sql/queries/ui_app_response.sql)."""
     series: dict[str, list[tuple[datetime, float]]] = {}
-    for r in db.rows("ui_app_response"):
+    for r in _rows("ui_app_response"):
         series.setdefault(r.app, []).append((r.minute, float(r.response_ms)))
     return series
 
 
 def r_max_ms() -> dict[str, int]:
-    return {r.name: r.r_max_ms for r in db.rows("apps_r_max")}
+    return {r.name: r.r_max_ms for r in _rows("apps_r_max")}
 
 
 def streams() -> list[AppView]:
     """Every registered app and stage, as the page shows them (four small queries)."""
-    rows = [dict(r._mapping) for r in db.rows("stage_status")]
-    failures = {r.stage_id: dict(r._mapping) for r in db.rows("ui_last_failures")}
+    rows = [dict(r._mapping) for r in _rows("stage_status")]
+    failures = {r.stage_id: dict(r._mapping) for r in _rows("ui_last_failures")}
     series = response_series()
     out = []
-    for a in db.rows("ui_apps"):
+    for a in _rows("ui_apps"):
         s = series.get(a.app, [])
         out.append(AppView(app=a.app, r_max_ms=a.r_max_ms, failures_24h=a.failures_24h,
                            failures_open=a.failures_open, downtime_24h_s=float(a.downtime_24h_s),
@@ -87,6 +95,12 @@ def attach_runs(apps: list[AppView], runs: dict[str, list[dict[str, Any]]], per_
             s.runs = [{"dag_id": d, **r} for d, r in changed
                       if (r.get("conf") or {}).get("stage") == sid or
                       (d == "streamops_deploy" and (r.get("conf") or {}).get("app") == a.app)][:per_stage]
+
+
+def report_row(report_id: int) -> Any:
+    """The `reports` row of a written report, or None."""
+    found = _rows("ui_report", id=report_id)
+    return found[0] if found else None
 
 
 def as_json(apps: list[AppView]) -> dict[str, Any]:
