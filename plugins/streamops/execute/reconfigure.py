@@ -61,9 +61,16 @@ BUSY_WAIT_S, BUSY_POLL_S = 60.0, 2.0
 
 
 class GateVerdict(Protocol):
-    passed: bool
-    reason: str | None
-    details: dict[str, Any]
+    """What the gate returns (quality.GateResult, a frozen dataclass): read, never set, here."""
+
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def details(self) -> dict[str, Any]: ...
 
 
 # (a run's deployment id, how many first batches to judge, since=when the change took effect or
