@@ -12,7 +12,7 @@ export UV_PYTHON_DOWNLOADS := never
 help:
 	@echo "make demo       set up .venv, start PostgreSQL, deploy and feed the demo apps, watch status (Ctrl-C to leave)"
 	@echo "make demo-stop  stop the demo's stages, generators and database"
-	@echo "make lint       ruff, mypy (strict on plan/ analyze/ sim/ records) and the import contracts (lint-imports)"
+	@echo "make lint       ruff, mypy (which packages, how strictly: docs/architecture.md) and the import contracts (lint-imports)"
 	@echo "make test       make lint, then the whole test suite (real PostgreSQL, real Spark); what CI runs"
 	@echo "make test-pure  the tests that need no database (not marked db); starts no PostgreSQL"
 	@echo "make test-chaos real faults against running stages: database stop, SIGSTOP, kills, failed launches"

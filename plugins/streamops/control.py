@@ -15,10 +15,10 @@ import random
 import time
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import psutil
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 
 from streamops.analyze.stats import StageStats, useful_cores
 from streamops.forecast_pass import with_forecasts
@@ -147,7 +147,7 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
 # -- plan, globally ------------------------------------------------------------------------------
 def app_response_ms(windows: Iterable[StageStats]) -> float | None:
     """Response time of an app: the sum of its stages' p95 latencies (the critical path of a chain)."""
-    lat = [w.extra.get("latency_avg_p95_ms") for w in windows if w.extra.get("latency_avg_p95_ms") is not None]
+    lat: list[float] = [p95 for w in windows if (p95 := w.extra.get("latency_avg_p95_ms")) is not None]
     return sum(lat) if lat else None
 
 
@@ -157,7 +157,7 @@ def _policy_label(opts: AppOptions) -> str:
     return f"token_bucket(B={opts.capacity:g}, beta={opts.beta:g}, {opts.generator})"
 
 
-def application_pass(conn: Connection, apps: list, now: datetime, windows: list[StageStats], dry_run: bool,
+def application_pass(conn: Connection, apps: Sequence[Row], now: datetime, windows: list[StageStats], dry_run: bool,
                      decided_by: str) -> list[AppCycle]:
     """Every Application Manager of `apps`: a fixed number of statements for any number of apps."""
     names = [a.name for a in apps]
@@ -167,16 +167,18 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
     if not dry_run:
         conn.execute(db.query("requests_withdraw_stale"), {"apps": names, "now": now, "stale_s": STALE_REQUEST_S})
     open_by_app: dict[str, list[Request]] = {}
-    for r in conn.execute(db.query("requests_open"), {"apps": names}):
-        open_by_app.setdefault(r.app, []).append(Request(
-            r.stage_id, r.action, r.target_cores, r.target_pool, r.gain, r.cost_ms, r.reason, r.snapshot or {},
-            app=r.app, id=r.id, made_at=r.refreshed_at, first_made_at=r.created_at))
-    stages_now, last_change = {}, {}
-    for r in conn.execute(db.query("stages_now"), {"apps": names}):
-        stages_now[r.stage_id] = StageNow(Current(r.cores, r.pool, r.state_partitions), r.in_flight, r.settled_at)
-        if r.last_requested_at is not None:
-            last_change[r.stage_id] = LastChange(r.last_requested_at, r.last_action, r.last_from_cores,
-                                                 r.last_to_cores)
+    for row in conn.execute(db.query("requests_open"), {"apps": names}):
+        open_by_app.setdefault(row.app, []).append(Request(
+            row.stage_id, row.action, row.target_cores, row.target_pool, row.gain, row.cost_ms, row.reason,
+            row.snapshot or {}, app=row.app, id=row.id, made_at=row.refreshed_at, first_made_at=row.created_at))
+    stages_now: dict[str, StageNow] = {}
+    last_change: dict[str, LastChange] = {}
+    for row in conn.execute(db.query("stages_now"), {"apps": names}):
+        stages_now[row.stage_id] = StageNow(Current(row.cores, row.pool, row.state_partitions), row.in_flight,
+                                            row.settled_at)
+        if row.last_requested_at is not None:
+            last_change[row.stage_id] = LastChange(row.last_requested_at, row.last_action, row.last_from_cores,
+                                                   row.last_to_cores)
     windows_by_app: dict[str, list[StageStats]] = {}
     for w in windows:
         windows_by_app.setdefault(w.app, []).append(w)
@@ -191,18 +193,20 @@ def application_pass(conn: Connection, apps: list, now: datetime, windows: list[
         growing = any(w.backlog_growth_rps > 0 for w in app_windows)
         state = saved.get(a.name, AppState(tokens=opts.capacity))
         # Refused before the token bucket sees them: no token is spent on them (plan.change).
-        refused, asking = [], []
-        for r in open_by_app.get(a.name, []):
-            why = grant_refusal(r, stages_now.get(r.stage_id))
+        refused: list[tuple[Request, str]] = []
+        asking: list[Request] = []
+        for req in open_by_app.get(a.name, []):
+            why = grant_refusal(req, stages_now.get(req.stage_id))
             if why:
-                refused.append((r, why))
+                refused.append((req, why))
             else:
-                asking.append(r)
+                asking.append(req)
         facts = {w.stage_id: StageFacts(last_change.get(w.stage_id), draining(w.backlog_rows, w.input_rate, opts))
                  for w in app_windows}
         facts.update({sid: StageFacts(lc) for sid, lc in last_change.items() if sid not in facts})
         decisions, new_state = application_cycle(view, opts, state, asking, response, growing, now, facts)
-        decisions = [Decision(r, "declined", why, new_state.tokens, new_state.tokens) for r, why in refused] + decisions
+        decisions = [Decision(req, "declined", why, new_state.tokens, new_state.tokens)
+                     for req, why in refused] + decisions
         results.append(AppCycle(a.name, [(d, None) for d in decisions], new_state.tokens, response))
         label = _policy_label(opts)
         decision_rows += [{**_fields(d), "app": a.name, "request_id": d.request.id, "stage_id": d.request.stage_id,

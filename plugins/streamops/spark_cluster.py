@@ -30,6 +30,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal, overload
 
 import httpx
 
@@ -343,6 +344,14 @@ def down(grace_s: float = 15.0) -> bool:
     processes.stop(c.master_pid, grace_s=grace_s, group=True)
     _record_path().unlink(missing_ok=True)
     return was
+
+
+@overload
+def master_url(required: Literal[True] = ...) -> str: ...
+
+
+@overload
+def master_url(required: bool) -> str | None: ...
 
 
 def master_url(required: bool = True) -> str | None:

@@ -18,6 +18,7 @@ recorded once its polls work again (`record_outage`), from each stage's commits 
 from __future__ import annotations
 
 import logging
+from collections.abc import Set
 from datetime import datetime, timezone
 
 from streamops.store import db, failures
@@ -97,7 +98,7 @@ def _trigger_ms(d) -> float | None:
 
 
 def record(candidates, *, floor_s: float = FLOOR_S, database_gap: str | None = None,
-           detected_by: str = "supervisor", skip: set[str] = frozenset(), progress=lambda _: None) -> list[int]:
+           detected_by: str = "supervisor", skip: Set[str] = frozenset(), progress=lambda _: None) -> list[int]:
     """Open an `output_gap` failure for each primary run whose stage is in an output gap (none
     while another failure of it is open, or a reconfiguration runs: those count the gap already;
     nor for the stages in `skip`, whose failure is being recovered now). Returns the ids created."""

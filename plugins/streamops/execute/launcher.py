@@ -9,7 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from streamops import processes
 from streamops.paths import REPO_ROOT, state_dir
@@ -27,13 +27,25 @@ class Launched:
 
 
 class Launcher(Protocol):
+    """What stages/, the supervisor and the mechanisms ask of a pool's launcher: start, judge and
+    signal a driver, and keep the warm spares (`Spare`) that a restart adopts."""
+
     kind: str
 
     def launch(self, deployment_id: int, stage_id: str, env: dict[str, str], spark_ui: bool = True) -> Launched: ...
 
-    def is_alive(self, pid: int | None, driver_id: str | None) -> bool: ...
+    def is_alive(self, pid: int | None, driver_id: str | None = None) -> bool: ...
 
-    def terminate(self, pid: int | None, driver_id: str | None, force: bool = False) -> None: ...
+    def terminate(self, pid: int | None, driver_id: str | None = None, force: bool = False) -> None: ...
+
+    def terminate_all(self) -> list[int]: ...
+
+    def spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], pool: dict[str, Any] | None = None) -> Spare:
+        ...
+
+    def adopt(self, spare: Spare, deployment_id: int) -> Launched: ...
+
+    def discard(self, spare: Spare) -> None: ...
 
 
 @dataclass
@@ -46,7 +58,7 @@ class Spare:
 
     stage_id: str
     cores: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     log_path: str
     ready_file: Path
     adopted: bool = False  # handed a deployment: it is a driver now, not a spare
@@ -112,7 +124,7 @@ class LocalProcessLauncher:
         self._children[proc.pid] = proc
         return Launched(pid=proc.pid, driver_id=None, log_path=str(log_path), ui_url=ui_url)
 
-    def spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], pool: dict | None = None) -> Spare:
+    def spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], pool: dict[str, Any] | None = None) -> Spare:
         """A warm `local[cores]` driver for `stage_id` (`pool`: the run's pool settings; its
         `spark_ui`)."""
         return self._spawn_spare(stage_id, cores, env, [], "local", (pool or {}).get("spark_ui", True))
@@ -136,9 +148,11 @@ class LocalProcessLauncher:
     def adopt(spare: Spare, deployment_id: int) -> Launched:
         """Hand the spare its deployment: it runs it as a launched driver would. Its stdin is closed
         then: it reads one line, and an open pipe per adopted spare would leak."""
-        spare.proc.stdin.write(f"{deployment_id}\n".encode())
-        spare.proc.stdin.flush()
-        spare.proc.stdin.close()
+        stdin = spare.proc.stdin
+        assert stdin is not None, "a spare is spawned with a stdin pipe"
+        stdin.write(f"{deployment_id}\n".encode())
+        stdin.flush()
+        stdin.close()
         spare.adopted = True
         return Launched(pid=spare.proc.pid, driver_id=None, log_path=spare.log_path, ui_url=spare.ui_url)
 
@@ -207,7 +221,7 @@ class StandaloneLauncher(LocalProcessLauncher):
         auth = spark_cluster.client_env() if embedded else {}
         return {**auth, spark_cluster.RUN_MASTER_ENV: self.master_url()}
 
-    def spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], pool: dict | None = None) -> Spare:
+    def spawn_spare(self, stage_id: str, cores: int, env: dict[str, str], pool: dict[str, Any] | None = None) -> Spare:
         """A warm client-mode driver of this cluster for `stage_id`: registered with the master,
         its session and the stage's query warmed up on one borrowed executor (when a core is
         free), then holding none; adopted, it asks for the run's executors (`pool`: the run's

@@ -61,9 +61,16 @@ BUSY_WAIT_S, BUSY_POLL_S = 60.0, 2.0
 
 
 class GateVerdict(Protocol):
-    passed: bool
-    reason: str | None
-    details: dict[str, Any]
+    """What the gate returns (quality.GateResult, a frozen dataclass): read, never set, here."""
+
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def details(self) -> dict[str, Any]: ...
 
 
 # (a run's deployment id, how many first batches to judge, since=when the change took effect or
@@ -94,7 +101,8 @@ def request(stage_ref: str, action: str, *, cores: int | None = None, partitions
     change = validate_change(reg, sid, action, cores=cores, partitions=partitions, pool=pool,
                              current=stages.current(sid))
     rid = rstore.create_user_request(sid, change.action, change.cores, change.pool, change.partitions,
-                                     None if mechanism == AUTO else str(mechanism),
+                                     # the store writes None (auto) as NULL; its annotation says str
+                                     None if mechanism == AUTO else str(mechanism),  # type: ignore[arg-type]
                                      requested_by or f"user:{getpass.getuser()}")
     if rid is None:
         raise ReconfigurationBusy(f"stage {sid} already has a pending or running reconfiguration (or never ran)")
@@ -202,6 +210,7 @@ def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_
         if why_not:
             raise stages.AdmissionRefused(why_not)
         mech.run(ex)
+        assert ex.new_deployment_id is not None, f"{mech.name} recorded no new run"
         dep = ledger.deployment(ex.new_deployment_id)
         why_not = wait_first_batch(ex, dep.id)
         if why_not:
@@ -242,7 +251,8 @@ def _quality_gate(ex: Execution, dep_id: int, gate: Gate, since: datetime | None
             return None if ex.switched_at is not None else (metrics, commits, outputs)
         return (metrics, commits, outputs) if metrics >= min(GATE_BATCHES, commits) else None
 
-    _, commits, outputs = wait_until(settled, GATE_METRICS_WAIT_S) or rstore.gate_progress(dep_id, since)
+    ready = wait_until(settled, GATE_METRICS_WAIT_S)
+    _, commits, outputs = ready or rstore.gate_progress(dep_id, since)
     if commits == 0:
         ex.progress(f"{ex.stage_id}: quality gate skipped: the new run has no output yet (idle source)")
         return None
@@ -354,7 +364,7 @@ def _recover_running(row: Row, reg: registry.Registry, progress: Progress) -> Ou
         committed = live is not None and ledger.first_commit(live.id) is not None
         target_ok = live is not None and (row.target_cores is None or live.cores == row.target_cores) \
             and (row.target_pool is None or live.pool == row.target_pool)
-        if target_ok and committed and live.started_at >= row.requested_at:
+        if live is not None and target_ok and committed and live.started_at >= row.requested_at:
             rstore.finish(row.id, RunStatus.DONE, "completed by --resume: the new run was already committing", None,
                           None)
             progress(f"{row.stage_id}: reconfiguration {row.id} was complete; marked done")

@@ -20,6 +20,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from sqlalchemy import Row
+
 from streamops import registry
 from streamops.execute import stages
 from streamops.store import db, ledger
@@ -63,7 +65,7 @@ class Reconciled:
     refused: list[str] = field(default_factory=list)
 
 
-def live_roles(sid: str) -> dict[str, object]:
+def live_roles(sid: str) -> dict[str, Row]:
     return {r.role: r for r in db.rows("replicas_live", stage_id=sid)}
 
 

@@ -7,7 +7,8 @@ import logging
 import socket
 import time
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 from streamops import checkpoint_repair, processes, registry
 from streamops.analyze.stats import useful_cores
@@ -76,14 +77,15 @@ def sync_registry(reg: Registry, apps: list[str] | None = None, *, replicas_over
     apps_rows = [{"name": a, "r_max_ms": reg.apps[a].r_max_ms,
                   "maintenance_window": reg.apps[a].maintenance_window.model_dump_json(),
                   "spec": reg.apps[a].model_dump_json(exclude={"stages"})} for a in names]
-    stage_rows = [{"stage_id": stage_id(a, s), "app": a, "name": s, "job": st.job, "pool": st.pool,
-                   "cores": st.cores.initial, "min_cores": st.cores.min, "max_cores": st.cores.max,
-                   "state_partitions": st.state_partitions, "trigger_ms": st.trigger_interval_ms,
-                   "spec": st.model_dump_json(), "replicas": st.replicas,
-                   "managed": bool(st.redundancy and st.redundancy.enabled),
-                   "max_replicas": st.redundancy.max_replicas if st.redundancy else st.replicas,
-                   "override": replicas_override, "set_override": set_override}
-                  for a in names for s, st in reg.apps[a].stages.items()]
+    stage_rows: list[dict[str, Any]] = [
+        {"stage_id": stage_id(a, s), "app": a, "name": s, "job": st.job, "pool": st.pool,
+         "cores": st.cores.initial, "min_cores": st.cores.min, "max_cores": st.cores.max,
+         "state_partitions": st.state_partitions, "trigger_ms": st.trigger_interval_ms,
+         "spec": st.model_dump_json(), "replicas": st.replicas,
+         "managed": bool(st.redundancy and st.redundancy.enabled),
+         "max_replicas": st.redundancy.max_replicas if st.redundancy else st.replicas,
+         "override": replicas_override, "set_override": set_override}
+        for a in names for s, st in reg.apps[a].stages.items()]
     ledger.sync_catalog(pools, apps_rows, stage_rows)
     ledger.sync_views(reg.views)
     return [r["stage_id"] for r in stage_rows]
@@ -182,27 +184,27 @@ def start_stage(
     if pool_name not in reg.pools:
         raise registry.RegistryError(f"no pool {pool_name!r}; known pools: {', '.join(reg.pools)}")
     ckpt = checkpoint_path or last_ckpt or checkpoint_for(sid)
-    pool = reg.pools[pool_name]
+    pool_spec = reg.pools[pool_name]
     # A new stage on a cluster starts with key groups for live scaling up to its max cores: whether
     # its query keeps state is known only once it ran, and a stateless query ignores them.
-    first_partitions = key_groups(st.state_partitions, st.cores.max, True) if pool.kind == "standalone" \
+    first_partitions = key_groups(st.state_partitions, st.cores.max, True) if pool_spec.kind == "standalone" \
         else st.state_partitions
     repaired = _repair_checkpoint(sid, role, ckpt, progress)
-    partitions = state_partitions or checkpoint.state_partitions(ckpt) or first_partitions
-    launcher = launcher_for(pool.master)
+    partitions = state_partitions or checkpoint.state_partitions(Path(ckpt)) or first_partitions
+    launcher = launcher_for(pool_spec.master)
 
     code = package_code(st.code)  # once per run: the hash says which code the run ran
     if as_run is not None:
         old = RunSpec.of(as_run.config)
         st, code = old.spec, CodeBundle(old.code_archive, old.code_sha256)
-    if (changed := checkpoint.source_change(ckpt, st.source.kind, getattr(st.source, "topic", None))) is not None:
+    if (changed := checkpoint.source_change(Path(ckpt), st.source.kind, getattr(st.source, "topic", None))) is not None:
         raise registry.RegistryError(f"stage {sid}: {changed}. Deploy the new source as a new stage (its own "
                                      f"checkpoint), or move {ckpt} aside to start it from its starting offsets")
-    spec = RunSpec(app=app, stage=name, spec=st, pool=pool, reconfiguration_id=reconfiguration_id, fault=fault,
-                   speculation=_speculation(sid, st, pool), warm_up=warm_up, operator_manager=OPERATOR_MANAGER,
+    spec = RunSpec(app=app, stage=name, spec=st, pool=pool_spec, reconfiguration_id=reconfiguration_id, fault=fault,
+                   speculation=_speculation(sid, st, pool_spec), warm_up=warm_up, operator_manager=OPERATOR_MANAGER,
                    code_archive=code.archive, code_sha256=code.sha256, checkpoint_repair=repaired)
-    adm = ledger.admit(sid, role, pool_name, pool.cores, cores, is_alive, state_partitions=partitions, checkpoint=ckpt,
-                       launcher=launcher.kind, config=spec.model_dump(mode="json"))
+    adm = ledger.admit(sid, role, pool_name, pool_spec.cores, cores, is_alive, state_partitions=partitions,
+                       checkpoint=ckpt, launcher=launcher.kind, config=spec.model_dump(mode="json"))
     if adm.live is not None:
         return StartResult(sid, adm.live.id, adm.live.pid, True, adm.live.log_path)
     dep_id = adm.deployment_id
@@ -216,7 +218,7 @@ def start_stage(
             launched = launcher.adopt(spare, dep_id)
             log.info("stage %s: deployment %d handed to the warm spare pid %s", sid, dep_id, launched.pid)
         else:
-            launched = launcher.launch(dep_id, sid, env, spark_ui=pool.spark_ui)
+            launched = launcher.launch(dep_id, sid, env, spark_ui=pool_spec.spark_ui)
     except Exception as e:
         # The run would otherwise stay `starting` with no pid, its cores reserved, unseen: record it
         # failed, with why; the supervisor and the watchdog retry it as a `launch_failed` failure.
@@ -241,7 +243,7 @@ def _repair_checkpoint(sid: str, role: str, ckpt: str, progress: Progress) -> st
     live = ledger.latest_run(sid, live=True, role=role)
     if live is not None and (live.status == "starting" and live.pid is None or is_alive(live)):
         return None  # being launched by another caller right now, or running: not ours to touch
-    moved = checkpoint_repair.repair_stage(ckpt)
+    moved = checkpoint_repair.repair_stage(Path(ckpt))
     if not moved:
         return None
     what = checkpoint_repair.describe(moved)

@@ -30,6 +30,7 @@ supervisor does; one that cannot start (its port taken) is a warning, never the 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -43,7 +44,7 @@ from typing import Callable, Protocol, Sequence
 
 from streamops import processes, registry
 from streamops.execute import broker_heal, gaps, housekeeping, replicas, stops, watchdog
-from streamops.execute.launcher import LocalProcessLauncher, Spare, launcher_for
+from streamops.execute.launcher import Spare, launcher_for
 from streamops.paths import state_dir
 from streamops.store import db, failures
 from streamops.store import reconfigurations as rstore
@@ -143,7 +144,7 @@ class Supervisor:
             key = (f.stage_id, f.role)
             if key not in self._busy:
                 self._busy[key] = fut = self._threads.submit(self._recover, f, apps[f.stage_id])
-                fut.add_done_callback(lambda fut, who=f.who: self._log_crash(fut, who))
+                fut.add_done_callback(functools.partial(self._log_crash, who=f.who))
         self._record_gaps(candidates, gap, {sid for sid, _ in self._busy}, now)
         return found
 
@@ -215,7 +216,7 @@ class Supervisor:
 
     @staticmethod
     def _discard(spare: Spare) -> None:
-        launcher: LocalProcessLauncher = launcher_for(spare.master)  # type: ignore[assignment]
+        launcher = launcher_for(spare.master)
         launcher.discard(spare)
 
     def keep_spares(self) -> None:
@@ -234,7 +235,7 @@ class Supervisor:
         # Not while a recovery runs: a spare's JVM and warm-up beside it slowed one from 12 s to 22 s.
         if missing and not recovering and time.monotonic() >= self._quiet_until:
             w = wanted[missing[0]]
-            launcher: LocalProcessLauncher = launcher_for(w.master)  # type: ignore[assignment]
+            launcher = launcher_for(w.master)
             spare = launcher.spawn_spare(w.stage_id, w.cores, {"STREAMOPS_DATABASE_URL": db.database_url()},
                                          pool=w.pool)
             with self._spares_lock:

@@ -22,6 +22,7 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from streamops import checkpoint_repair, processes, registry, spark_cluster
 from streamops.agent import data_loss, state_schema
@@ -216,7 +217,7 @@ def restart_delay(kind: str, attempts: int, base_s: float = RESTART_BACKOFF_S,
 def repair_checkpoint(fid: int, ckpt: str, who: str, progress=lambda _: None) -> None:
     """Before a restart, with the failed run gone: move a torn checkpoint's newest entries aside
     (checkpoint_repair) and name them on the failure. Raises CheckpointTorn when it must not."""
-    moved = checkpoint_repair.repair_stage(ckpt)
+    moved = checkpoint_repair.repair_stage(Path(ckpt))
     if moved:
         what = f"checkpoint repaired: moved aside {checkpoint_repair.describe(moved)}"
         failures.note(fid, what)
@@ -261,7 +262,8 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     if f.role != replicas.PRIMARY and replicas.index(f.role) >= replicas.wanted(f.stage_id):
         # A replica no longer wanted (the redundancy manager gave it back): not restarted; the
         # failure ends with the stage's next output from the others.
-        row = failures.recovered(fid, None, None)
+        # closed with no run of its own: the store writes NULLs, its annotation says datetime and int
+        row = failures.recovered(fid, None, None)  # type: ignore[arg-type]
         progress(f"{f.who}: not restarted, no longer wanted")
         return Recovery(f.stage_id, fid, f.kind, "recovered", attempts, row.mttr_ms / 1000 if row else None,
                         row.downtime_ms / 1000 if row else None, "replica no longer wanted")
@@ -293,7 +295,7 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     except Exception as e:  # any failed restart is one attempt; the next cycle tries again or gives up
         log.exception("stage %s: action=restart failed", f.stage_id)
         recovered_at, why, res = None, f"{type(e).__name__}: {e}", None
-    if recovered_at is not None:
+    if recovered_at is not None and res is not None:  # a first output is waited for only once res is set
         row = failures.recovered(fid, recovered_at, res.deployment_id)
         mttr_s, downtime_s = (row.mttr_ms / 1000, row.downtime_ms / 1000) if row else (None, None)
         log.info("stage %s: action=recovered role=%s failure=%d mttr=%ss downtime=%ss", f.stage_id, f.role, fid,

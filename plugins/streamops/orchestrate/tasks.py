@@ -8,9 +8,10 @@ and the run, fail visibly in the UI.
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypedDict
 
 from streamops import registry
 from streamops.plan.kinds import Action, MechanismName
@@ -26,7 +27,16 @@ def _say(msg: str) -> None:
 
 
 # -- Param choices (read at DAG parse time: registry only, no Spark, no database) -------------
-def choices() -> dict[str, list[str]]:
+class Choices(TypedDict):
+    apps: list[str]
+    stages: list[str]
+    pools: list[str]
+    mechanisms: list[str]
+    max_cores: int
+    cores_bounds: str
+
+
+def choices() -> Choices:
     """Apps, stages, pools and mechanisms, for the trigger forms' enums."""
     from streamops.execute.mechanisms import MECHANISMS
 
@@ -216,9 +226,13 @@ def open_windows(now: datetime | None = None) -> dict[str, datetime]:
         mw = reg.apps[name].maintenance_window
         view = AppView(name, reg.apps[name].r_max_ms, mw.cron, mw.duration_min, mw.max_actions)
         w = maintenance_window(view, now)
-        if w.open:
+        if w.open and w.start is not None:  # an open window has a start
             out[name] = w.start + timedelta(minutes=mw.duration_min)
     return out
+
+
+def _before(deadline: datetime) -> bool:
+    return datetime.now(timezone.utc) < deadline
 
 
 def maintenance_window(now: datetime | None = None) -> dict[str, Any]:
@@ -237,7 +251,7 @@ def maintenance_window(now: datetime | None = None) -> dict[str, Any]:
         _say(f"app {app}: action=maintenance-window open until {closes:%H:%M} UTC")
         outcomes = reconfigure.resume(reg, progress=_say, gate=quality.gate_new_run, statuses=("pending",), apps=[app],
                                      actions=("scale_in", "migrate"),
-                                     keep_going=lambda c=closes: datetime.now(timezone.utc) < c)
+                                     keep_going=functools.partial(_before, closes))
         for o in outcomes:
             _say(f"stage {o.stage_id}: action=reconfigure reconfiguration {o.reconfiguration_id} {o.status}, "
                  f"output gap {'–' if o.downtime_ms is None else f'{o.downtime_ms / 1000:.1f}s'}")

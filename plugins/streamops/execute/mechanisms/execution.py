@@ -19,7 +19,7 @@ from streamops import registry
 from streamops.run_spec import CommandArgs, CommandOutcome
 from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import checkpoint, stages
-from streamops.plan.kinds import Phase, RunStatus
+from streamops.plan.kinds import MechanismName, Phase, RunStatus
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
@@ -131,7 +131,7 @@ class Mechanism(Protocol):
     same way: `refusal` (None: it applies) → `run` → first batch, catch-up, quality gate → done,
     or `rollback`; `recover` finishes a row whose executor died while it was running."""
 
-    name: str
+    name: MechanismName
 
     def refusal(self, s: Situation) -> str | None: ...
 

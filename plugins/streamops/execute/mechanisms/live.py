@@ -64,7 +64,7 @@ class LiveScale:
     def recover(self, ex: Execution, live: Row | None) -> Recovery:
         """The run that was being scaled kept going: it holds the target, or is scaled back."""
         holds = same_run_holds_target(ex.row, live)
-        if holds is None:
+        if holds is None or live is None:  # None when the run is gone (`live` None among them)
             return recover_by_restore(ex)
         if holds:
             return Recovery.completed("the run holds the target configuration")
