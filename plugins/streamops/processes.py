@@ -14,10 +14,12 @@ import psutil
 
 from streamops.waiting import wait_until
 
-# The data plane (stage drivers, their spares, Spark workers and the executors they fork) runs this
-# much nicer than the control plane (supervisor, database, Airflow, broker): on a saturated machine
-# the processes that detect and repair failures still get the CPU (issue 48 item 4). 0: off.
-DATA_PLANE_NICE = int(os.environ.get("STREAMOPS_DATA_PLANE_NICE", "5"))
+# The data plane (stage drivers, their spares, Spark workers and the executors they fork) can run
+# this much nicer than the control plane (supervisor, database, Airflow, broker), so that on a
+# saturated machine the processes that detect and repair failures still get the CPU (issue 48
+# item 4). Off (0) by default until a clean measurement shows it pays: Airflow at nice 0 would
+# then take CPU from the stages' batches too (docs/ha.md).
+DATA_PLANE_NICE = int(os.environ.get("STREAMOPS_DATA_PLANE_NICE", "0"))
 
 
 def spawn_detached(argv: Sequence[str], *, log_path: Path, pid_file: Path | None = None,
