@@ -21,9 +21,8 @@ failure-free run once the feed stops.
 results in ha_cluster.json.
 
 `--load N`: part 1 under N busy-looping processes at the data plane's niceness
-(`STREAMOPS_DATA_PLANE_NICE`, default 5), standing for other stages' drivers and executors on a
-saturated machine; with `STREAMOPS_DATA_PLANE_NICE=0` everything competes equally, as before
-issue 48 item 4 (results in ha_load<N>_nice<n>.json).
+(`STREAMOPS_DATA_PLANE_NICE`, default 0), standing for other stages' drivers and executors on a
+saturated machine; run it with 0 and with, say, 5 to compare (results in ha_load<N>_nice<n>.json).
 
 `--fault sigstop`: part 1 only, warm spares only; the driver's process group is SIGSTOPped
 instead of killed (a hung driver: issue 31 item 6), and SIGCONTed once the stage has recovered,
