@@ -160,3 +160,54 @@ def test_an_airflow_database_the_superuser_made_is_handed_to_its_role_whole(test
         mine.dispose()
     finally:
         drop_database(test_env["server"], name)
+
+
+def test_the_control_plane_needs_no_superuser_it_migrates_and_writes_as_its_database_s_owner(test_env):
+    """Issue 44 item 11: compose's control plane (the scheduler, its tasks and drivers) connects
+    as `streamops`, the streamops database's owner and no superuser (docker/postgres-init.sh).
+    Every migration and the reporting schema must then apply as such a role, and a stage's fenced
+    writes must go through. A superuser's session under SET ROLE has only the role's rights."""
+    from datetime import datetime, timezone
+
+    from sqlalchemy import create_engine
+
+    from streamops.store import migrate
+
+    owner, name = "streamops_owner_probe", "streamops_owner_probe"
+    server = test_env["server"]
+    admin = create_engine(db.with_database(server, "postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            conn.execute(text(f"DROP ROLE IF EXISTS {owner}"))
+            conn.execute(text(f"CREATE ROLE {owner} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE"))
+            conn.execute(text(f"CREATE DATABASE {name} OWNER {owner}"))
+        probe = create_engine(db.with_database(server, name), connect_args={"options": f"-c role={owner}"})
+        try:
+            with probe.connect() as conn:
+                assert conn.execute(text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")).scalar() \
+                    is False
+            assert migrate.apply(probe), "no migration applied"
+            with probe.begin() as conn:
+                conn.execute(text("INSERT INTO pools (name, master, cores) VALUES ('p', 'local', 4)"))
+                conn.execute(text("INSERT INTO apps (name, r_max_ms, maintenance_window, spec) "
+                                  "VALUES ('a', 1000, '{}', '{}')"))
+                conn.execute(text("INSERT INTO stages (stage_id, app, name, job, pool, cores, min_cores, max_cores, "
+                                  "state_partitions, trigger_ms, spec) VALUES ('a.s', 'a', 's', 'wordcount', 'p', "
+                                  "1, 1, 4, 4, 1000, '{}')"))
+                dep = conn.execute(text(
+                    "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, "
+                    "status) VALUES ('a.s', 'p', 1, 4, '{}', 'local', '/x', 'running') RETURNING id")).scalar_one()
+                committed = conn.execute(db.query("sink_commit"), {
+                    "stage_id": "a.s", "deployment_id": dep, "batch_id": 1, "rows": 1,
+                    "committed_at": datetime.now(timezone.utc)}).first()
+                assert committed is not None, "the current run's commit was refused"
+                assert conn.execute(text("SELECT count(*) FROM reporting.sla_daily")).scalar() == 0
+                conn.execute(text("SELECT runs_retention(30)"))
+        finally:
+            probe.dispose()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            conn.execute(text(f"DROP ROLE IF EXISTS {owner}"))
+        admin.dispose()

@@ -228,7 +228,8 @@ def test_a_missing_secret_stops_compose_and_a_filled_one_reaches_its_users():
     assert not [p for p, v in _strings(done) if "${" in v]
     pg = FILLED["POSTGRES_PASSWORD"]
     assert done["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"] == pg
-    assert f"streamops:{pg}@postgres:5432/" in done["x-streamops-env"]["STREAMOPS_DATABASE_URL"]
+    control = FILLED["CONTROL_DB_PASSWORD"]
+    assert f"streamops:{control}@postgres:5432/" in done["x-streamops-env"]["STREAMOPS_DATABASE_URL"]
     airflow_url = done["x-airflow-env"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
     assert airflow_url.endswith(f"streamops_airflow:{FILLED['AIRFLOW_DB_PASSWORD']}@postgres:5432/airflow")
 
@@ -248,13 +249,34 @@ def test_the_page_and_the_exporter_hold_only_the_observer_s_url():
     assert init and init[0].split(":")[1].startswith("/docker-entrypoint-initdb.d/")
 
 
+def test_only_the_postgres_service_holds_the_superuser_s_password():
+    """Issue 44 item 11: the control plane (the scheduler, its tasks and drivers, airflow-init)
+    connects as `streamops`, which owns the streamops database and is no superuser
+    (tests/integration/test_least_privilege.py migrates and writes as such a role); the
+    dag-processor and the triggerer only read, as the observer."""
+    from streamops.store import roles
+
+    done = interpolate(COMPOSE, FILLED)
+    pg = FILLED["POSTGRES_PASSWORD"]
+    assert done["services"]["postgres"]["environment"]["POSTGRES_USER"] == "postgres"
+    for name, svc in done["services"].items():
+        if name != "postgres":
+            env = svc.get("environment") or {}
+            assert pg not in " ".join(map(str, env.values() if isinstance(env, dict) else env)), name
+    control = FILLED["CONTROL_DB_PASSWORD"]
+    for name in ("airflow-dag-processor", "airflow-triggerer"):
+        env = done["services"][name]["environment"]
+        assert env["STREAMOPS_DATABASE_URL"].startswith(f"postgresql://{roles.OBSERVER}:"), name
+        assert control not in " ".join(map(str, env.values())), name
+
+
 def _postgres_init(tmp_path: Path, passwords: dict[str, str]) -> tuple[subprocess.CompletedProcess, str]:
     """docker/postgres-init.sh with a psql that records its arguments and its input."""
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "psql").write_text(f'#!/bin/sh\necho "ARGS $*" >> {tmp_path}/psql.log\ncat >> {tmp_path}/psql.log\n')
     (fake / "psql").chmod(0o755)
-    env = {"PATH": f"{fake}:{os.environ['PATH']}", "POSTGRES_USER": "streamops", "POSTGRES_DB": "streamops",
+    env = {"PATH": f"{fake}:{os.environ['PATH']}", "POSTGRES_USER": "postgres", "POSTGRES_DB": "streamops",
            **passwords}
     res = subprocess.run(["sh", str(DOCKER / "postgres-init.sh")], env=env, capture_output=True, text=True,
                          timeout=30)
@@ -265,9 +287,12 @@ def _postgres_init(tmp_path: Path, passwords: dict[str, str]) -> tuple[subproces
 def test_postgres_init_makes_the_roles_with_passwords_on_stdin_only(tmp_path):
     from streamops.store import roles
 
-    pw = {"OBSERVER_DB_PASSWORD": secrets.token_hex(16), "AIRFLOW_DB_PASSWORD": secrets.token_hex(16)}
+    pw = {"OBSERVER_DB_PASSWORD": secrets.token_hex(16), "AIRFLOW_DB_PASSWORD": secrets.token_hex(16),
+          "CONTROL_DB_PASSWORD": secrets.token_hex(16)}
     res, log = _postgres_init(tmp_path, pw)
     assert res.returncode == 0, res.stderr
+    assert "CREATE ROLE streamops LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE" in log and pw["CONTROL_DB_PASSWORD"] in log
+    assert "ALTER DATABASE streamops OWNER TO streamops" in log
     args = [ln for ln in log.splitlines() if ln.startswith("ARGS ")]
     assert len(args) == 2 and not any(p in a for a in args for p in pw.values()), "a password on a command line"
     assert f"CREATE ROLE {roles.OBSERVER} LOGIN NOSUPERUSER" in log and pw["OBSERVER_DB_PASSWORD"] in log
@@ -277,7 +302,7 @@ def test_postgres_init_makes_the_roles_with_passwords_on_stdin_only(tmp_path):
 
 @pytest.mark.parametrize("bad", [None, "", "it's", "back\\slash"])
 def test_postgres_init_refuses_a_missing_or_unquotable_password(tmp_path, bad):
-    pw = {"OBSERVER_DB_PASSWORD": secrets.token_hex(16)}
+    pw = {"OBSERVER_DB_PASSWORD": secrets.token_hex(16), "CONTROL_DB_PASSWORD": secrets.token_hex(16)}
     if bad is not None:
         pw["AIRFLOW_DB_PASSWORD"] = bad
     res, log = _postgres_init(tmp_path, pw)
