@@ -13,14 +13,20 @@ drawn uniformly from:
   (cluster stage), heartbeat_cut (20 s), db_outage (10 s);
   pg_stop: the embedded PostgreSQL stopped for 30 s, then started;
   master_kill / worker_kill: kill -9 of the Spark master / worker JVM;
-  sigstop: a random stage's driver SIGSTOPped for 40 s, then SIGCONT.
+  sigstop: a random stage's driver SIGSTOPped for 40 s, then SIGCONT;
+  pg_sigstop: every PostgreSQL process SIGSTOPped for 45 s (a stalled database), then SIGCONT;
+  metrics_lock: `stage_metrics` held under an ACCESS EXCLUSIVE lock for 60 s (a long migration).
+The kinds are dealt from a shuffled deck, so that each comes up before any comes up twice.
 
 At the end the feeds stop, and each sink must equal the oracle of its input files: rows lost
 (keys missing or counted short) and doubled (counted over) are reported, with the stages given
 up, the failures by kind (MTTR and output gap medians, any left open) and availability: the
 share of 1-second windows in which the stage's last commit was at most R_max (5 s) old.
+A driver killed as hung (`stale_heartbeat`, `stalled`, `stopped`) while no fault aimed at that
+stage's driver (sigstop, heartbeat_cut) was under way or just over is a healthy driver killed:
+they are counted and listed.
 
-    .venv/bin/python bench/soak.py [--minutes 60] [--fault-every 90] [--rate 20] [--seed 11]
+    .venv/bin/python bench/soak.py [--minutes 60] [--fault-every 90] [--rate 20] [--seed 11] [--kinds a,b]
 
 Writes bench/results/soak.json (soak_quick.json for runs under 10 minutes).
 """
@@ -28,6 +34,7 @@ Writes bench/results/soak.json (soak_quick.json for runs under 10 minutes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -39,11 +46,13 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import psutil
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.reconfig import machine_notes  # noqa: E402
@@ -59,7 +68,11 @@ RESULTS = REPO_ROOT / "bench" / "results"
 R_MAX_MS = 5000
 STAGES = {"soak.cl": "soak/cl", "soak.lo": "soak/lo"}
 FAULT_KINDS = ("slow_batch", "driver_kill", "executor_kill", "heartbeat_cut", "db_outage",
-               "pg_stop", "master_kill", "worker_kill", "sigstop")
+               "pg_stop", "master_kill", "worker_kill", "sigstop", "pg_sigstop", "metrics_lock")
+# Failures whose recovery kills the driver as hung, and the faults that make a driver look so.
+KILLED_AS_HUNG = ("stale_heartbeat", "stalled", "stopped")
+AIMED_AT_DRIVER = ("sigstop", "heartbeat_cut")
+AIMED_GRACE_S = 180  # a kill this long after such a fault ended is still its doing
 console = Console(width=170)
 
 
@@ -90,9 +103,16 @@ def live_pid(sid: str) -> int | None:
     return run.pid if run is not None and run.status == "running" and run.pid else None
 
 
-def inject(kind: str, rng: random.Random) -> str:
-    """Cause one fault; returns what was done."""
-    sid = rng.choice(sorted(STAGES)) if kind != "executor_kill" else "soak.cl"
+def postgres_pids() -> list[int]:
+    """The embedded server's postmaster and its children (backends, checkpointer, walwriter…)."""
+    c = embedded.load_record()
+    head = (Path(c.datadir) / "postmaster.pid").read_text().split()[0]
+    master = psutil.Process(int(head))
+    return [master.pid, *(p.pid for p in master.children(recursive=True))]
+
+
+def inject(kind: str, sid: str, rng: random.Random) -> str:
+    """Cause one fault (aimed at `sid` where it has a target); returns what was done."""
     if kind in ("slow_batch", "driver_kill", "executor_kill", "heartbeat_cut", "db_outage"):
         magnitude = {"slow_batch": 3.0, "heartbeat_cut": 20.0, "db_outage": 10.0}.get(kind)
         return f"{sid}: {faults.send(sid, kind, magnitude, rng=rng, source='soak').outcome}"
@@ -101,6 +121,21 @@ def inject(kind: str, rng: random.Random) -> str:
         time.sleep(30)
         embedded.up()
         return "PostgreSQL stopped for 30 s"
+    if kind == "pg_sigstop":
+        pids = postgres_pids()
+        for pid in pids:  # root: the postgres user's processes are ours to signal
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(45)
+        for pid in reversed(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        return f"{len(pids)} PostgreSQL processes SIGSTOPped for 45 s, then SIGCONT"
+    if kind == "metrics_lock":
+        with db.engine().connect() as locker:
+            locker.execute(text("LOCK TABLE stage_metrics IN ACCESS EXCLUSIVE MODE"))
+            time.sleep(60)
+            locker.rollback()
+        return "stage_metrics locked ACCESS EXCLUSIVE for 60 s"
     c = spark_cluster.load_record()
     if kind == "master_kill":
         os.kill(c.master_pid, signal.SIGKILL)
@@ -141,6 +176,16 @@ def availability(sid: str, t0: datetime, t1: datetime) -> float:
     return ok / max(1, end - start)
 
 
+def healthy_drivers_killed(kills, faults: list[dict]) -> list[dict]:
+    """The kills of drivers as hung that no fault aimed at that stage's driver explains."""
+    def explained(k) -> bool:
+        return any(f["kind"] in AIMED_AT_DRIVER and f["stage"] == k.stage_id
+                   and f["began"] <= k.detected_at <= f["ended"] + timedelta(seconds=AIMED_GRACE_S)
+                   for f in faults)
+    return [{"stage": k.stage_id, "kind": k.kind, "detected_at": k.detected_at, "detail": k.detail}
+            for k in kills if not explained(k)]
+
+
 def compare(sid: str) -> dict:
     want = oracles.expected("wordcount", generator.read_valid_records(registry.resolve_path(STAGES[sid])))
     got = oracles.actual(db.engine(), sid, "wordcount")
@@ -155,8 +200,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--fault-every", type=float, default=90, help="mean seconds between faults")
     p.add_argument("--rate", type=int, default=20, help="rows per second fed to each stage")
     p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--kinds", default=",".join(FAULT_KINDS), help="the fault kinds to deal, comma-separated")
     p.add_argument("--settle", type=float, default=600, help="seconds the sinks get to catch up at the end")
     args = p.parse_args(argv)
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    if unknown := set(kinds) - set(FAULT_KINDS):
+        p.error(f"--kinds: unknown {', '.join(sorted(unknown))}; known: {', '.join(FAULT_KINDS)}")
     home = Path(tempfile.mkdtemp(prefix="streamops-soak-"))
     os.environ["STREAMOPS_HOME"] = str(home)
     os.environ.pop("STREAMOPS_DATABASE_URL", None)
@@ -185,18 +234,24 @@ def main(argv: list[str] | None = None) -> dict:
         dog.start()
         t0 = datetime.now(timezone.utc)
         ends = time.monotonic() + args.minutes * 60
+        deck: list[str] = []
         while True:
             gap = max(20.0, rng.expovariate(1 / args.fault_every))
             if time.monotonic() + gap >= ends:
                 break
             time.sleep(gap)
-            kind = rng.choice(FAULT_KINDS)
-            at = (datetime.now(timezone.utc) - t0).total_seconds()
+            if not deck:
+                deck = rng.sample(kinds, len(kinds))
+            kind = deck.pop()
+            sid = rng.choice(sorted(STAGES)) if kind != "executor_kill" else "soak.cl"
+            began = datetime.now(timezone.utc)
             try:
-                did = inject(kind, rng)
+                did = inject(kind, sid, rng)
             except Exception as e:  # noqa: BLE001 - a fault that could not be caused is reported, not fatal
                 did = f"not caused: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            out["faults"].append({"at_s": round(at), "kind": kind, "did": did})
+            at = (began - t0).total_seconds()
+            out["faults"].append({"at_s": round(at), "kind": kind, "stage": sid, "began": began,
+                                  "ended": datetime.now(timezone.utc), "did": did})
             say(f"fault {len(out['faults'])} at {at / 60:.1f} min: {kind}: {did}")
         time.sleep(max(0.0, ends - time.monotonic()))
         t1 = datetime.now(timezone.utc)
@@ -217,6 +272,8 @@ def main(argv: list[str] | None = None) -> dict:
             "gap_median_s": statistics.median(f.downtime_ms / 1000 for f in fails if f.downtime_ms) if fails else None,
         }
         out["stages_given_up"] = [r.stage_id for r in q("stages_given_up")]
+        out["healthy_killed"] = healthy_drivers_killed(q("failures_killed_as_hung", a=t0, kinds=list(KILLED_AS_HUNG)),
+                                                       out["faults"])
         out["minutes"] = round((t1 - t0).total_seconds() / 60, 1)
     finally:
         stop_dog.set()
@@ -245,6 +302,9 @@ def main(argv: list[str] | None = None) -> dict:
     console.print(f"failures: {f['by_kind']}; open at the end {f['open']}, given up {f['gave_up']}; "
                   f"MTTR median {f['mttr_median_s'] or 0:.1f}s, output gap median {f['gap_median_s'] or 0:.1f}s; "
                   f"stages given up: {out['stages_given_up'] or 'none'}")
+    console.print(f"healthy drivers killed as hung: {len(out['healthy_killed'])}"
+                  + "".join(f"\n  {k['detected_at']:%H:%M:%S} {k['stage']} {k['kind']}: {k['detail']}"
+                            for k in out["healthy_killed"]))
     return out
 
 
