@@ -284,8 +284,11 @@ def main(argv: list[str] | None = None) -> dict:
         terminate_all_drivers()
         db.engine().dispose()
         spark_cluster.down()
+        pg_dir = Path(embedded.load_record().datadir).parent
         embedded.down()
         shutil.rmtree(home, ignore_errors=True)
+        if pg_dir.is_relative_to("/var/tmp"):  # a 0700 home's cluster lives there (embedded._pick_datadir)
+            shutil.rmtree(pg_dir, ignore_errors=True)
     RESULTS.mkdir(exist_ok=True)
     name = "soak.json" if args.minutes >= 10 else "soak_quick.json"
     (RESULTS / name).write_text(json.dumps(out, indent=2, default=str))

@@ -28,7 +28,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from streamops.paths import REPO_ROOT, state_dir, write_private
+from streamops.paths import state_dir, write_private
 from streamops.store import roles
 
 DATABASES = ("streamops",)
@@ -147,11 +147,13 @@ def _save_record(c: Cluster) -> None:
 
 
 def _pick_datadir(owner: str | None) -> Path:
-    """`.streamops/pg`, unless the cluster's owner cannot traverse the checkout (a 0700 home)."""
+    """`.streamops/pg`, unless the cluster's owner cannot traverse the checkout (a 0700 home):
+    then a directory under /var/tmp named for the state directory, so that two homes (a soak's
+    temporary one beside the checkout's) never share, or inherit, a cluster."""
     preferred = state_dir() / "pg"
     if _reachable_by(owner, state_dir()):
         return preferred / "data"
-    digest = hashlib.sha1(str(REPO_ROOT).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(str(state_dir().resolve()).encode()).hexdigest()[:12]
     return Path("/var/tmp") / f"streamops-{digest}" / "data"
 
 
