@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import text
 
 from streamops import registry
-from streamops.execute import stages, supervisor
-from streamops.store import db
+from streamops.execute import stages, supervisor, watchdog
+from streamops.store import db, failures
 from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
@@ -145,3 +145,79 @@ def test_a_beat_held_back_by_a_lock_is_dated_when_it_is_written(clean_db, stage)
     assert beat_at >= released, f"dated {(released - beat_at).total_seconds():.2f}s before it was written"
 
 
+# -- the supervisor --------------------------------------------------------------------------------
+def test_a_supervisor_whose_clock_runs_ahead_still_times_a_dead_driver_s_mttr_right(clean_db, stage, sleeper,
+                                                                                   monkeypatch):
+    """The supervisor's last sight of a driver alive is a `dead_pid` failure's time, and its MTTR
+    runs to the restart's first commit, which the database dates. With the supervisor's clock
+    120 s ahead the MTTR read -120 s, closed at no commit (behind, the failure fell back to the
+    driver's last beat, later than the sighting). Now the sighting is the database's clock too."""
+    _skew(monkeypatch, supervisor, SKEW)
+    dep = _run(clean_db, sleeper.pid)
+    sup = _supervisor(stage)
+    sup.poll()  # sees the driver alive
+    sleeper.kill()
+    sleeper.wait(10)
+    [f] = watchdog.detect(sup.opts.stale_s, sup._seen_alive)
+    assert f.kind == "dead_pid"
+    fid, _, _ = failures.open_failure("w.s", "w", dep, f.kind, f.detail, f.failed_at, detected_by="supervisor")
+    with clean_db.begin() as conn:  # as the recovery ends it
+        conn.execute(text("UPDATE deployments SET status = 'failed', stopped_at = now() WHERE id = :d"), {"d": dep})
+    restarted = _run(clean_db, None)
+    _commit_ago(clean_db, restarted, 1, 0)
+    row = failures.recovered(fid, None, restarted)
+    assert 0 <= row.mttr_ms < 10_000, f"MTTR {row.mttr_ms / 1000:.1f}s for a failure seconds old"
+
+
+def test_a_supervisor_whose_clock_runs_ahead_sees_no_output_gap_in_a_stage_that_just_committed(clean_db, stage,
+                                                                                              sleeper, monkeypatch):
+    """Input waits and the stage committed 3 s ago (the database's clock). With the supervisor's
+    clock 120 s ahead, its commit age read 123 s: an `output_gap` failure (downtime) for a stage
+    that runs fine. The age is now the database's now minus the commit."""
+    from streamops.execute import gaps
+
+    _skew(monkeypatch, supervisor, SKEW)
+    _skew(monkeypatch, gaps, SKEW)
+    dep = _run(clean_db, sleeper.pid, info='{"backlog_files": 3, "since_progress_s": 3}')
+    _commit_ago(clean_db, dep, 1, 3)
+    _supervisor(stage, gap_floor_s=10).poll()
+    assert _failures(clean_db) == []
+
+
+def test_a_supervisor_whose_clock_runs_behind_still_records_an_output_gap(clean_db, stage, sleeper, monkeypatch):
+    """The other way: 120 s behind, a 40 s gap read as none."""
+    from streamops.execute import gaps
+
+    _skew(monkeypatch, supervisor, -SKEW)
+    _skew(monkeypatch, gaps, -SKEW)
+    dep = _run(clean_db, sleeper.pid, info='{"backlog_files": 3, "since_progress_s": 40}')
+    last = _commit_ago(clean_db, dep, 1, 40)
+    _supervisor(stage, gap_floor_s=10).poll()
+    [row] = _failures(clean_db)
+    assert (row.kind, row.failed_at) == ("output_gap", last)
+
+
+@pytest.mark.parametrize("by", [SKEW, -SKEW])
+def test_heartbeat_staleness_is_the_database_s_whatever_the_supervisor_s_clock(clean_db, stage, sleeper,
+                                                                               monkeypatch, by):
+    """A guard, true before this change too: silence is `now() - beat_at`, both the database's."""
+    _skew(monkeypatch, supervisor, by)
+    fresh = _run(clean_db, sleeper.pid, beat_ago_s=2)
+    sup = _supervisor(stage)
+    sup.poll()
+    assert watchdog.detect(sup.opts.stale_s, sup._seen_alive) == []
+    with clean_db.begin() as conn:
+        conn.execute(text("UPDATE heartbeats SET beat_at = now() - interval '70 seconds' WHERE deployment_id = :d"),
+                     {"d": fresh})
+    [f] = watchdog.detect(sup.opts.stale_s, sup._seen_alive)
+    assert f.kind == "stale_heartbeat"
+
+
+# -- a time kept without the database ----------------------------------------------------------------
+def test_a_monotonic_sighting_is_dated_by_the_database_s_clock(clean_db, monkeypatch):
+    """The heal passes time a dead master's, worker's or broker's last sighting with the monotonic
+    clock (the database may be away then) and date it by the database's clock for its failure row."""
+    seen = time.monotonic() - 3.0
+    at, now = db.time_of(seen), db.now()
+    assert timedelta(seconds=2.9) < now - at < timedelta(seconds=3.5)
+    assert abs(db.time_of(None) - db.now()) < timedelta(seconds=1)
