@@ -21,6 +21,7 @@ from sqlalchemy import text
 from streamops import registry
 from streamops.execute import stages, supervisor, watchdog
 from streamops.store import db, failures
+from streamops.store import reconfigurations as rstore
 from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
@@ -211,6 +212,19 @@ def test_heartbeat_staleness_is_the_database_s_whatever_the_supervisor_s_clock(c
                      {"d": fresh})
     [f] = watchdog.detect(sup.opts.stale_s, sup._seen_alive)
     assert f.kind == "stale_heartbeat"
+
+
+# -- a reconfiguration's output gap -----------------------------------------------------------------
+def test_a_reconfiguration_s_output_gap_reaches_the_latest_commits_whatever_the_executor_s_clock(
+        clean_db, stage, monkeypatch):
+    """The longest gap between commits from the change on, up to now: with the executor's clock
+    120 s behind, 'now' was 2 minutes ago, and the gaps of the change (10 s here) were not seen."""
+    _skew(monkeypatch, rstore, -SKEW)
+    dep = _run(clean_db, None)
+    for batch, ago in enumerate([40, 30, 20, 10, 1], start=1):
+        _commit_ago(clean_db, dep, batch, ago)
+    gap_ms, _ = rstore.output_gap("w.s", _db_clock(clean_db) - timedelta(seconds=25))
+    assert gap_ms == pytest.approx(10_000, abs=50)
 
 
 # -- a time kept without the database ----------------------------------------------------------------
