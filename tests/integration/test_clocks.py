@@ -146,6 +146,36 @@ def test_a_beat_held_back_by_a_lock_is_dated_when_it_is_written(clean_db, stage)
     assert beat_at >= released, f"dated {(released - beat_at).total_seconds():.2f}s before it was written"
 
 
+# -- the driver's metrics rows ---------------------------------------------------------------------
+def test_a_driver_whose_clock_runs_ahead_stores_its_batches_at_the_database_s_time(clean_db, stage, tmp_path,
+                                                                                  monkeypatch):
+    """Spark's progress timestamp (`stage_metrics.ts`) is the driver's wall clock, 120 s ahead here:
+    the status's "last minute", the policies' windows and a change's first batch compare it with
+    the database's now() and commits. The agent learns its offset from its beats and stores the
+    batch at the database's time."""
+    from types import SimpleNamespace
+
+    from streamops.agent import agent as agent_module
+    from streamops.agent.metrics import StageContext
+
+    real = time.time
+    monkeypatch.setattr(agent_module, "time", SimpleNamespace(time=lambda: real() + SKEW.total_seconds(),
+                                                               monotonic=time.monotonic))
+    dep = _run(clean_db, None)
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[1]"))  # what a beat asks of Spark
+    agent = agent_module.StageAgent(spark, StageContext("w.s", dep, 1, 2, 1000), tmp_path / "in", tmp_path / "ckpt")
+    agent.writer.start()
+    agent._beat()
+    before = _db_clock(clean_db)
+    spark_now = datetime.fromtimestamp(real(), tz=before.tzinfo) + SKEW  # the driver's JVM: the same host's clock
+    agent.on_progress({"timestamp": spark_now.isoformat().replace("+00:00", "Z"), "batchId": 0, "runId": "r",
+                       "numInputRows": 0, "durationMs": {"triggerExecution": 5}})
+    agent.writer.close()
+    with clean_db.connect() as conn:
+        ts = conn.execute(text("SELECT ts FROM stage_metrics WHERE deployment_id = :d"), {"d": dep}).scalar_one()
+    assert abs(ts - before) < timedelta(seconds=1), f"stored {(ts - before).total_seconds():+.1f}s off the database"
+
+
 # -- the supervisor --------------------------------------------------------------------------------
 def test_a_supervisor_whose_clock_runs_ahead_still_times_a_dead_driver_s_mttr_right(clean_db, stage, sleeper,
                                                                                    monkeypatch):
