@@ -257,6 +257,24 @@ def test_a_reconfiguration_s_output_gap_reaches_the_latest_commits_whatever_the_
     assert gap_ms == pytest.approx(10_000, abs=50)
 
 
+# -- the control plane -------------------------------------------------------------------------------
+def test_a_replan_on_a_host_whose_clock_runs_ahead_does_not_withdraw_fresh_requests(clean_db, stage, monkeypatch):
+    """A request the driver's Operator Manager refreshed a moment ago (the database's now()) was
+    withdrawn as not refreshed for 5 minutes by a replan on a host 10 minutes ahead."""
+    from streamops import control
+
+    _skew(monkeypatch, control, timedelta(minutes=10))
+    _run(clean_db, None)
+    with clean_db.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO requests (stage_id, app, action, target_cores, gain, cost_ms, reason, policy, created_at, "
+            "refreshed_at) VALUES ('w.s', 'w', 'scale_out', 2, 10, 1000, 'O 68 > 60', 'edf', now(), now())"))
+    control.replan("w", operators=False)
+    with clean_db.connect() as conn:
+        status = conn.execute(text("SELECT status FROM requests WHERE stage_id = 'w.s'")).scalar_one()
+    assert status != "withdrawn"
+
+
 # -- a time kept without the database ----------------------------------------------------------------
 def test_a_monotonic_sighting_is_dated_by_the_database_s_clock(clean_db, monkeypatch):
     """The heal passes time a dead master's, worker's or broker's last sighting with the monotonic
