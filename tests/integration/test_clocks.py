@@ -1,10 +1,13 @@
 """Clocks (issue 44, item 14), against real PostgreSQL: a time one process stores and another
 compares is the database's clock, never a host's wall clock, which may be minutes off.
 
-Each test skews the wall clock of the process under test (`datetime.now` in its module) by
-`SKEW`, as a host whose clock is 120 s off would be, and shows that the figure the supervisor,
-the watchdog or a reconfiguration computes is still right. No real driver: a stage row, a run
-whose pid is a sleeping process of the test's, and the rows a driver would write.
+Each test skews the wall clock of the process under test (`datetime.now`, or `time.time`, in its
+module) by `SKEW`, as a host whose clock is 120 s off would be, and shows that what the driver
+stores, and what the supervisor, the watchdog, a reconfiguration or a replan computes, is still
+right. Each failed before the change it tests, except the staleness guard (already the
+database's) and `db.time_of` (new). No real driver: a stage row, a run whose pid is a sleeping
+process of the test's, and the rows a driver would write (the agent's own beat and metrics row
+in one test).
 """
 
 from __future__ import annotations
