@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterable, Sequence
 
 import psutil
@@ -250,8 +250,8 @@ def application_pass(conn: Connection, apps: Sequence[Row], now: datetime, windo
 def request_for_stage(stage_id: str) -> list[Request]:
     """One stage's Operator Manager, on its own (the driver runs it every local period): its
     requests, upserted."""
-    with db.transaction() as conn:
-        return operator_pass(conn, datetime.now(timezone.utc), stage=stage_id)[1]
+    with db.transaction() as conn:  # the database's clock: the metrics rows' and the requests' (docs/ha.md)
+        return operator_pass(conn, conn.execute(db.query("db_now")).scalar_one(), stage=stage_id)[1]
 
 
 def replan(app: str | None = None, *, dry_run: bool = False, operators: bool = True, now: datetime | None = None,
@@ -259,7 +259,7 @@ def replan(app: str | None = None, *, dry_run: bool = False, operators: bool = T
     """One cycle: Operator Managers of the live stages, then the Application Manager of each app.
     `dry_run` is recommend-only: requests and decisions are recorded (decisions marked dry_run);
     no request is closed, no token spent and no reconfiguration planned."""
-    now = now or datetime.now(timezone.utc)
+    now = now or db.now()  # the metrics rows and the requests are dated by the database's clock
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     with db.transaction() as conn:

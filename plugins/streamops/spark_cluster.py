@@ -27,8 +27,8 @@ import secrets
 import shutil
 import socket
 import sys
+import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, overload
 
@@ -279,7 +279,8 @@ class Heal:
     error: str | None = None  # the master could not be restarted (it is tried again next pass)
     # The last time this process saw a restarted one alive (else when it found it dead): the
     # fault came after it, and a restart takes seconds, so the heal's own time is too late.
-    down_since: datetime | None = None
+    # time.monotonic() of this process: its caller dates it by the database's clock (docs/ha.md, "Clocks").
+    down_since_mono: float | None = None
 
     def __bool__(self) -> bool:
         return self.master_restarted or bool(self.workers)
@@ -294,7 +295,7 @@ def heal(c: Cluster | None = None, timeout_s: float = 60.0) -> Heal:
     c = c or load_record()
     if c is None:
         return Heal()
-    now = datetime.now(timezone.utc)
+    now = time.monotonic()
     down = [pid for pid in [c.master_pid, *(w.pid for w in c.workers)] if not _alive_seen(pid, now)]
     down_since = min((_SEEN_ALIVE.get(pid, now) for pid in down), default=None)
     master_restarted = False
@@ -314,14 +315,14 @@ def heal(c: Cluster | None = None, timeout_s: float = 60.0) -> Heal:
         workers[i] = _start_worker(c, i, workers[i].cores, workers[i].memory)
     if dead:
         _save(Cluster(c.master_port, c.webui_port, c.master_pid, workers, c.host))
-    return Heal(master_restarted, dead, down_since=down_since)
+    return Heal(master_restarted, dead, down_since_mono=down_since)
 
 
 # When this process last saw each of the cluster's processes alive, by pid (`heal` every pass).
-_SEEN_ALIVE: dict[int, datetime] = {}
+_SEEN_ALIVE: dict[int, float] = {}  # time.monotonic()
 
 
-def _alive_seen(pid: int, now: datetime) -> bool:
+def _alive_seen(pid: int, now: float) -> bool:
     if processes.is_alive(pid):
         _SEEN_ALIVE[pid] = now
         return True

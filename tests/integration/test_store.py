@@ -344,8 +344,6 @@ def test_a_second_fault_after_a_committed_restart_is_a_failure_of_its_own(clean_
 
 @pytest.mark.db
 def test_a_stale_run_s_commit_is_refused_and_a_replay_of_the_current_run_s_is_not(clean_db):
-    from datetime import datetime, timezone
-
     from streamops.store import db as store
 
     test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)  # stage r.s, registered
@@ -356,8 +354,7 @@ def test_a_stale_run_s_commit_is_refused_and_a_replay_of_the_current_run_s_is_no
             for st in ("failed", "running")]
 
     def commit(dep: int):
-        return store.write("sink_commit", stage_id="r.s", deployment_id=dep, batch_id=7, rows=3,
-                           committed_at=datetime.now(timezone.utc))
+        return store.write("sink_commit", stage_id="r.s", deployment_id=dep, batch_id=7, rows=3)
     assert commit(old) is None, "the replaced run is fenced"
     assert commit(new) is not None and commit(new) is not None, "a replay by the current run is not a fence"
     assert store.value("run_is_current", deployment_id=old) is False

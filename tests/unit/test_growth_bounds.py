@@ -27,6 +27,7 @@ def _candidate(run: int) -> SimpleNamespace:
 def test_the_supervisor_keeps_marks_of_live_runs_only_and_a_bounded_list_of_recoveries(monkeypatch):
     runs = iter(range(1, 10 * PASSES))
     monkeypatch.setattr(sup_mod.gaps, "write_gap", lambda *_: None)
+    monkeypatch.setattr(sup_mod.db, "now", lambda: datetime.now(timezone.utc))  # the database's clock
     monkeypatch.setattr(sup_mod.failures, "watchdog_candidates", lambda: [_candidate(next(runs))])  # new run a pass
     monkeypatch.setattr(sup_mod.Supervisor, "_record_gaps", lambda *a: None)
     monkeypatch.setattr(watchdog, "detect", lambda *a, **k: [])  # every run alive

@@ -20,11 +20,53 @@ def _write(path: Path, data: bytes, age_s: float = 0.0) -> Path:
 
 
 def test_a_quiet_file_moves_into_the_source_and_a_fresh_one_waits(tmp_path):
+    """Quiet: its size and modification time unchanged over the driver's looks for `quiet_s` of
+    its monotonic clock (`now`); a file written to between the looks waits."""
     _write(tmp_path / LANDING / "done.json", b'{"a": 1}\n', age_s=5)
-    _write(tmp_path / LANDING / "writing.json", b'{"a": 1}\n{"a"')
-    moved = Landing(tmp_path, quiet_s=2).move_ready()
+    writing = _write(tmp_path / LANDING / "writing.json", b'{"a": 1}\n{"a"')
+    landing = Landing(tmp_path, quiet_s=2)
+    assert landing.move_ready(now=100.0) == [], "first seen now: quiet since this look"
+    with open(writing, "ab") as f:
+        f.write(b': 2}\n')
+    moved = landing.move_ready(now=102.0)
     assert moved == ["done.json"] and (tmp_path / "done.json").exists()
     assert (tmp_path / LANDING / "writing.json").exists() and not (tmp_path / "writing.json").exists()
+    assert landing.move_ready(now=103.9) == [] and landing.move_ready(now=104.0) == ["writing.json"]
+
+
+def _skewed_wall_clock(monkeypatch, skew_s: float) -> None:
+    """This driver's wall clock `skew_s` off the clock that stamps the files' modification times
+    (the producer's host, an NFS server): its time.time() only, its monotonic clock runs on."""
+    from types import SimpleNamespace
+
+    from streamops.agent import input_watch
+
+    monkeypatch.setattr(input_watch, "time", SimpleNamespace(
+        time=lambda: time.time() + skew_s, monotonic=time.monotonic, strftime=time.strftime, gmtime=time.gmtime))
+
+
+def test_a_file_being_written_is_not_moved_by_a_driver_whose_wall_clock_runs_ahead(tmp_path, monkeypatch):
+    """Issue 44 item 14: the driver's clock 120 s ahead of the file's stamper made a file written
+    a moment ago look quiet for 120 s: moved half-written, the rest of it never read."""
+    _skewed_wall_clock(monkeypatch, +120)
+    writing = _write(tmp_path / LANDING / "writing.json", b'{"a": 1}\n{"a"')
+    landing = Landing(tmp_path, quiet_s=2)
+    assert landing.move_ready() == [], "moved half-written"
+    with open(writing, "ab") as f:
+        f.write(b': 2}\n')
+    assert landing.move_ready() == []
+    assert (tmp_path / LANDING / "writing.json").exists() and not (tmp_path / "writing.json").exists()
+
+
+def test_a_quiet_file_is_moved_by_a_driver_whose_wall_clock_runs_behind(tmp_path, monkeypatch):
+    """The driver's clock 120 s behind: a finished file looked 2 minutes younger than it is and
+    waited those 2 minutes; now it moves once quiet for `quiet_s` of the driver's own time."""
+    _skewed_wall_clock(monkeypatch, -120)
+    _write(tmp_path / LANDING / "done.json", b'{"a": 1}\n', age_s=5)
+    landing = Landing(tmp_path, quiet_s=0.2)
+    landing.move_ready()
+    time.sleep(0.3)
+    assert landing.move_ready() == ["done.json"]
 
 
 def test_with_markers_only_a_marked_file_moves_and_its_marker_goes(tmp_path):
@@ -38,7 +80,8 @@ def test_with_markers_only_a_marked_file_moves_and_its_marker_goes(tmp_path):
 def test_a_name_the_source_already_has_is_never_replaced(tmp_path):
     _write(tmp_path / "f.json", b"read already\n")
     _write(tmp_path / LANDING / "f.json", b"a resend\n", age_s=5)
-    assert Landing(tmp_path).move_ready() == []
+    landing = Landing(tmp_path)
+    assert landing.move_ready(now=0.0) == [] and landing.move_ready(now=10.0) == []
     assert (tmp_path / "f.json").read_bytes() == b"read already\n"
 
 

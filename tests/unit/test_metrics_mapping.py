@@ -125,3 +125,21 @@ def test_file_source_backlog_reads_names_as_spark_writes_them(tmp_path):
     assert warm.measure().files == 1
     assert FileSourceBacklog(inputs, tmp_path / "ckpt").measure().files == 1
     assert warm.seen() == 10
+
+
+def test_the_clock_offset_comes_from_beats_with_a_short_round_trip():
+    """Issue 44 item 14: the driver's wall clock against the database's, from its beats: a beat of
+    50 ms dates its middle; one of 2 s (a lock, a stall) says too little and is not used."""
+    from datetime import timedelta
+
+    from streamops.agent.metrics import ClockOffset
+
+    clock = ClockOffset()
+    t = datetime(2026, 11, 28, 10, 0, tzinfo=timezone.utc)
+    assert clock.to_db(t) == t, "no beat yet: the driver's own time"
+    sent = t.timestamp() + 120  # the driver 120 s ahead
+    clock.observe(t + timedelta(seconds=0.025), sent, sent + 0.05)
+    assert clock.offset_s == pytest.approx(-120, abs=1e-6)
+    clock.observe(t + timedelta(seconds=10), sent + 20, sent + 22)
+    assert clock.offset_s == pytest.approx(-120, abs=1e-6), "a slow beat is not used"
+    assert clock.to_db(t + timedelta(seconds=130)) == t + timedelta(seconds=10)

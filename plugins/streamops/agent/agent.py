@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from streamops.agent.fencing import exit_fenced
 from streamops.agent.input_watch import InputAudit, Landing
 from streamops.agent.kafka_lag import TopicBacklog
-from streamops.agent.metrics import SinkStats, StageContext, progress_to_metrics, state_operators
+from streamops.agent.metrics import ClockOffset, SinkStats, StageContext, progress_to_metrics, state_operators
 from streamops.agent.writer import BufferedWriter
 from streamops.run_spec import CommandOutcome, StopArgs, command_args
 from streamops.checkpoint_layout import FileSourceBacklog, quarantine_checkpoint
@@ -104,6 +104,7 @@ class StageAgent:
         # database came back (a sink waiting out an outage is not stuck).
         self._progress_mono = time.monotonic()
         self.last_error: str | None = None  # a query's failure since the last commit (note_error)
+        self.clock = ClockOffset()  # this host's wall clock against the database's, by the beats
         self.landing = landing  # moves complete files from <input>/_landing/ into the source
         self.audit = None if input_dir is None else InputAudit(input_dir, checkpoint)
         self.audit_s = audit_s
@@ -280,6 +281,7 @@ class StageAgent:
         self._seen_files = seen
         row = progress_to_metrics(progress, self.ctx, self._sink_stats.pop(batch_id, None),
                                   self.backlog.measure(self._rows_per_file), lag.as_json() if lag else None)
+        row["ts"] = self.clock.to_db(row["ts"])  # Spark's time is this host's: stored as the database's
         self.writer.submit("metrics_insert", row)
         if not self._shape_recorded and (rows or progress.get("stateOperators")):
             self._record_shape(progress)
@@ -326,10 +328,12 @@ class StageAgent:
                                 "executors": self._executors()}),
         }
         # A beat lost in a server crash is said again by the next one: no wait for the WAL flush.
+        sent = time.time()  # the wall clock, as Spark's progress times: its offset from the database's
         with db.transaction(self.engine, durable=False) as conn:
-            current = conn.execute(db.query("heartbeat_upsert"), params).first() is not None
-        if not current:
+            beat = conn.execute(db.query("heartbeat_upsert"), params).first()
+        if beat is None:
             exit_fenced(self.ctx.stage_id, self.ctx.deployment_id, "heartbeat")
+        self.clock.observe(beat.beat_at, sent, time.time())
 
     def _executors(self) -> int | None:
         """Live executors on a cluster pool (the status page and /metrics show them); None in

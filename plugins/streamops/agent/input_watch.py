@@ -7,7 +7,10 @@ whatever it writes after the read, without a word; and a sub-directory is never 
 - `Landing`: the producers' contract. Files are written into `<input>/_landing/` (Spark ignores
   names that start with `_`) and moved into the input directory, by an atomic rename, once they
   are complete: when `<name>.done` exists beside them, or (unless the stage asks for markers)
-  when they have not been modified for `quiet_s`.
+  when they have not been modified for `quiet_s`: their size and modification time unchanged over
+  this driver's looks for `quiet_s` of its monotonic clock. Never its wall clock against the
+  modification time: that is stamped by the producer's host or the file server, whose clock may
+  be off by more than `quiet_s`, and a file still being written would be moved (docs/ha.md, "Clocks").
 - `InputAudit`: the safety net for producers that write into the input directory directly. A
   file whose modification time moved after a batch read it, and a sub-directory, are reported
   (log, `input_anomalies`, `streamops status`): never silent.
@@ -43,20 +46,29 @@ class Landing:
         self.input_dir = Path(input_dir)
         self.dir = self.input_dir / LANDING
         self.quiet_s, self.markers_only = quiet_s, markers_only
+        # name → ((size, mtime_ns) as last seen, time.monotonic() of the first look that saw them so)
+        self._unchanged: dict[str, tuple[tuple[int, int], float]] = {}
 
     def move_ready(self, now: float | None = None) -> list[str]:
-        """One pass: the names moved into the input directory."""
-        now = time.time() if now is None else now
+        """One pass: the names moved into the input directory. `now`: time.monotonic()."""
+        now = time.monotonic() if now is None else now
         try:
             entries = [e for e in os.scandir(self.dir) if e.is_file() and not e.name.startswith(".")]
         except FileNotFoundError:
             return []
         markers = {e.name[: -len(MARKER)] for e in entries if e.name.endswith(MARKER)}
-        moved = []
+        moved, unchanged = [], {}
         for e in entries:
             if e.name.endswith(MARKER):
                 continue
-            complete = e.name in markers or (not self.markers_only and now - e.stat().st_mtime >= self.quiet_s)
+            try:
+                st = e.stat()
+            except FileNotFoundError:  # another replica's driver moved it meanwhile
+                continue
+            seen = self._unchanged.get(e.name)
+            since = seen[1] if seen is not None and seen[0] == (st.st_size, st.st_mtime_ns) else now
+            unchanged[e.name] = ((st.st_size, st.st_mtime_ns), since)
+            complete = e.name in markers or (not self.markers_only and now - since >= self.quiet_s)
             if not complete:
                 continue
             target = self.input_dir / e.name
@@ -71,6 +83,7 @@ class Landing:
             if e.name in markers:
                 Path(e.path + MARKER).unlink(missing_ok=True)
             moved.append(e.name)
+        self._unchanged = {n: v for n, v in unchanged.items() if n not in moved}  # bounded: what is there now
         if moved:
             log.info("action=landing moved %d file(s) into the source: %s", len(moved), ", ".join(moved[:5]))
         return moved

@@ -1,4 +1,5 @@
-"""Pure mapping from a Spark `StreamingQueryProgress` (as JSON) to a `stage_metrics` row.
+"""Pure mapping from a Spark `StreamingQueryProgress` (as JSON) to a `stage_metrics` row, and the
+driver's clock offset from the database's that dates it.
 
 No Spark import: the tests drive it from saved progress JSON, and the simulator can too.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 # Backlog is measured from the checkpoint (checkpoint_layout).
@@ -95,6 +96,28 @@ def progress_to_metrics(
         "durations": json.dumps(durations),
         "source_lag": source_lag,
     }
+
+
+class ClockOffset:
+    """This driver's wall clock against the database's, learnt from its heartbeats: a beat returns
+    the time the database wrote it, and one whose round trip was short (MAX_RTT_S) dates its middle
+    to within half of that. Spark's progress timestamps (`stage_metrics.ts`) are the driver's wall
+    clock; shifted by the offset they are the database's, as the times they are compared with (the
+    commits, `now()` in the status, a change's marks; docs/ha.md, "Clocks")."""
+
+    MAX_RTT_S = 0.25
+
+    def __init__(self) -> None:
+        self.offset_s: float | None = None  # the database's time minus this host's; None: not learnt yet
+
+    def observe(self, db_time: datetime, sent_s: float, received_s: float) -> None:
+        """One beat: the database's time during it, and this host's time.time() before and after it."""
+        if 0 <= received_s - sent_s <= self.MAX_RTT_S:
+            self.offset_s = db_time.timestamp() - (sent_s + received_s) / 2
+
+    def to_db(self, t: datetime) -> datetime:
+        """A time of this host's wall clock, by the database's (as it is until the first beat)."""
+        return t if self.offset_s is None else t + timedelta(seconds=self.offset_s)
 
 
 def latency_from_event_times(

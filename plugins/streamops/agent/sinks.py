@@ -226,24 +226,25 @@ class BatchSink:
             self.on_commit(stats)
 
     def write_and_commit(self, df: DataFrame, batch_id: int, n: int) -> datetime | None:
-        """Write the batch's `n` rows, then its `sink_commits` row: the commit time, or None when
-        the run is fenced (a newer run of its stage and role was admitted)."""
+        """Write the batch's `n` rows, then its `sink_commits` row: the commit time (the database's
+        clock), or None when the run is fenced (a newer run of its stage and role was admitted)."""
         if n:
             self.write(df, batch_id)
-        committed = datetime.now(timezone.utc)
         with db.transaction() as conn:
-            return committed if self._commit(conn, batch_id, n, committed) else None
+            return self._commit(conn, batch_id, n)
 
-    def _commit(self, conn, batch_id: int, n: int, committed: datetime) -> bool:
-        """The batch's `sink_commits` row, in `conn`'s transaction; False when the run is fenced.
+    def _commit(self, conn, batch_id: int, n: int) -> datetime | None:
+        """The batch's `sink_commits` row, in `conn`'s transaction: its time by the database's clock
+        (sink_commit.sql), not this driver's, which may be off; None when the run is fenced.
         The run's row is locked first, so an admission of a newer run waits for this commit or
         is seen by its check (sink_commit_lock.sql); the check is the next statement, so it reads
         after the lock was granted."""
         if self.deployment_id:
             conn.execute(db.query("sink_commit_lock"), {"deployment_id": self.deployment_id})
-        return conn.execute(db.query("sink_commit"), {
-            "stage_id": self.stage_id, "deployment_id": self.deployment_id or 0, "batch_id": batch_id, "rows": n,
-            "committed_at": committed}).first() is not None or not self.deployment_id
+        row = conn.execute(db.query("sink_commit"), {
+            "stage_id": self.stage_id, "deployment_id": self.deployment_id or 0, "batch_id": batch_id,
+            "rows": n}).first()
+        return None if row is None else row.committed_at
 
 
 class _Fenced(Exception):
@@ -293,13 +294,13 @@ class PostgresUpsertSink(BatchSink):
         TransientError when fewer than `staged` rows are found; returns None (and applies
         nothing) when the run is fenced."""
         batch = {"stage_id": self.stage_id, "deployment_id": self.deployment_id or 0, "batch_id": batch_id}
-        committed = datetime.now(timezone.utc)
         try:
             with db.transaction() as conn:
                 got = conn.execute(db.query("sink_apply"), batch).one()
                 if got.staged < staged:  # the unlogged table emptied by a crash: write the batch again
                     raise TransientError(f"batch {batch_id}: {got.staged} of {staged} staged rows found at the apply")
-                if not self._commit(conn, batch_id, n, committed):
+                committed = self._commit(conn, batch_id, n)
+                if committed is None:
                     raise _Fenced
         except _Fenced:  # rolled back: the stale run's rows never reach the sink
             return None

@@ -7,14 +7,14 @@ saw the broker alive and closed at the stage's first commit after the heal
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+import time
 
 from streamops import kafka_broker, registry
-from streamops.store import failures
+from streamops.store import db, failures
 
 log = logging.getLogger("streamops.watchdog")
 
-_SEEN_ALIVE: dict[int, datetime] = {}  # broker pid → the last pass that saw it alive
+_SEEN_ALIVE: dict[int, float] = {}  # broker pid → the last pass that saw it alive (time.monotonic())
 
 
 def _reads_it(reg: registry.Registry, stage_id: str, bootstrap: str) -> bool:
@@ -35,7 +35,7 @@ def heal_broker(reg: registry.Registry, detected_by: str, progress=lambda _: Non
     b = kafka_broker.load_record()
     if b is None or b.pid is None:  # none, or stopped on purpose
         return False
-    now = datetime.now(timezone.utc)
+    now = time.monotonic()  # dated by the database's clock only for its failure row (docs/ha.md, "Clocks")
     if kafka_broker.is_alive(b):  # a pid check, no request: cheap every pass
         _SEEN_ALIVE[b.pid] = now
         return False
@@ -49,7 +49,7 @@ def heal_broker(reg: registry.Registry, detected_by: str, progress=lambda _: Non
         if c.status != "running" or not _reads_it(reg, c.stage_id, b.bootstrap):
             continue
         fid, _, created = failures.open_failure(c.stage_id, c.app, c.id, "broker_lost", f"{what}; the run went on",
-                                                since, role=c.role, detected_by=detected_by)
+                                                db.time_of(since), role=c.role, detected_by=detected_by)
         if created:
             log.warning("stage %s: action=heal role=%s failure=%d kind=broker_lost: %s", c.stage_id, c.role, fid, what)
     return True

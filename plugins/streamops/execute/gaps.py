@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Set
-from datetime import datetime, timezone
+from datetime import datetime
 
 from streamops.store import db, failures
 from streamops.store import reconfigurations as rstore
@@ -98,11 +98,16 @@ def _trigger_ms(d) -> float | None:
 
 
 def record(candidates, *, floor_s: float = FLOOR_S, database_gap: str | None = None,
-           detected_by: str = "supervisor", skip: Set[str] = frozenset(), progress=lambda _: None) -> list[int]:
+           detected_by: str = "supervisor", skip: Set[str] = frozenset(), progress=lambda _: None,
+           now: datetime | None = None) -> list[int]:
     """Open an `output_gap` failure for each primary run whose stage is in an output gap (none
     while another failure of it is open, or a reconfiguration runs: those count the gap already;
-    nor for the stages in `skip`, whose failure is being recovered now). Returns the ids created."""
-    now = datetime.now(timezone.utc)
+    nor for the stages in `skip`, whose failure is being recovered now). Returns the ids created.
+    `now`: the database's clock (the caller's `db.now()`, else read here), as the commits' times
+    are: a gap is never this host's clock minus the database's."""
+    if not candidates:
+        return []
+    now = now or db.now()
     found = [(d, g) for d in candidates if d.role == "primary" and d.stage_id not in skip
              and (g := gap_of(d, now, floor_s)) is not None]
     if not found:

@@ -22,7 +22,7 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Iterable, Protocol
 
 from sqlalchemy import Row
@@ -34,7 +34,7 @@ from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mecha
 from streamops.plan.change import InvalidChange, is_noop, stage_of, validate_change
 from streamops.plan.kinds import Action, MechanismName, Phase, RunStatus
 from streamops.plan.mechanism import choose_mechanism
-from streamops.store import ledger
+from streamops.store import db, ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
 
@@ -115,7 +115,8 @@ def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
     """Realize one pending reconfiguration; `gate` judges the new run's first batches.
     Raises ReconfigurationBusy if another executor holds the stage."""
     reg = reg or registry.load()
-    started_mono, started = time.monotonic(), datetime.now(timezone.utc)
+    # the start by the database's clock: the change's output gap is measured against the drivers' commits
+    started_mono, started = time.monotonic(), db.now()
     row = rstore.get(reconfiguration_id)
     if row is None:
         raise LookupError(f"no reconfiguration {reconfiguration_id}")

@@ -38,7 +38,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
@@ -115,17 +115,20 @@ class Supervisor:
         # The housekeeping steps failing now, by name: each is retried every pass, the others run on.
         self.housekeeping_failures: dict[str, StepFailure] = {}
         # The database gap being lived through: (the last good poll before it, why), recorded as the
-        # stages' output gaps once a poll works again; and when the last good poll began.
-        self._db_gap: tuple[datetime, str] | None = None
+        # stages' output gaps once a poll works again; and when the last good poll began. These times,
+        # the sightings and the failure times are the database's clock (`db.now()`), as the drivers'
+        # beats and commits are: this host's clock may be off (docs/ha.md, "Clocks").
+        self._db_gap: tuple[datetime | None, str] | None = None
         self._outages: list[tuple[datetime, datetime, str]] = []  # ended lately: (since, until, why)
-        self._last_good = datetime.now(timezone.utc)
+        self._last_good: datetime | None = None  # None: no good poll yet
+        self._started = time.monotonic()
 
     def poll(self) -> list[watchdog.Failure]:
         """One look: note who is alive, hand each new failure to a recovery thread, record output gaps."""
-        now = datetime.now(timezone.utc)
         # Before the read: a database that answers reads at once may still hold every beat back.
         if (gap := gaps.write_gap(self.opts.write_probe_s)) is not None:
             self._distrust_heartbeats(gap)
+        now = db.now()  # the database's clock: a sighting is stored as a failure's time, beside the commits
         candidates = failures.watchdog_candidates()
         stopped = self._stops.look(candidates, now)
         found = watchdog.detect(self.opts.stale_s, self._seen_alive, candidates, stall_s=self.opts.stall_s,
@@ -153,14 +156,16 @@ class Supervisor:
         writes again, then the gaps under way."""
         outage = self._db_gap
         if write_gap is None and outage is not None:
-            self._outages.append((outage[0], now, outage[1]))
+            # no good poll before it: since this supervisor started, dated by the database's clock
+            since = outage[0] or now - timedelta(seconds=time.monotonic() - self._started)
+            self._outages.append((since, now, outage[1]))
             self._db_gap = None
         self._outages = [o for o in self._outages if (now - o[1]).total_seconds() < gaps.OUTAGE_RECHECK_S]
         for since, until, why in self._outages:  # again each poll: idempotent, and a commit may be late
             gaps.record_outage(since, until, why, floor_s=self.opts.gap_floor_s)
         # a gap under way just after an outage is the outage's
         gaps.record(candidates, floor_s=self.opts.gap_floor_s, skip=busy, progress=self.progress,
-                    database_gap=write_gap or (self._outages[-1][2] if self._outages else None))
+                    database_gap=write_gap or (self._outages[-1][2] if self._outages else None), now=now)
         if write_gap is None:
             self._last_good = now
 

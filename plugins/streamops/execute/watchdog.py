@@ -21,7 +21,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from streamops import checkpoint_repair, processes, registry, spark_cluster
@@ -29,7 +29,7 @@ from streamops.agent import data_loss, state_schema
 from streamops.execute import broker_heal, gaps, mechanisms, reconfigure, replicas, stages, stops
 from streamops.execute.gaps import WRITE_PROBE_S, write_gap
 from streamops.execute.launcher import launcher_for
-from streamops.store import failures, ledger
+from streamops.store import db, failures, ledger
 from streamops.store import reconfigurations as rstore
 
 log = logging.getLogger("streamops.watchdog")
@@ -408,7 +408,8 @@ def heal_cluster(detected_by: str, progress=lambda _: None) -> spark_cluster.Hea
     what = " and ".join(lost) + (" were" if len(lost) > 1 else " was") + " dead and restarted"
     kind = "master_lost" if healed.master_restarted else "worker_lost"
     progress(f"action=heal {what}")
-    since = healed.down_since or datetime.now(timezone.utc)
+    # the last sighting, by this process's monotonic clock, dated by the database's, as the commits are
+    since = db.time_of(healed.down_since_mono)
     for c in failures.watchdog_candidates():
         if c.master != "embedded" or c.status != "running":
             continue

@@ -8,6 +8,7 @@ import functools
 import os
 import re
 import time
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Iterator, Mapping
 
 from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
@@ -191,6 +192,20 @@ def value(name: str, **params: Any) -> Any:
     check_outage()
     with engine().connect() as conn:
         return conn.execute(query(name), params).scalar()
+
+
+def now() -> datetime:
+    """The database's clock (`clock_timestamp()`): where two processes, or hosts, compare times,
+    both read this one, never their own wall clocks (docs/ha.md, "Clocks")."""
+    return value("db_now")
+
+
+def time_of(mono: float | None) -> datetime:
+    """A moment this process saw, timed with `time.monotonic()` (None: now), dated by the database's
+    clock: the database's now less the monotonic time since. For a time kept without the database
+    (it may be away) and stored later beside the times of other processes."""
+    at = now()
+    return at if mono is None else at - timedelta(seconds=max(0.0, time.monotonic() - mono))
 
 
 def write(name: str, **params: Any) -> Row | None:

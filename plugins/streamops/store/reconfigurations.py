@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Iterable, Iterator
 
 from sqlalchemy import Connection, Row
@@ -143,7 +143,7 @@ def output_gap(stage_id: str, since: datetime) -> tuple[float, float | None]:
         before = conn.execute(db.query("last_commit_before"), {"stage_id": stage_id, "ts": since}).scalar()
         gap = conn.execute(db.query("commit_gap"), {
             "stage_id": stage_id, "from_ts": before or since,
-            "to_ts": datetime.now(timezone.utc) + timedelta(seconds=1),
+            "to_ts": conn.execute(db.query("db_now")).scalar_one() + timedelta(seconds=1),  # the commits' clock
         }).scalar_one()
         interval = conn.execute(db.query("commit_interval"), {"stage_id": stage_id, "ts": since}).scalar()
     return gap, interval

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import Row
@@ -18,7 +17,7 @@ from streamops.execute.mechanisms.execution import Execution, Recovery, Situatio
     running_primary, source_of, stop_primary, target_partitions
 from streamops.execute.staging import prestage, release
 from streamops.plan.kinds import MechanismName, RunStatus
-from streamops.store import ledger
+from streamops.store import db, ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
 
@@ -55,7 +54,7 @@ class ActiveBackup:
         rstore.link(r.id, new_deployment_id=res.deployment_id)
         self._wait_secondary_caught_up(ex, old, ledger.deployment(res.deployment_id), staged_commit)
         stop_primary(ex)
-        ex.switched_at = datetime.now(timezone.utc)  # the new run writes alone from here
+        ex.switched_at = db.now()  # the new run writes alone from here (the database's clock, as its commits)
         ledger.promote(res.deployment_id)
 
     @staticmethod

@@ -7,7 +7,6 @@ a rollback."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import Row
@@ -18,7 +17,7 @@ from streamops.execute.mechanisms.execution import Execution, Recovery, Situatio
 from streamops.plan.kinds import MechanismName, Phase
 from streamops.run_spec import RepartitionArgs
 from streamops.plan.mechanism import in_driver_refusal
-from streamops.store import ledger
+from streamops.store import db, ledger
 from streamops.store import reconfigurations as rstore
 
 
@@ -41,7 +40,7 @@ class InDriver:
         ex.rollback_copy = checkpoint.rollback_copy_live(ckpt, ckpt.with_name(f"{ckpt.name}.rollback-{r.id}"))
         partitions = target_partitions(ex, live)
         ex.stamp(Phase.STOP_REQUESTED)
-        ex.changed_at = datetime.now(timezone.utc)
+        ex.changed_at = db.now()  # compared with the commits: the database's clock
         wait_s = ex.deadlines.stop_s + ex.deadlines.first_batch_s
         outcome = driver_command(ex, live, "repartition", RepartitionArgs(
             cores=r.target_cores, partitions=partitions, stop_deadline_s=ex.deadlines.stop_s,

@@ -5,8 +5,6 @@ groups), whole executors."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from sqlalchemy import Row
 
 from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, check_room_to_grow, \
@@ -15,7 +13,7 @@ from streamops.execute import stages
 from streamops.plan.kinds import MechanismName, Phase
 from streamops.run_spec import ScaleArgs
 from streamops.plan.mechanism import live_refusal
-from streamops.store import ledger
+from streamops.store import db, ledger
 from streamops.store import reconfigurations as rstore
 
 
@@ -45,7 +43,7 @@ class LiveScale:
                                  self.COMMAND_WAIT_S)
         # The executors have registered: the change's first batch is the first to start from now
         # (a batch in flight ran on the old ones), and its gap is the change's.
-        ex.changed_at = datetime.now(timezone.utc)
+        ex.changed_at = db.now()  # compared with the commits: the database's clock
         ledger.record_scaling(run.id, run.cores, cores, ex.row.id)
         ex.stamp(Phase.EXECUTORS_READY)
         ex.progress(f"{ex.stage_id}: {outcome.detail}")
