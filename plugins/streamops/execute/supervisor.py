@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from streamops import processes, registry
-from streamops.execute import broker_heal, gaps, housekeeping, replicas, stops, watchdog
+from streamops.execute import broker_heal, gaps, housekeeping, pending, replicas, stops, watchdog
 from streamops.execute.launcher import Spare, launcher_for
 from streamops.paths import state_dir
 from streamops.store import db, failures
@@ -260,6 +260,7 @@ class Supervisor:
         No step's failure is a database gap: heartbeats stay judged (only the poll's reads say)."""
         steps: list[tuple[str, Callable[[], object]]] = [
             ("close-late-failures", lambda: watchdog.close_late_failures(self.progress)),
+            ("stale-reconfigurations", lambda: pending.cancel_stale(self.reg, self.progress)),
             ("rotate-logs", self._rotate_logs),
             ("heal-cluster", lambda: watchdog.heal_cluster("supervisor", self.progress)),
             ("heal-broker", lambda: broker_heal.heal_broker(self.reg, "supervisor", self.progress)),
