@@ -570,6 +570,7 @@ def test_streams_page_in_the_airflow_ui(airflow_site, reg, clean_db):
                     ".map(b => b.getBoundingClientRect().right)]")
                 assert len(ends) == 2 and all(e <= frame_px for e in ends), \
                     f"a Run button past the Airflow frame's {frame_px} px: {ends}"
+                print(f"Streams page: Airflow's frame {frame_px} px wide at 1280, the Run buttons end at {ends} px")
                 driver.switch_to.default_content()
                 full_page(driver, 1280)
                 ARTIFACTS.mkdir(exist_ok=True)
