@@ -180,8 +180,12 @@ def execute_requested(reconfiguration_id: int, *, gate: Gate, reg: registry.Regi
                 time.sleep(min(BUSY_POLL_S, left))
     except BaseException as e:  # any error, or the task killed (SIGTERM, Ctrl-C), before the row was claimed
         what = f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
-        _cancel_unstarted(reconfiguration_id, f"cancelled: the run that asked for it ended before it started "
-                                              f"({what}); nothing was changed; request it again", progress)
+        try:
+            _cancel_unstarted(reconfiguration_id, f"cancelled: the run that asked for it ended before it started "
+                                                  f"({what}); nothing was changed; request it again", progress)
+        except Exception as cancel_error:  # the database away too: the stale sweep (execute/pending) cancels it
+            log.warning("reconfiguration %d: not cancelled now (%s); the stale sweep will", reconfiguration_id,
+                        cancel_error)
         raise
 
 
