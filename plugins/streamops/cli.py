@@ -587,7 +587,8 @@ def reconfigure(
     resume: bool = typer.Option(False, "--resume", help="also finish or roll back what a dead executor left running"),
     wait: bool = typer.Option(True, "--wait/--no-wait",
                               help="realize it now and show each phase (default), or only record it as pending "
-                                   "for `--pending` or the Airflow DAGs"),
+                                   "for `--pending` within 10 min, or a scale-in or migration for its app's next "
+                                   "maintenance window; later it is cancelled as stale"),
 ) -> None:
     """Realize a reconfiguration: persisted as pending first, then stop at a batch boundary,
     copy the checkpoint, repartition offline, restart; roll back if the new run fails."""
@@ -1117,10 +1118,11 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="list what would go
 
 @app.command()
 def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded PostgreSQL")) -> None:
-    """Stop Airflow, then every running stage and background generator, then the embedded Spark
-    cluster and the embedded Kafka broker."""
+    """Stop Airflow and the supervisor, cancel every pending reconfiguration (with the reason),
+    stop every running stage and background generator, then the embedded Spark cluster and the
+    embedded Kafka broker."""
     from streamops import processes
-    from streamops.execute import replicas, stages
+    from streamops.execute import pending, replicas, stages
     from streamops.orchestrate import airflow_home
     from streamops.store import db, embedded
 
@@ -1137,6 +1139,9 @@ def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded
     (run_dir / "supervisor.pid").unlink(missing_ok=True)  # stopped on purpose: not to be restarted
     _stop_generators()
     try:
+        # Nobody is left to run a pending change: cancelled, so that the next start does not run it unasked.
+        pending.cancel_all("cancelled: the platform went down (streamops down) before it started; nothing was "
+                           "changed; request it again", progress=_say)
         reg = _load_registry()
         live = [r.stage_id for r in db.rows("stage_status") if r.status in ("starting", "running", "stopping")]
         for sid in live:

@@ -44,6 +44,8 @@ COLUMNS = [
     Column("out/s", "right", 5),
     Column("replicas", "left", 6, "replicas: live/wanted, and the one that leads (least input left)"),
     Column("batch", "right", 7, "batch: latest batch id"),
+    Column("ckpt", "right", 7, "ckpt: the checkpoint's size on disk, as the supervisor last measured it (each "
+                               "minute; docs/jobs.md says what bounds it)"),
     Column("spark ui", "left", 8, "spark ui: the live run's Spark UI, on loopback of the driver's host"),
 ]
 # A column with nothing to tell (every stage has one replica) goes first.
@@ -53,6 +55,18 @@ _COLORS = {"running": "green", "starting": "yellow", "stopping": "yellow", "fail
 
 def _fmt(v, spec: str = "", none: str = "–") -> str:
     return none if v is None else format(v, spec)
+
+
+def human_bytes(n: int | None) -> str:
+    """A size as a person reads it, in powers of 1000: 756 kB, 2.9 MB, 728 MB, 1.2 GB; "–" unknown."""
+    if n is None:
+        return "–"
+    size, unit = float(n), "B"
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if size < 999.5 or unit == "TB":
+            break
+        size /= 1000
+    return f"{size:.0f} {unit}" if unit == "B" or size >= 9.95 else f"{size:.1f} {unit}"
 
 
 def _backlog(r) -> str:
@@ -92,7 +106,7 @@ def cells(r) -> tuple[dict[str, str], list[str]]:
         "p95 ms": _fmt(r.latency_p95_ms, ",.0f", none="idle" if r.status == "running" else "–"),
         "backlog": _backlog(r), "batch": _fmt(r.batch_id), "beat": beat, "quar.": str(r.quarantined),
         "fail 24h": str(r.failures_24h), "plan": r.plan or "", "replicas": _replicas(r),
-        "spark ui": _link(getattr(r, "ui_url", None)),
+        "spark ui": _link(getattr(r, "ui_url", None)), "ckpt": human_bytes(getattr(r, "checkpoint_bytes", None)),
     }, notes
 
 

@@ -77,6 +77,8 @@ SELECT s.stage_id, s.app, s.job, COALESCE(r.pool, s.pool) AS pool,  -- where the
        r.stop_reason,
        s.health, s.health_reason,
        s.replicas, COALESCE(rp.live_replicas, 0) AS live_replicas, rp.leader,
+       cs.bytes AS checkpoint_bytes, cs.disk_bytes AS checkpoint_disk_bytes,  -- measured by the supervisor
+       cs.measured_at AS checkpoint_measured_at,
        (SELECT count(*) FROM failures f WHERE f.stage_id = s.stage_id AND f.detected_at > now() - interval '1 day') AS failures_24h,
        (SELECT string_agg(CASE WHEN bf.quarantined_files IS NULL
                                THEN format('batch %s quarantined whole: %s', bf.batch_id, bf.error)
@@ -100,4 +102,5 @@ LEFT JOIN q ON q.stage_id = s.stage_id
 LEFT JOIN plan pl ON pl.stage_id = s.stage_id
 LEFT JOIN last_change lc ON lc.stage_id = s.stage_id
 LEFT JOIN replicas rp ON rp.stage_id = s.stage_id
+LEFT JOIN checkpoint_sizes cs ON cs.stage_id = s.stage_id
 ORDER BY s.app, s.stage_id

@@ -545,7 +545,7 @@ def test_streams_page_in_the_airflow_ui(airflow_site, reg, clean_db):
         runs = httpx.get(f"{base}/api/v2/dags/streamops_reconfigure/dagRuns", headers=admin).json()
         assert all((r.get("conf") or {}).get("cores") != 99 for r in runs["dag_runs"]), "a refused conf made a run"
 
-        with chrome(width=1400, height=1000) as driver:
+        with chrome(width=1280, height=1000) as driver:  # issue 48: at 1280 px a Run button was cut off
             for user in ("viewer", "admin"):
                 _login(driver, airflow_site, user, pw[user])
                 rows = _page_rows(driver)
@@ -565,8 +565,14 @@ def test_streams_page_in_the_airflow_ui(airflow_site, reg, clean_db):
                     assert not forms, "the viewer sees trigger buttons"
                     continue
                 assert len(driver.find_elements(By.CSS_SELECTOR, "form.reconfigure")) == 2
+                frame_px, *ends = driver.execute_script(
+                    "return [window.innerWidth, ...Array.from(document.querySelectorAll('form.reconfigure button'))"
+                    ".map(b => b.getBoundingClientRect().right)]")
+                assert len(ends) == 2 and all(e <= frame_px for e in ends), \
+                    f"a Run button past the Airflow frame's {frame_px} px: {ends}"
+                print(f"Streams page: Airflow's frame {frame_px} px wide at 1280, the Run buttons end at {ends} px")
                 driver.switch_to.default_content()
-                full_page(driver, 1400)
+                full_page(driver, 1280)
                 ARTIFACTS.mkdir(exist_ok=True)
                 driver.save_screenshot(str(ARTIFACTS / "airflow_streams_page.png"))
                 driver.switch_to.frame(driver.find_element(By.CSS_SELECTOR, "iframe"))

@@ -29,3 +29,14 @@ def test_a_stage_s_last_change_is_a_note_with_the_reason_its_policy_gave():
     assert notes == ["a.s: last change scale_out 1→2 live done 07:12: DS2 n* 2 > n 1 "
                      "(load 2.90; backlog \\[bold] rows to catch up)"]  # escaped: not rich markup
     assert cells(SimpleNamespace(**ROW))[1] == []
+
+
+def test_the_checkpoint_column_gives_a_human_size_and_wide_shows_it():
+    from streamops.status_view import human_bytes
+
+    assert [human_bytes(n) for n in (None, 0, 999, 756_000, 2_900_000, 118_000_000, 728_400_000, 1_234_000_000)] == \
+        ["–", "0 B", "999 B", "756 kB", "2.9 MB", "118 MB", "728 MB", "1.2 GB"]
+    row = SimpleNamespace(**{**ROW, "checkpoint_bytes": 728_400_000})
+    assert cells(row)[0]["ckpt"] == "728 MB"
+    assert cells(SimpleNamespace(**ROW))[0]["ckpt"] == "–"  # never measured (no supervisor yet)
+    assert "ckpt" in [c.header for c in status_table([row], None).columns]

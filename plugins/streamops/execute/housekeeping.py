@@ -13,11 +13,14 @@
   `pg_ctl -l`), so it goes on at the new end of the file; lines written between the copy and
   the truncation are lost, as with logrotate's copytruncate. Signalling each writer to reopen
   its log would need a handler in every process, the JVMs' included.
+- Checkpoint sizes: each stage's, walked by the supervisor at most once a minute into
+  `checkpoint_sizes`, which `status --wide` and /metrics read (docs/jobs.md: what bounds them).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -91,6 +94,55 @@ def collect(min_age_s: float = 3600.0, log_keep_days: float = 14.0, dry_run: boo
              len(out.rotated))
     return out
 
+
+def _walk(root: Path) -> tuple[int, int]:
+    """(bytes, files) under `root`, without following links; files removed meanwhile (a state
+    store's maintenance, a commit's rename) are skipped, not an error."""
+    total = files = 0
+    for d, _, names in os.walk(root):
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(d, n)).st_size
+                files += 1
+            except OSError:
+                continue
+    return total, files
+
+
+def measure_checkpoints() -> list[dict]:
+    """Per stage with a run: its checkpoint size on disk, as checkpoint_sizes holds it. `bytes`:
+    the checkpoints of its latest run per role and their quarantine query's (what it resumes
+    from); `disk_bytes`: that and every other directory of the stage under data/checkpoints/
+    (rollback and staged copies, older runs', until `gc`). A walk: the supervisor's, once a minute."""
+    from streamops.checkpoint_layout import quarantine_checkpoint
+
+    started = time.monotonic()
+    live: dict[str, set[Path]] = {}
+    for r in db.rows("checkpoint_paths"):
+        live.setdefault(r.stage_id, set()).update({Path(r.checkpoint), quarantine_checkpoint(Path(r.checkpoint))})
+    others: dict[str, list[Path]] = {}
+    root = data_dir() / "checkpoints"
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        stage = _stage_of(d.name.lstrip("."), set(live))
+        if stage is not None and d.is_dir() and d not in live[stage]:
+            others.setdefault(stage, []).append(d)
+    out = []
+    for stage, paths in sorted(live.items()):
+        t0 = time.monotonic()
+        sizes = [_walk(p) for p in paths if p.is_dir()]
+        extra = sum(_walk(p)[0] for p in others.get(stage, []))
+        used = sum(b for b, _ in sizes)
+        out.append({"stage_id": stage, "bytes": used, "disk_bytes": used + extra, "files": sum(f for _, f in sizes),
+                    "took_ms": (time.monotonic() - t0) * 1000})
+    log.debug("action=checkpoint-sizes %d stage(s) in %.0f ms", len(out), (time.monotonic() - started) * 1000)
+    return out
+
+
+def record_checkpoint_sizes() -> list[dict]:
+    """Measure (`measure_checkpoints`) and keep the sizes in checkpoint_sizes, for status and /metrics."""
+    sizes = measure_checkpoints()
+    db.bulk("checkpoint_sizes_record", sizes)
+    return sizes
 
 
 def live_log_files() -> list[Path]:

@@ -158,33 +158,52 @@ def execute(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
 def execute_requested(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | None = None,
                       progress: Progress = lambda _: None, busy_wait_s: float | None = None) -> Outcome:
     """Execute the reconfiguration this caller just `request`ed (a person's, from the CLI or a
-    DAG's form). A busy stage (a recovery, another executor) is waited for up to `busy_wait_s`
-    (BUSY_WAIT_S); still busy, the row is cancelled with the reason and ReconfigurationBusy
-    raised: nobody is left with a change to run later unasked. Policy grants, realized later in
-    their window, do not come here."""
+    DAG's form), or a grant re-plan has this run realize now (a scale-out, through `realize`).
+    A busy stage (a recovery, another executor) is waited for up to `busy_wait_s` (BUSY_WAIT_S);
+    still busy, the row is cancelled with the reason and ReconfigurationBusy raised. Any other
+    end before the row is claimed (an error, the task killed) cancels it too, with what ended
+    it: nobody is left with a change to run later unasked. Deferred grants, realized in their
+    maintenance window by `resume`, do not come here."""
     wait_s = BUSY_WAIT_S if busy_wait_s is None else busy_wait_s
     ends, said = time.monotonic() + wait_s, 0.0
-    while True:
+    try:
+        while True:
+            try:
+                return execute(reconfiguration_id, gate=gate, reg=reg, progress=progress)
+            except StageBusy as e:
+                left = ends - time.monotonic()
+                if left <= 0:
+                    raise _cancel_busy(reconfiguration_id, wait_s, progress) from e
+                if time.monotonic() - said >= 10:  # a line every 10 s, not every poll
+                    said = time.monotonic()
+                    progress(f"reconfiguration {reconfiguration_id}: the stage is busy (a recovery or another "
+                             f"executor holds it); waiting up to {left:.0f}s more")
+                time.sleep(min(BUSY_POLL_S, left))
+    except BaseException as e:  # any error, or the task killed (SIGTERM, Ctrl-C), before the row was claimed
+        what = f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
         try:
-            return execute(reconfiguration_id, gate=gate, reg=reg, progress=progress)
-        except StageBusy as e:
-            left = ends - time.monotonic()
-            if left <= 0:
-                raise _cancel_busy(reconfiguration_id, wait_s, progress) from e
-            if time.monotonic() - said >= 10:  # a line every 10 s, not every poll
-                said = time.monotonic()
-                progress(f"reconfiguration {reconfiguration_id}: the stage is busy (a recovery or another executor "
-                         f"holds it); waiting up to {left:.0f}s more")
-            time.sleep(min(BUSY_POLL_S, left))
+            _cancel_unstarted(reconfiguration_id, f"cancelled: the run that asked for it ended before it started "
+                                                  f"({what}); nothing was changed; request it again", progress)
+        except Exception as cancel_error:  # the database away too: the stale sweep (execute/pending) cancels it
+            log.warning("reconfiguration %d: not cancelled now (%s); the stale sweep will", reconfiguration_id,
+                        cancel_error)
+        raise
+
+
+def _cancel_unstarted(rid: int, why: str, progress: Progress) -> bool:
+    """Cancel `rid` with why if it is still pending (a claimed or finished row is left as it is)."""
+    if not rstore.cancel_pending(rid, why):
+        return False
+    log.warning("reconfiguration %d: action=cancel %s", rid, why)
+    progress(f"reconfiguration {rid} {why}")
+    return True
 
 
 def _cancel_busy(rid: int, wait_s: float, progress: Progress) -> ReconfigurationBusy:
     """The row cancelled with why (unless claimed meanwhile), and the error for the caller."""
     why = (f"cancelled: the stage stayed busy for {wait_s:.0f}s (a recovery or another executor held it); "
            "nothing was changed; request it again")
-    if rstore.cancel_pending(rid, why):
-        log.warning("reconfiguration %d: action=cancel %s", rid, why)
-        progress(f"reconfiguration {rid} {why}")
+    if _cancel_unstarted(rid, why, progress):
         return ReconfigurationBusy(f"reconfiguration {rid} {why}")
     row = rstore.get(rid)
     return ReconfigurationBusy(f"reconfiguration {rid} was taken over meanwhile: it is {row.status if row else 'gone'}")
@@ -320,8 +339,8 @@ def realize(reconfiguration_id: int, *, gate: Gate, reg: registry.Registry | Non
         raise LookupError(f"no reconfiguration {reconfiguration_id}")
     if stage_id is not None and row.stage_id != stage_id:
         raise ValueError(f"reconfiguration {reconfiguration_id} is of stage {row.stage_id}, not {stage_id}")
-    if row.status == RunStatus.PENDING:
-        return execute(row.id, gate=gate, reg=reg, progress=progress)
+    if row.status == RunStatus.PENDING:  # this run is the one that is to realize it: not left pending
+        return execute_requested(row.id, gate=gate, reg=reg, progress=progress)
     if row.status == RunStatus.RUNNING:
         return _recover_running(row, reg, progress)
     progress(f"{row.stage_id}: reconfiguration {row.id} already ended {row.status}: {row.outcome}")

@@ -26,6 +26,8 @@ measured figures.
 
 The `/metrics` exporter for Prometheus (report/prometheus.py, passed in by the CLI) runs while the
 supervisor does; one that cannot start (its port taken) is a warning, never the supervisor's end.
+Its housekeeping (every 5 s) also cancels stale pending reconfigurations (execute/pending) and,
+once a minute, measures the checkpoints' sizes that status and /metrics show.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from streamops import processes, registry
-from streamops.execute import broker_heal, gaps, housekeeping, replicas, stops, watchdog
+from streamops.execute import broker_heal, gaps, housekeeping, pending, replicas, stops, watchdog
 from streamops.execute.launcher import Spare, launcher_for
 from streamops.paths import state_dir
 from streamops.store import db, failures
@@ -57,6 +59,7 @@ class Closeable(Protocol):
 
 
 RECOVERIES_KEPT = 100
+CHECKPOINT_SIZES_EVERY_S = 60.0  # the checkpoint sizes status and /metrics show (checkpoint_sizes)
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class Supervisor:
         self._stops = stops.StopWatch(opts.stopped_s)
         self._busy: dict[tuple[str, str], Future] = {}
         self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recover")
-        self._last_housekeeping = self._last_rotation = 0.0
+        self._last_housekeeping = self._last_rotation = self._last_sizes = 0.0
         self._spares: dict[str, Spare] = {}
         self._spares_lock = threading.Lock()
         self._quiet_until = 0.0
@@ -265,7 +268,9 @@ class Supervisor:
         No step's failure is a database gap: heartbeats stay judged (only the poll's reads say)."""
         steps: list[tuple[str, Callable[[], object]]] = [
             ("close-late-failures", lambda: watchdog.close_late_failures(self.progress)),
+            ("stale-reconfigurations", lambda: pending.cancel_stale(self.reg, self.progress)),
             ("rotate-logs", self._rotate_logs),
+            ("checkpoint-sizes", self._checkpoint_sizes),
             ("heal-cluster", lambda: watchdog.heal_cluster("supervisor", self.progress)),
             ("heal-broker", lambda: broker_heal.heal_broker(self.reg, "supervisor", self.progress)),
             *((f"keep {keep!r}", lambda keep=keep: keep(self.progress)) for keep in self.keepers),
@@ -296,6 +301,12 @@ class Supervisor:
         if time.monotonic() - self._last_rotation >= 60:  # a stat per log file: cheap, but not every 5 s
             self._last_rotation = time.monotonic()
             housekeeping.rotate_logs()
+
+    def _checkpoint_sizes(self) -> None:
+        # A walk of every stage's checkpoint directories: once a minute, never per status or scrape.
+        if time.monotonic() - self._last_sizes >= CHECKPOINT_SIZES_EVERY_S:
+            self._last_sizes = time.monotonic()
+            housekeeping.record_checkpoint_sizes()
 
     def _reconcile_replicas(self) -> None:
         done = replicas.reconcile(self.reg, progress=self.progress)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from streamops import checkpoint_repair, processes, registry, spark_cluster
 from streamops.agent import data_loss, state_schema
-from streamops.execute import broker_heal, gaps, mechanisms, reconfigure, replicas, stages, stops
+from streamops.execute import broker_heal, gaps, mechanisms, pending, reconfigure, replicas, stages, stops
 from streamops.execute.gaps import WRITE_PROBE_S, write_gap
 from streamops.execute.launcher import launcher_for
 from streamops.store import db, failures, ledger
@@ -362,6 +362,7 @@ def cycle(reg: registry.Registry | None = None, *, stale_s: float = 60.0, max_re
     report.workers_restarted = heal_cluster("watchdog", progress).workers
     broker_heal.heal_broker(reg, "watchdog", progress)  # the embedded Kafka broker, as the cluster
     close_late_failures(progress)
+    pending.cancel_stale(reg, progress)  # pending ones whose asker failed or is gone: never run later unasked
     # A crashed executor's `running` reconfiguration first: its rollback may be the recovery.
     report.reconfigurations = reconfigure.resume(reg, progress=progress, statuses=("running",))
     found = detect(stale_s, stall_s=stall_s)

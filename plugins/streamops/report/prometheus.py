@@ -167,6 +167,9 @@ def families(s: Snapshot, database_up: bool = True, age_s: float | None = None) 
                s.stages, lambda r: r.replicas),
         _gauge("streamops_stage_replicas_wanted", "the replicas the stage is to have (stages.replicas)", STAGE,
                s.stages, lambda r: r.replicas_wanted),
+        _gauge("streamops_checkpoint_bytes", "bytes on disk of the checkpoints the stage's latest runs resume from "
+               "(one per role, with their quarantine query's), as the supervisor last measured them (each minute)",
+               STAGE, s.stages, lambda r: getattr(r, "checkpoint_bytes", None)),
         _gauge("streamops_stage_given_up", "1 when the watchdog gave up on the stage (stages.health = failed) until "
                "it is deployed again", STAGE, s.stages, lambda r: r.given_up),
         _counter("streamops_stage_batches", "micro-batches run (stage_metrics rows) since 00:00 UTC",

@@ -101,6 +101,12 @@ def cancel_pending(rid: int, outcome: str) -> bool:
     return db.write("reconfiguration_cancel_pending", id=rid, outcome=outcome) is not None
 
 
+def cancel_all_pending(outcome: str) -> list[Row]:
+    """Cancel every reconfiguration that has not started, with why; the rows cancelled."""
+    with db.transaction() as conn:
+        return conn.execute(db.query("reconfigurations_cancel_all_pending"), {"outcome": outcome}).all()
+
+
 def link(rid: int, *, old_deployment_id: int | None = None, new_deployment_id: int | None = None,
          staged_checkpoint: str | None = None) -> None:
     """Record which runs (and staged copy) reconfiguration `rid` used."""
