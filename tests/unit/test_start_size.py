@@ -91,3 +91,13 @@ def test_capped_at_the_topic_partitions():
 def test_no_input_at_all_needs_one_core():
     got = start_size(StartInputs(initial=1, max_cores=4, input_rate=0.0, backlog_rows=0, rate_per_core=30))
     assert got.cores == 1 and got.estimate == 1
+
+
+def test_a_cluster_pool_starts_in_whole_executors():
+    # n* = 60 / 21 = 2.86 -> 3, in executors of 2 cores: 4
+    inp = StartInputs(initial=2, max_cores=6, backlog_rows=3600, rate_per_core=30, step=2)
+    got = start_size(inp)
+    assert got.cores == 4 and got.reason.endswith("in executors of 2 cores")
+    # 3 free cores hold one executor of 2, not one and a half: the floor
+    assert start_size(StartInputs(initial=2, max_cores=6, backlog_rows=10_000, rate_per_core=30, step=2,
+                                  free_cores=3)).cores == 2

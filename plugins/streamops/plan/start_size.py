@@ -43,6 +43,7 @@ class StartInputs:
     rate_per_core_declared: bool = False  # the registry's cores.per_core_rows_s (else measured)
     free_cores: int | None = None  # the pool's free cores for this start
     useful_cores: int | None = None  # tasks the source can feed at once (a Kafka topic's partitions)
+    step: int = 1  # cores come in executors of this many (a standalone pool's executor_cores)
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,14 @@ def start_size(inp: StartInputs, catch_up_s: float = 60.0, target_utilization: f
         inp = replace(inp, input_rate=None)  # a rate from long ago says nothing about the input now
     n_star, figures = estimate(inp, catch_up_s, target_utilization)
     last = inp.last_cores if inp.last_cores is not None and inp.last_age_s <= recent_s else None
-    wanted = max(floor, last or 0, n_star or 0)
+    wanted = _up(max(floor, last or 0, n_star or 0), inp.step)
     caps = [(inp.max_cores, f"cores.max {inp.max_cores}")]
     if inp.free_cores is not None:
         caps.append((inp.free_cores, f"the pool's {_cores(inp.free_cores)} free"))
     if inp.useful_cores is not None:
         caps.append((inp.useful_cores, f"the source's {inp.useful_cores} partitions"))
     cap, cap_why = min(caps, key=lambda c: c[0])
+    cap = cap // inp.step * inp.step
     cores = max(floor, min(wanted, cap))
 
     said = []
@@ -102,9 +104,15 @@ def start_size(inp: StartInputs, catch_up_s: float = 60.0, target_utilization: f
         said.append(f"its last size ({_cores(inp.last_cores)}) is {_ago(inp.last_age_s)}, too old to count")
     if wanted > cores:
         said.append(f"capped at {cap_why}")
+    elif inp.step > 1 and n_star is not None and cores == wanted > max(floor, last or 0, n_star):
+        said.append(f"in executors of {_cores(inp.step)}")
     if cores == floor and max(last or 0, n_star or 0) < floor:
         said.append(f"cores.initial {floor} is the floor")
     return StartSize(cores, f"starts at {_cores(cores)}: " + "; ".join(said), n_star)
+
+
+def _up(n: int, step: int) -> int:
+    return -(-n // step) * step
 
 
 def _ago(age_s: float) -> str:
