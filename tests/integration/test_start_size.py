@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from streamops import generator, registry
-from streamops.execute import stages, start_inputs
+from streamops.execute import stages
 from streamops.run_spec import RunSpec
 from tests.demo_jobs import demo_job
 
@@ -19,15 +19,24 @@ pytestmark = [pytest.mark.db]
 SID = "ss.wc"
 
 
-def _registry(path: str, **cores) -> registry.Registry:
+def _registry(path: str, sibling: bool = False, **cores) -> registry.Registry:
+    stage = {**demo_job("wordcount", {"kind": "files", "path": path, "max_files_per_trigger": 10}),
+             "cores": {"initial": 1, "max": 2, **cores}, "state_partitions": 2, "trigger_interval_ms": 1000,
+             "pool": "p"}
+    stages_ = {"wc": stage, **({"other": {**stage, "source": {**stage["source"], "path": path + "-other"}}}
+                               if sibling else {})}
     return registry.parse({
         "pools": {"p": {"cores": 2}},
         "apps": {"ss": {"r_max_ms": 5000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                        "stages": {"wc": {
-                            **demo_job("wordcount", {"kind": "files", "path": path, "max_files_per_trigger": 10}),
-                            "cores": {"initial": 1, "max": 2, **cores}, "state_partitions": 2,
-                            "trigger_interval_ms": 1000, "pool": "p"}}}},
+                        "stages": stages_}},
     })
+
+
+def _choose(reg: registry.Registry):
+    from streamops.execute import start_inputs  # issue 48, item 10
+
+    _, _, st = reg.stage(SID)
+    return start_inputs.choose(SID, st, "p", reg.pools["p"], stages.checkpoint_for(SID))
 
 
 def _waiting(path: str, rows_per_s: int = 200, seconds: int = 30) -> int:
@@ -63,6 +72,8 @@ def test_the_last_run_and_the_waiting_files_are_read(clean_db):
     stages.sync_registry(reg)
     _last_run(clean_db)  # 100 rows every 5 s = 20 rows/s; 100 rows in 2 busy core-s = 50 rows/s per core
     waiting = _waiting("ss/read")
+    from streamops.execute import start_inputs
+
     _, _, st = reg.stage(SID)
     inp = start_inputs.gather(SID, st, "p", reg.pools["p"], stages.checkpoint_for(SID))
     assert inp.last_cores == 1 and 55 <= inp.last_age_s <= 120
@@ -70,7 +81,7 @@ def test_the_last_run_and_the_waiting_files_are_read(clean_db):
     assert not inp.rate_per_core_declared
     assert inp.backlog_rows == waiting  # every file unread, its lines counted
     assert inp.free_cores == 2 and inp.useful_cores is None
-    got = start_inputs.choose(SID, st, "p", reg.pools["p"], stages.checkpoint_for(SID))
+    got = _choose(reg)
     # (20 + 6,000 / 60) / (50 × 0.7) = 3.4 -> 4, capped at cores.max 2
     assert got.cores == 2 and got.estimate == 4
     assert got.reason.startswith("starts at 2 cores: 6,000 rows waiting (caught up in 60 s) + 20.0 rows/s "
@@ -81,8 +92,7 @@ def test_a_first_start_is_sized_by_the_declared_rate_per_core(clean_db):
     reg = _registry("ss/first", per_core_rows_s=40)
     stages.sync_registry(reg)
     _waiting("ss/first", rows_per_s=100, seconds=20)  # 2,000 rows: 33 rows/s over 60 s, 28 rows/s a core
-    _, _, st = reg.stage(SID)
-    got = start_inputs.choose(SID, st, "p", reg.pools["p"], stages.checkpoint_for(SID))
+    got = _choose(reg)
     assert got.cores == 2, got.reason
     assert "2,000 rows waiting" in got.reason and "40.0 rows/s per core (declared)" in got.reason
 
@@ -91,9 +101,19 @@ def test_no_history_and_no_declared_rate_start_at_cores_initial(clean_db):
     reg = _registry("ss/none")
     stages.sync_registry(reg)
     _waiting("ss/none", seconds=5)
-    _, _, st = reg.stage(SID)
-    got = start_inputs.choose(SID, st, "p", reg.pools["p"], stages.checkpoint_for(SID))
+    got = _choose(reg)
     assert got.cores == 1 and "no rows/s per core declared or measured" in got.reason
+
+
+def test_a_start_leaves_the_pool_s_other_stages_room_for_their_floor(clean_db):
+    """A deploy starts an app's stages one by one: the first must not take the cores the next one
+    needs to start at its cores.initial (it would be refused)."""
+    reg = _registry("ss/shared", sibling=True, per_core_rows_s=40)
+    stages.sync_registry(reg)
+    _waiting("ss/shared")
+    got = _choose(reg)
+    assert got.cores == 1 and got.estimate == 4
+    assert got.reason.endswith("capped at the pool's 2 cores free (1 kept for its other stages' cores.initial)")
 
 
 @pytest.mark.e2e

@@ -78,6 +78,11 @@ def test_capped_at_the_pool_free_cores_but_never_below_the_floor():
     inp = StartInputs(initial=1, max_cores=4, backlog_rows=12_000, rate_per_core=30, free_cores=2)
     got = start_size(inp)
     assert got.cores == 2 and got.reason.endswith("capped at the pool's 2 cores free")
+    # the room other stages of the pool need to start at their own floor is not taken
+    shared = start_size(StartInputs(initial=1, max_cores=4, backlog_rows=12_000, rate_per_core=30, free_cores=4,
+                                    reserved_cores=2))
+    assert shared.cores == 2
+    assert shared.reason.endswith("capped at the pool's 4 cores free (2 kept for its other stages' cores.initial)")
     # a full pool: the floor stays, and admission refuses the start as before
     assert start_size(StartInputs(initial=2, max_cores=4, last_cores=4, free_cores=0)).cores == 2
 

@@ -192,9 +192,10 @@ def start_stage(
     # its query keeps state is known only once it ran, and a stateless query ignores them.
     first_partitions = key_groups(st.state_partitions, st.cores.max, True) if pool_spec.kind == "standalone" \
         else st.state_partitions
-    repaired = _repair_checkpoint(sid, role, ckpt, progress)
+    running = _runs(sid, role)  # being launched by another caller, or running: the start changes nothing
+    repaired = None if running else _repair_checkpoint(sid, ckpt, progress)
     sized = None
-    if cores is None and size_for_input and reconfiguration_id is None and not _runs(sid, role):
+    if cores is None and size_for_input and reconfiguration_id is None and not running:
         sized = start_inputs.choose(sid, st, pool_name, pool_spec, ckpt, role)
         log.info("stage %s: action=start-size %s", sid, sized.reason)
         progress(f"{sid}: {sized.reason}")
@@ -252,12 +253,10 @@ def _runs(sid: str, role: str) -> bool:
     return live is not None and (live.status == "starting" and live.pid is None or is_alive(live))
 
 
-def _repair_checkpoint(sid: str, role: str, ckpt: str, progress: Progress) -> str | None:
-    """A torn checkpoint's newest entries moved aside (checkpoint_repair), unless a live run of the
-    stage's `role` uses it: what was moved, for the run's record, or None. Raises CheckpointTorn
-    (the file and the fix) when a repair must not touch it."""
-    if _runs(sid, role):
-        return None  # being launched by another caller right now, or running: not ours to touch
+def _repair_checkpoint(sid: str, ckpt: str, progress: Progress) -> str | None:
+    """A torn checkpoint's newest entries moved aside (checkpoint_repair); the caller knows no live
+    run of the stage's role uses it: what was moved, for the run's record, or None. Raises
+    CheckpointTorn (the file and the fix) when a repair must not touch it."""
     moved = checkpoint_repair.repair_stage(Path(ckpt))
     if not moved:
         return None

@@ -51,7 +51,8 @@ def gather(sid: str, st: Stage, pool_name: str, pool: Pool, ckpt: str, role: str
         last_age_s=_age_s(last.stopped_at) if last is not None else 0.0,
         input_rate=input_rate, input_rate_age_s=hist.age_s if hist is not None else 0.0, backlog_rows=backlog,
         rate_per_core=declared or measured, rate_per_core_declared=declared is not None,
-        free_cores=free, useful_cores=useful_cores(partitions, getattr(st.source, "min_partitions", None)),
+        free_cores=free, reserved_cores=db.value("start_size_sibling_floors", pool=pool_name, stage_id=sid) or 0,
+        useful_cores=useful_cores(partitions, getattr(st.source, "min_partitions", None)),
         step=pool.executor_cores if pool.kind == "standalone" else 1)
 
 

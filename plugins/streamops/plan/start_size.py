@@ -42,6 +42,7 @@ class StartInputs:
     rate_per_core: float | None = None  # rows/s one core processes
     rate_per_core_declared: bool = False  # the registry's cores.per_core_rows_s (else measured)
     free_cores: int | None = None  # the pool's free cores for this start
+    reserved_cores: int = 0  # of those, kept for the pool's other stages not running (their cores.initial)
     useful_cores: int | None = None  # tasks the source can feed at once (a Kafka topic's partitions)
     step: int = 1  # cores come in executors of this many (a standalone pool's executor_cores)
 
@@ -86,7 +87,8 @@ def start_size(inp: StartInputs, catch_up_s: float = 60.0, target_utilization: f
     wanted = _up(max(floor, last or 0, n_star or 0), inp.step)
     caps = [(inp.max_cores, f"cores.max {inp.max_cores}")]
     if inp.free_cores is not None:
-        caps.append((inp.free_cores, f"the pool's {_cores(inp.free_cores)} free"))
+        kept = f" ({inp.reserved_cores} kept for its other stages' cores.initial)" if inp.reserved_cores else ""
+        caps.append((inp.free_cores - inp.reserved_cores, f"the pool's {_cores(inp.free_cores)} free{kept}"))
     if inp.useful_cores is not None:
         caps.append((inp.useful_cores, f"the source's {inp.useful_cores} partitions"))
     cap, cap_why = min(caps, key=lambda c: c[0])
