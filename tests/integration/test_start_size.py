@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.db]
 SID = "ss.wc"
 
 
-def _registry(path: str, sibling: bool = False, **cores) -> registry.Registry:
-    stage = {**demo_job("wordcount", {"kind": "files", "path": path, "max_files_per_trigger": 10}),
+def _registry(path: str, sibling: bool = False, source: dict | None = None, **cores) -> registry.Registry:
+    stage = {**demo_job("wordcount", {"kind": "files", "path": path, "max_files_per_trigger": 10, **(source or {})}),
              "cores": {"initial": 1, "max": 2, **cores}, "state_partitions": 2, "trigger_interval_ms": 1000,
              "pool": "p"}
     stages_ = {"wc": stage, **({"other": {**stage, "source": {**stage["source"], "path": path + "-other"}}}
@@ -95,6 +95,15 @@ def test_a_first_start_is_sized_by_the_declared_rate_per_core(clean_db):
     got = _choose(reg)
     assert got.cores == 2, got.reason
     assert "2,000 rows waiting" in got.reason and "40.0 rows/s per core (declared)" in got.reason
+
+
+def test_a_first_start_with_nothing_waiting_is_sized_by_the_declared_input_rate(clean_db):
+    reg = _registry("ss/rate", source={"expected_rows_s": 50}, per_core_rows_s=40)
+    stages.sync_registry(reg)
+    got = _choose(reg)  # 50 rows/s over 40 × 0.7 = 28 rows/s a core: 2 cores
+    assert got.cores == 2, got.reason
+    assert got.reason == ("starts at 2 cores: 0 rows waiting (caught up in 60 s) + 50.0 rows/s declared, "
+                          "40.0 rows/s per core (declared) at 70% utilization: 2 cores")
 
 
 def test_no_history_and_no_declared_rate_start_at_cores_initial(clean_db):

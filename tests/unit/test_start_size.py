@@ -106,3 +106,16 @@ def test_a_cluster_pool_starts_in_whole_executors():
     # 3 free cores hold one executor of 2, not one and a half: the floor
     assert start_size(StartInputs(initial=2, max_cores=6, backlog_rows=10_000, rate_per_core=30, step=2,
                                   free_cores=3)).cores == 2
+
+
+def test_a_declared_input_rate_stands_in_for_a_measured_one():
+    # a first start with nothing waiting: the declared 60 rows/s at 30 rows/s per core x 70 % -> 3
+    first = StartInputs(initial=1, max_cores=4, backlog_rows=0, declared_input_rate=60, rate_per_core=30,
+                        rate_per_core_declared=True)
+    got = start_size(first)
+    assert got.cores == 3 and "60.0 rows/s declared" in got.reason
+    # a measured rate wins over the declared one while it is recent
+    measured = StartInputs(initial=1, max_cores=4, input_rate=10, declared_input_rate=60, rate_per_core=30)
+    assert start_size(measured).cores == 1
+    assert start_size(StartInputs(initial=1, max_cores=4, input_rate=10, input_rate_age_s=RECENT_S + 1,
+                                  declared_input_rate=60, rate_per_core=30)).cores == 3

@@ -1,8 +1,9 @@
 """What a new deployment's size is chosen from (plan/start_size): the stage's last run (its size,
 how long ago it ended, its metrics: the input rate and DS2's rows/s per core), the backlog
 waiting now (unread files, or the Kafka records past the checkpoint's offsets), the pool's free
-cores and the registry's declared rows/s per core. Best effort: what cannot be read is not known,
-and a start with nothing known starts at `cores.initial`, as before."""
+cores and the registry's declared rates (source.expected_rows_s, cores.per_core_rows_s). Best
+effort: what cannot be read is not known, and a start with nothing known starts at
+`cores.initial`, as before."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def gather(sid: str, st: Stage, pool_name: str, pool: Pool, ckpt: str, role: str
         initial=st.cores.initial, max_cores=st.cores.max,
         last_cores=last.cores if last is not None else None,
         last_age_s=_age_s(last.stopped_at) if last is not None else 0.0,
-        input_rate=input_rate, input_rate_age_s=hist.age_s if hist is not None else 0.0, backlog_rows=backlog,
+        input_rate=input_rate, input_rate_age_s=hist.age_s if hist is not None else 0.0,
+        declared_input_rate=st.source.expected_rows_s, backlog_rows=backlog,
         rate_per_core=declared or measured, rate_per_core_declared=declared is not None,
         free_cores=free, reserved_cores=db.value("start_size_sibling_floors", pool=pool_name, stage_id=sid) or 0,
         useful_cores=useful_cores(partitions, getattr(st.source, "min_partitions", None)),

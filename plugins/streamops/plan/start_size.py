@@ -10,8 +10,9 @@ simulator and the tests call `start_size` directly.
     n* = ceil((input rate + backlog / catch_up_s) / (rows/s per core × target_utilization))
 
 n* is DS2's target (POLICIES.md §3.3, analyze.stats.ds2_target) with the policy's own `catch_up_s`
-and `target_utilization`. The input rate is the one measured over the stage's last run (none
-for a first start: then the backlog alone is the demand); the rate per core is the registry's
+and `target_utilization`. The input rate is the one measured over the stage's last run, else the
+registry's declared `source.expected_rows_s` (neither: the backlog alone is the demand); the rate
+per core is the registry's
 declared `cores.per_core_rows_s`, else DS2's true processing rate from the last run's metrics.
 Without a rate per core, or with neither a rate nor a backlog, there is no n*: the stage starts at
 its last size or at `cores.initial`.
@@ -38,6 +39,7 @@ class StartInputs:
     last_age_s: float = 0.0  # since that run ended (0: it ended just now, or still runs)
     input_rate: float | None = None  # rows/s arriving, measured over the last run
     input_rate_age_s: float = 0.0  # since that measure's last batch
+    declared_input_rate: float | None = None  # the registry's source.expected_rows_s: used without a measure
     backlog_rows: float | None = None  # rows waiting now
     rate_per_core: float | None = None  # rows/s one core processes
     rate_per_core_declared: bool = False  # the registry's cores.per_core_rows_s (else measured)
@@ -62,14 +64,16 @@ def estimate(inp: StartInputs, catch_up_s: float = 60.0, target_utilization: flo
     """n* and the figures it came from, or (None, why there is none)."""
     if inp.rate_per_core is None or inp.rate_per_core <= 0:
         return None, "no rows/s per core declared or measured"
-    if inp.input_rate is None and inp.backlog_rows is None:
+    rate, rate_is = (inp.input_rate, "measured over the last run") if inp.input_rate is not None \
+        else (inp.declared_input_rate, "declared")
+    if rate is None and inp.backlog_rows is None:
         return None, "no input rate or backlog known"
     parts = []
     if inp.backlog_rows is not None:
         parts.append(f"{inp.backlog_rows:,.0f} rows waiting (caught up in {catch_up_s:.0f} s)")
-    if inp.input_rate is not None:
-        parts.append(f"{inp.input_rate:,.1f} rows/s measured over the last run")
-    demand = (inp.input_rate or 0.0) + max(0.0, inp.backlog_rows or 0.0) / catch_up_s
+    if rate is not None:
+        parts.append(f"{rate:,.1f} rows/s {rate_is}")
+    demand = (rate or 0.0) + max(0.0, inp.backlog_rows or 0.0) / catch_up_s
     n = max(1, math.ceil(demand / (inp.rate_per_core * target_utilization) - 1e-9))
     per_core = "declared" if inp.rate_per_core_declared else "measured"
     return n, (f"{' + '.join(parts)}, {inp.rate_per_core:,.1f} rows/s per core ({per_core}) at "
@@ -81,7 +85,8 @@ def start_size(inp: StartInputs, catch_up_s: float = 60.0, target_utilization: f
     """The cores a new deployment starts at, and why (see the module's docstring)."""
     floor = inp.initial
     if inp.input_rate is not None and inp.input_rate_age_s > recent_s:
-        inp = replace(inp, input_rate=None)  # a rate from long ago says nothing about the input now
+        inp = replace(inp, input_rate=None)  # a rate from long ago says nothing about the input now (a
+        # declared one, if any, stands in)
     n_star, figures = estimate(inp, catch_up_s, target_utilization)
     last = inp.last_cores if inp.last_cores is not None and inp.last_age_s <= recent_s else None
     wanted = _up(max(floor, last or 0, n_star or 0), inp.step)
