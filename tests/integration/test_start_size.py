@@ -130,6 +130,7 @@ def test_a_start_with_a_waiting_backlog_begins_above_cores_initial(clean_db):
     """A real start (local pool, a real driver): its run is admitted at 2 cores, not cores.initial's 1,
     says why in its record, and its first batch runs on 2 cores."""
     reg = _registry("ss/real")
+    stages.sync_registry(reg)
     _last_run(clean_db)
     _waiting("ss/real")
     run = stages.start_stage(SID, reg, wait_s=120, warm_up=False)

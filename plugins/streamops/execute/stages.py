@@ -194,11 +194,8 @@ def start_stage(
         else st.state_partitions
     running = _runs(sid, role)  # being launched by another caller, or running: the start changes nothing
     repaired = None if running else _repair_checkpoint(sid, ckpt, progress)
-    sized = None
-    if cores is None and size_for_input and reconfiguration_id is None and not running:
-        sized = start_inputs.choose(sid, st, pool_name, pool_spec, ckpt, role)
-        log.info("stage %s: action=start-size %s", sid, sized.reason)
-        progress(f"{sid}: {sized.reason}")
+    sized = _size_for_input(sid, st, pool_name, pool_spec, ckpt, role, progress) \
+        if cores is None and size_for_input and reconfiguration_id is None and not running else None
     cores = cores or (sized.cores if sized else restart_cores(last_cores, st))
     partitions = state_partitions or checkpoint.state_partitions(Path(ckpt)) or first_partitions
     launcher = launcher_for(pool_spec.master)
@@ -245,6 +242,19 @@ def start_stage(
     if wait_s > 0:
         _wait_running(sid, dep_id, launched.pid, launcher, wait_s, progress)
     return StartResult(sid, dep_id, launched.pid, False, launched.log_path, repaired)
+
+
+def _size_for_input(sid: str, st, pool_name: str, pool_spec, ckpt: str, role: str, progress: Progress):
+    """plan.start_size's choice for a new deployment, logged and said; None when it could not be
+    made (the start then takes the cores the stage last ran at, as a restart does)."""
+    try:
+        sized = start_inputs.choose(sid, st, pool_name, pool_spec, ckpt, role)
+    except Exception:  # noqa: BLE001 - sizing is an improvement, never a reason not to start
+        log.exception("stage %s: action=start-size failed; starting at the cores it last ran at", sid)
+        return None
+    log.info("stage %s: action=start-size %s", sid, sized.reason)
+    progress(f"{sid}: {sized.reason}")
+    return sized
 
 
 def _runs(sid: str, role: str) -> bool:
