@@ -84,7 +84,9 @@ def test_capped_at_the_pool_free_cores_but_never_below_the_floor():
     assert shared.cores == 2
     assert shared.reason.endswith("capped at the pool's 4 cores free (2 kept for its other stages' cores.initial)")
     # a full pool: the floor stays, and admission refuses the start as before
-    assert start_size(StartInputs(initial=2, max_cores=4, last_cores=4, free_cores=0)).cores == 2
+    full = start_size(StartInputs(initial=2, max_cores=4, last_cores=4, free_cores=0))
+    assert full.cores == 2 and full.reason == "starts at 2 cores: last ran at 4 cores just now; " \
+                                              "held at cores.initial 2: the pool's 0 cores free"
 
 
 def test_capped_at_the_topic_partitions():

@@ -110,7 +110,7 @@ def start_size(inp: StartInputs, catch_up_s: float = 60.0, target_utilization: f
     elif inp.last_cores is not None:
         said.append(f"its last size ({_cores(inp.last_cores)}) is {_ago(inp.last_age_s)}, too old to count")
     if wanted > cores:
-        said.append(f"capped at {cap_why}")
+        said.append(f"capped at {cap_why}" if cores == cap else f"held at cores.initial {floor}: {cap_why}")
     elif inp.step > 1 and n_star is not None and cores == wanted > max(floor, last or 0, n_star):
         said.append(f"in executors of {_cores(inp.step)}")
     if cores == floor and max(last or 0, n_star or 0) < floor:
