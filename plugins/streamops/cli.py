@@ -404,7 +404,7 @@ def _start(ref: str, reg, cores, partitions, wait_s) -> None:
 
 @app.command()
 def start(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or a unique stage name)"),
-          cores: Optional[int] = typer.Option(None, help="override the registry's initial cores"),
+          cores: Optional[int] = typer.Option(None, help="start at these cores (default: what its input needs)"),
           partitions: Optional[int] = typer.Option(None, help="override the state partitions (first run only)"),
           wait: float = typer.Option(180, help="seconds to wait for the driver to run; 0 = do not wait")) -> None:
     """Start a stage's driver (a detached local[cores] process), after checking the pool has room."""

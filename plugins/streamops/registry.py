@@ -109,6 +109,9 @@ class Cores(_Frozen):
     initial: int = Field(ge=1)
     min: int = Field(default=1, ge=1)
     max: int = Field(ge=1)
+    per_core_rows_s: float | None = Field(default=None, gt=0, description=(
+        "rows/s one core of this stage processes (e.g. from a bench run): sizes a start before any run "
+        "of the stage was measured (plan.start_size); none: measured from its runs"))
 
     @model_validator(mode="after")
     def _ordered(self) -> Cores:

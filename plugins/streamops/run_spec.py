@@ -33,6 +33,8 @@ class RunSpec(BaseModel):
     code_sha256: str | None = Field(default=None, description="the content hash of that code")
     checkpoint_repair: str | None = Field(default=None, description="what the start moved aside from a torn "
                                                                     "checkpoint (checkpoint_repair)")
+    start_size: str | None = Field(default=None, description="why a new deployment starts at its cores "
+                                                             "(plan.start_size); None: the cores were given")
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> RunSpec:

@@ -32,6 +32,9 @@ class _Records(_Frozen):
         "before the job sees the records"))
     max_record_bytes: int = Field(default=MAX_RECORD_BYTES, ge=64,
                                   description="a longer line is quarantined as 'too large' without being parsed")
+    expected_rows_s: float | None = Field(default=None, gt=0, description=(
+        "rows/s the source is expected to carry (e.g. the feed's rate): sizes a start before any run of the "
+        "stage was measured (plan.start_size); none: measured from its runs"))
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, serialize_by_alias=True)
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from streamops import checkpoint_repair, processes, registry
 from streamops.analyze.stats import useful_cores
+from streamops.execute import start_inputs
 from streamops.execute.launcher import launcher_for
 from streamops.jobs import CodeBundle, package_code
 from streamops.paths import data_dir
@@ -161,6 +162,7 @@ def start_stage(
     spare=None,
     warm_up: bool = True,
     as_run=None,
+    size_for_input: bool = True,
 ) -> StartResult:
     """Start a run of the stage. Unset cores/pool/checkpoint keep the latest run's; unset
     partitions keep the checkpoint's (the driver repartitions the state offline when they
@@ -170,7 +172,9 @@ def start_stage(
     first batch is not cold; a restart whose output gap is measured (a recovery, a pause-resume)
     skips it, since the warm-up takes longer than the cold first batch it saves. `as_run` (a
     `deployments` row): run that run's job spec and code, not the registry's (a rollback of an
-    upgrade restores the old code)."""
+    upgrade restores the old code). A start that names no cores is sized for its input
+    (`size_for_input`, plan.start_size: its backlog, rate and last size, `cores.initial` the floor);
+    without it (a restart after a failure) it gets the cores the stage last ran at."""
     from streamops.execute import checkpoint
 
     reg = reg or registry.load()
@@ -179,7 +183,6 @@ def start_stage(
     sync_registry(reg, [app])
     # A replica restarts as itself (its own checkpoint and pool); an active backup is always told.
     last_cores, last_pool, last_ckpt = current_config(sid, role if role.startswith("replica-") else "primary")
-    cores = cores or restart_cores(last_cores, st)
     pool_name = pool or last_pool or st.pool
     if pool_name not in reg.pools:
         raise registry.RegistryError(f"no pool {pool_name!r}; known pools: {', '.join(reg.pools)}")
@@ -189,7 +192,11 @@ def start_stage(
     # its query keeps state is known only once it ran, and a stateless query ignores them.
     first_partitions = key_groups(st.state_partitions, st.cores.max, True) if pool_spec.kind == "standalone" \
         else st.state_partitions
-    repaired = _repair_checkpoint(sid, role, ckpt, progress)
+    running = _runs(sid, role)  # being launched by another caller, or running: the start changes nothing
+    repaired = None if running else _repair_checkpoint(sid, ckpt, progress)
+    sized = _size_for_input(sid, st, pool_name, pool_spec, ckpt, role, progress) \
+        if cores is None and size_for_input and reconfiguration_id is None and not running else None
+    cores = cores or (sized.cores if sized else restart_cores(last_cores, st))
     partitions = state_partitions or checkpoint.state_partitions(Path(ckpt)) or first_partitions
     launcher = launcher_for(pool_spec.master)
 
@@ -202,7 +209,8 @@ def start_stage(
                                      f"checkpoint), or move {ckpt} aside to start it from its starting offsets")
     spec = RunSpec(app=app, stage=name, spec=st, pool=pool_spec, reconfiguration_id=reconfiguration_id, fault=fault,
                    speculation=_speculation(sid, st, pool_spec), warm_up=warm_up, operator_manager=OPERATOR_MANAGER,
-                   code_archive=code.archive, code_sha256=code.sha256, checkpoint_repair=repaired)
+                   code_archive=code.archive, code_sha256=code.sha256, checkpoint_repair=repaired,
+                   start_size=sized.reason if sized else None)
     adm = ledger.admit(sid, role, pool_name, pool_spec.cores, cores, is_alive, state_partitions=partitions,
                        checkpoint=ckpt, launcher=launcher.kind, config=spec.model_dump(mode="json"))
     if adm.live is not None:
@@ -236,13 +244,29 @@ def start_stage(
     return StartResult(sid, dep_id, launched.pid, False, launched.log_path, repaired)
 
 
-def _repair_checkpoint(sid: str, role: str, ckpt: str, progress: Progress) -> str | None:
-    """A torn checkpoint's newest entries moved aside (checkpoint_repair), unless a live run of the
-    stage's `role` uses it: what was moved, for the run's record, or None. Raises CheckpointTorn
-    (the file and the fix) when a repair must not touch it."""
+def _size_for_input(sid: str, st, pool_name: str, pool_spec, ckpt: str, role: str, progress: Progress):
+    """plan.start_size's choice for a new deployment, logged and said; None when it could not be
+    made (the start then takes the cores the stage last ran at, as a restart does)."""
+    try:
+        sized = start_inputs.choose(sid, st, pool_name, pool_spec, ckpt, role)
+    except Exception:  # noqa: BLE001 - sizing is an improvement, never a reason not to start
+        log.exception("stage %s: action=start-size failed; starting at the cores it last ran at", sid)
+        return None
+    log.info("stage %s: action=start-size %s", sid, sized.reason)
+    progress(f"{sid}: {sized.reason}")
+    return sized
+
+
+def _runs(sid: str, role: str) -> bool:
+    """Whether a run of the stage's `role` is being launched or runs: a start then changes nothing."""
     live = ledger.latest_run(sid, live=True, role=role)
-    if live is not None and (live.status == "starting" and live.pid is None or is_alive(live)):
-        return None  # being launched by another caller right now, or running: not ours to touch
+    return live is not None and (live.status == "starting" and live.pid is None or is_alive(live))
+
+
+def _repair_checkpoint(sid: str, ckpt: str, progress: Progress) -> str | None:
+    """A torn checkpoint's newest entries moved aside (checkpoint_repair); the caller knows no live
+    run of the stage's role uses it: what was moved, for the run's record, or None. Raises
+    CheckpointTorn (the file and the fix) when a repair must not touch it."""
     moved = checkpoint_repair.repair_stage(Path(ckpt))
     if not moved:
         return None

@@ -287,7 +287,7 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     try:
         if f.role == "primary":
             res = stages.start_stage(f.stage_id, reg, wait_s=min(wait_s, 240), progress=progress, spare=spare,
-                                     warm_up=False)
+                                     warm_up=False, size_for_input=False)  # the cores it last had (a spare's)
         else:
             res = replicas.start_replica(f.stage_id, f.role, reg, wait_s=min(wait_s, 240), progress=progress,
                                          spare=spare)

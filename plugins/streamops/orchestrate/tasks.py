@@ -66,8 +66,8 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240,
            replicas_override: int | None = None) -> dict[str, Any]:
     """Validate and sync the registry, then make sure every stage of `app` runs. A running stage
     is left alone unless `restart`; a stage that is not running starts in its configured pool
-    (from apps.yaml) from its checkpoint, at the cores it last ran at (`cores.initial` the first
-    time: `stages.restart_cores`). `replicas_override` sets every stage's replica
+    (from apps.yaml) from its checkpoint, at the size its input needs, its last size or
+    `cores.initial`, whichever is most (`plan.start_size`). `replicas_override` sets every stage's replica
     count instead of apps.yaml's (until the next deploy without it)."""
     from streamops.execute import replicas, stages, watchdog
 
