@@ -118,3 +118,25 @@ def test_the_page_waits_for_a_slow_read_past_the_exporters_timeout(monkeypatch):
     monkeypatch.setattr(views, "streams", lambda: time.sleep(0.6) or [])
     monkeypatch.setattr(app, "_runs", lambda request: asyncio.sleep(0, {}))
     assert asyncio.run(app._streams(None)) == []
+
+
+def test_the_page_itself_is_a_503_that_reloads_when_the_database_hangs(monkeypatch):
+    """In Airflow's frame the page's 503 is HTML with the reason and the page's 15 s reload, so the
+    page comes back with the database by itself."""
+    from streamops.ui import app, views
+
+    release = threading.Event()
+    monkeypatch.setenv(observe.PAGE_TIMEOUT_ENV, "0.3")
+    monkeypatch.setattr(views, "streams", lambda: release.wait(30))
+
+    async def viewer(request):
+        return object()
+
+    monkeypatch.setattr(app, "_reader", viewer)
+    t0 = time.monotonic()
+    res = asyncio.run(app.page(None))
+    release.set()
+    assert time.monotonic() - t0 < 2
+    body = res.body.decode()
+    assert res.status_code == 503 and res.media_type == "text/html"
+    assert '<meta http-equiv="refresh" content="15">' in body and "no answer within 0.3 s" in body

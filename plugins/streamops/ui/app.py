@@ -141,6 +141,15 @@ def _last_report() -> dict | None:
     return dict(row._mapping) if row else None
 
 
+def _page_down(detail: str) -> HTMLResponse:
+    """The page's own 503: the reason, and a reload every 15 s like the page's, so that it comes
+    back with the database by itself (a JSON 503 in Airflow's frame stayed until a manual reload)."""
+    from markupsafe import escape
+
+    return HTMLResponse(f'<!doctype html><meta http-equiv="refresh" content="15"><title>streamops</title>'
+                        f'<p id="database-down">{escape(detail)}</p>', status_code=503)
+
+
 @app.get("/", response_class=HTMLResponse)
 async def page(request: Request) -> Response:
     try:
@@ -151,8 +160,13 @@ async def page(request: Request) -> Response:
         from airflow.api_fastapi.app import get_auth_manager
 
         return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)))
-    apps = await _streams(request)
-    report = await _read(_last_report)
+    try:
+        apps = await _streams(request)
+        report = await _read(_last_report)
+    except HTTPException as e:
+        if e.status_code != 503:
+            raise
+        return _page_down(e.detail)
     try:
         pools = sorted((await run_in_threadpool(registry.load)).pools)
     except registry.RegistryError as e:  # the page still shows the stages; the DAG's form says what is wrong
