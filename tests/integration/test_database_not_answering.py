@@ -39,7 +39,7 @@ def test_the_pages_json_is_503_with_the_reason(locked):
 # The page's first load in a fresh api-server once imported report.nightly (and matplotlib) inside
 # its 3 s deadline: 12 s on a loaded machine, a 503, and no rows (2026-11-27's clean-clone run).
 PAGE_READS = """
-import sys, time
+import sys
 from sqlalchemy import text
 from streamops.store import db, observe
 from streamops.ui import app, views
