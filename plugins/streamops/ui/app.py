@@ -19,6 +19,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from jinja2 import Environment, PackageLoader
+from markupsafe import escape
 from starlette.concurrency import run_in_threadpool
 
 from streamops import registry
@@ -144,8 +145,6 @@ def _last_report() -> dict | None:
 def _page_down(detail: str) -> HTMLResponse:
     """The page's own 503: the reason, and a reload every 15 s like the page's, so that it comes
     back with the database by itself (a JSON 503 in Airflow's frame stayed until a manual reload)."""
-    from markupsafe import escape
-
     return HTMLResponse(f'<!doctype html><meta http-equiv="refresh" content="15"><title>streamops</title>'
                         f'<p id="database-down">{escape(detail)}</p>', status_code=503)
 
