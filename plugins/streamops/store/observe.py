@@ -1,14 +1,21 @@
-"""Reads for observability (the `/metrics` exporter, the Streams page, `streamops status`): an
-engine of their own, and a deadline on every read.
+"""Reads for observability (the `/metrics` exporter, the Streams page, `streamops status`): engines
+of their own, and a deadline on every read.
 
 They must answer while PostgreSQL is in trouble, which is when one looks at them. The process's
 engine (`db.engine()`) waits up to 10 s to connect and 300 s for a statement, and its pool is
 the supervisor's: a locked table hung `/metrics` and the page for over 20 s, and scrapes queued
 on the supervisor's connections. Here a connection is `streamops_observer`'s, which may read
-what these show and write nothing (store/roles.py); it is read-only, connects within
-`STREAMOPS_OBSERVE_TIMEOUT_S` (3 s) and cancels a statement after as long, from a pool of 2
-that a caller waits the same time for. A server that is stopped (SIGSTOP) or cut off never
-sends the cancellation, so `within` also gives up on the client side.
+what these show and write nothing (store/roles.py), and read-only. A server that is stopped
+(SIGSTOP) or cut off never sends a cancellation, so `within` also gives up on the client side.
+
+- `engine()`, for `/metrics` and `status`: connects within `STREAMOPS_OBSERVE_TIMEOUT_S` (3 s)
+  and cancels a statement or a lock wait after as long, from a pool of 2 that a caller waits the
+  same time for.
+- `page_engine()`, for the Streams page: a lock wait ends as soon (a locked table is a 503
+  within 3 s, SQLSTATE 55P03), but a statement, a connection and the pool get
+  `STREAMOPS_PAGE_TIMEOUT_S` (10 s), which is also the wall-clock deadline the page puts on each
+  read (ui/app.py): a loaded machine's slow read still answers, a stopped server is a 503 within
+  it. Its pool is the page's alone: the page, its JSON and each app's sparkline read at once.
 """
 
 from __future__ import annotations
@@ -29,9 +36,12 @@ URL_ENV = "STREAMOPS_OBSERVE_DATABASE_URL"
 TIMEOUT_ENV = "STREAMOPS_OBSERVE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 3.0
 POOL_SIZE = 2  # the exporter reads with one (single flight); a second for a `streamops metrics` beside it
-# The Streams page asks for its JSON and each app's sparkline at once: on a loaded machine two
-# connections made its requests queue past the deadline (503, no rows: the clean-clone run).
-MAX_OVERFLOW = 6
+PAGE_TIMEOUT_ENV = "STREAMOPS_PAGE_TIMEOUT_S"
+DEFAULT_PAGE_TIMEOUT_S = 10.0
+# The page, its JSON poll and two sparklines at once per viewer; a read the deadline gave up on
+# keeps its connection until the server answers (or `page_timeout_s` cancels it), and the pool's
+# size bounds how many do.
+PAGE_POOL_SIZE, PAGE_MAX_OVERFLOW = 4, 4
 
 T = TypeVar("T")
 
@@ -49,10 +59,17 @@ def timeout_s() -> float:
     return float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
 
 
-def connect_args() -> dict:
-    """db.connect_args() with this module's limits; libpq's connect_timeout is whole seconds, at least 2."""
-    t = timeout_s()
-    options = (f"-c statement_timeout={int(t * 1000)} -c lock_timeout={int(t * 1000)} "
+def page_timeout_s() -> float:
+    return float(os.environ.get(PAGE_TIMEOUT_ENV) or DEFAULT_PAGE_TIMEOUT_S)
+
+
+def connect_args(statement_s: float | None = None) -> dict:
+    """db.connect_args() with this module's limits: a lock waited for at most `timeout_s()`, a
+    statement and a connection at most `statement_s` (default: the same). libpq's connect_timeout
+    is whole seconds, at least 2."""
+    lock_ms = int(timeout_s() * 1000)
+    t = timeout_s() if statement_s is None else statement_s
+    options = (f"-c statement_timeout={int(t * 1000)} -c lock_timeout={lock_ms} "
                "-c default_transaction_read_only=on")
     return {**db.connect_args(), "connect_timeout": max(2, math.ceil(t)), "options": options}
 
@@ -74,14 +91,18 @@ def engine() -> Engine:
 
 
 def page_engine() -> Engine:
-    """The Streams page's: the observer's role, with the platform's timeouts (db.engine) rather
-    than this module's 3 s: on those a real Airflow's page showed no rows (commit 8413fb0)."""
-    return db.engine(database_url())
+    """The Streams page's: the observer's role, a lock waited for `timeout_s()`, a statement, a
+    connection and a free pooled one `page_timeout_s()` (ui/app.py puts that deadline on each read)."""
+    return _engine(database_url(), page=True)
 
 
 @functools.cache
-def _engine(url: str) -> Engine:
-    return create_engine(db.sqlalchemy_url(url), pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW,
+def _engine(url: str, page: bool = False) -> Engine:
+    if page:
+        return create_engine(db.sqlalchemy_url(url), pool_pre_ping=True, pool_size=PAGE_POOL_SIZE,
+                             max_overflow=PAGE_MAX_OVERFLOW, pool_timeout=page_timeout_s(),
+                             connect_args=connect_args(page_timeout_s()))
+    return create_engine(db.sqlalchemy_url(url), pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=0,
                          pool_timeout=timeout_s(), connect_args=connect_args())
 
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import httpx
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from jinja2 import Environment, PackageLoader
-from sqlalchemy.exc import OperationalError
+from markupsafe import escape
 from starlette.concurrency import run_in_threadpool
 
 from streamops import registry
@@ -27,6 +27,7 @@ from streamops.store import db, observe
 from streamops.ui import charts, views
 
 log = logging.getLogger("streamops.ui")
+T = TypeVar("T")
 
 DEPLOY, RECONFIGURE = "streamops_deploy", "streamops_reconfigure"
 TRIGGERABLE = (RECONFIGURE, DEPLOY)
@@ -104,24 +105,48 @@ async def _runs(request: Request) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _database_down(e: Exception) -> HTTPException:
-    log.warning("action=read-streams the database is not answering: %s", e)
-    return HTTPException(503, f"PostgreSQL is not answering ({type(e).__name__}); the page comes back with it")
+def _database_down(e: BaseException) -> HTTPException:
+    """503 naming what happened and the limit that ran out (store/observe.py's page limits)."""
+    what = observe.reason(e)
+    driver_error = getattr(e, "orig", None) or e
+    limit = {"55P03": f"a table it reads is locked: lock_timeout {observe.timeout_s():g} s",
+             "57014": f"statement_timeout {observe.page_timeout_s():g} s"}.get(getattr(driver_error, "pgcode", None))
+    log.warning("action=read-streams the database is not answering: %s%s", what, f" ({limit})" if limit else "")
+    return HTTPException(503, f"PostgreSQL is not answering ({type(driver_error).__name__}: {what}"
+                              f"{f'; {limit}' if limit else ''}); the page comes back with it")
+
+
+async def _read(read: Callable[[], T]) -> T:
+    """`read()` in a worker thread, with the page's deadline (STREAMOPS_PAGE_TIMEOUT_S): 503 with
+    the reason when the database does not answer (a locked table within the lock timeout, a
+    stalled server within the deadline), never a request that hangs. A read does only reads: the
+    first page load once imported report.nightly (and matplotlib) here, seconds on a loaded
+    machine, and answered 503 with no rows (2026-11-27's clean-clone run)."""
+    try:
+        return await run_in_threadpool(observe.within, read, observe.page_timeout_s())
+    except (db.DatabaseUnavailable, *observe.NOT_ANSWERING) as e:
+        raise _database_down(e) from e
 
 
 async def _streams(request: Request) -> list[views.AppView]:
-    try:
-        apps = await run_in_threadpool(views.streams)
-    except (db.DatabaseUnavailable, OperationalError) as e:
-        raise _database_down(e) from e
+    apps = await _read(views.streams)
     views.attach_runs(apps, await _runs(request))
     return apps
 
 
 def _last_report() -> dict | None:
-    from streamops.report.nightly import last_report
+    """The newest `reports` row (report.nightly.last_report's query), read here: that module
+    imports matplotlib (report/charts.py), which is no part of a read under the deadline."""
+    with db.connection(observe.page_engine()) as conn:
+        row = conn.execute(db.query("report_last")).first()
+    return dict(row._mapping) if row else None
 
-    return last_report(observe.page_engine())
+
+def _page_down(detail: str) -> HTMLResponse:
+    """The page's own 503: the reason, and a reload every 15 s like the page's, so that it comes
+    back with the database by itself (a JSON 503 in Airflow's frame stayed until a manual reload)."""
+    return HTMLResponse(f'<!doctype html><meta http-equiv="refresh" content="15"><title>streamops</title>'
+                        f'<p id="database-down">{escape(detail)}</p>', status_code=503)
 
 
 @app.get("/", response_class=HTMLResponse)
@@ -134,8 +159,13 @@ async def page(request: Request) -> Response:
         from airflow.api_fastapi.app import get_auth_manager
 
         return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)))
-    apps = await _streams(request)
-    report = await run_in_threadpool(_last_report)
+    try:
+        apps = await _streams(request)
+        report = await _read(_last_report)
+    except HTTPException as e:
+        if e.status_code != 503:
+            raise
+        return _page_down(e.detail)
     try:
         pools = sorted((await run_in_threadpool(registry.load)).pools)
     except registry.RegistryError as e:  # the page still shows the stages; the DAG's form says what is wrong
@@ -159,10 +189,7 @@ async def streams_json(request: Request) -> JSONResponse:
 @app.get("/charts/{app_name}.svg")
 async def sparkline(app_name: str, request: Request) -> Response:
     await _reader(request)
-    try:
-        bounds, series = await run_in_threadpool(lambda: (views.r_max_ms(), views.response_series()))
-    except (db.DatabaseUnavailable, OperationalError) as e:
-        raise _database_down(e) from e
+    bounds, series = await _read(lambda: (views.r_max_ms(), views.response_series()))
     if app_name not in bounds:
         raise HTTPException(404, f"no app {app_name!r}")
     svg = charts.sparkline_svg(series.get(app_name, []), bounds[app_name], now=datetime.now(timezone.utc))
@@ -172,7 +199,7 @@ async def sparkline(app_name: str, request: Request) -> Response:
 @app.get("/reports/latest")
 async def latest_report(request: Request) -> Response:
     await _reader(request)
-    r = await run_in_threadpool(_last_report)
+    r = await _read(_last_report)
     if r is None:
         raise HTTPException(404, "no report yet: `streamops report`, or the streamops_nightly_report DAG, writes one")
     return RedirectResponse(f"{PREFIX}/reports/{r['id']}/{Path(r['path']).name}")
@@ -182,7 +209,7 @@ async def latest_report(request: Request) -> Response:
 async def report_file(report_id: int, name: str, request: Request) -> Response:
     """A file of a written report (its index.html, or a CSV beside it), never outside its folder."""
     await _reader(request)
-    row = await run_in_threadpool(views.report_row, report_id)
+    row = await _read(lambda: views.report_row(report_id))
     if row is None:
         raise HTTPException(404, f"no report {report_id}")
     folder = Path(row.path).parent
