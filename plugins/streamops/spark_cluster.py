@@ -150,6 +150,12 @@ def conf_keys(f: Path) -> set[str]:
     return keys
 
 
+def missing_rpc_crypto() -> list[str]:
+    """The `RPC_CRYPTO` keys the cluster's conf lacks (none when there is no conf yet)."""
+    f = _secret_file()
+    return [k for k in RPC_CRYPTO if k not in conf_keys(f)] if f.exists() else []
+
+
 def ensure_rpc_crypto() -> list[str]:
     """Add to an existing conf the `RPC_CRYPTO` keys it lacks (its secret, and any key it
     already sets, are kept: an operator's own choice stays). Returns the keys added. The file is
@@ -158,7 +164,7 @@ def ensure_rpc_crypto() -> list[str]:
     if not f.exists():
         auth_conf()
         return []
-    missing = {k: v for k, v in RPC_CRYPTO.items() if k not in conf_keys(f)}
+    missing = {k: RPC_CRYPTO[k] for k in missing_rpc_crypto()}
     if missing:
         text = f.read_text()
         tmp = f.with_name(f.name + ".tmp")
@@ -250,6 +256,9 @@ def worker_argv(master: str, host: str, cores: int, memory: str, webui_port: int
     if not _secret_file().exists():  # a new secret here would never match the master's
         raise SparkClusterError(f"no cluster secret at {_secret_file()}: copy the master's "
                                 "(mode 0600) before a worker joins it")
+    if missing := missing_rpc_crypto():  # a copy from before RPC encryption: a master with it refuses it
+        log.warning("the cluster's conf at %s lacks %s: if the master's has them, copy it again",
+                    _secret_file(), ", ".join(missing))
     work = work_dir or home() / "work" / f"worker-{host}"
     work.mkdir(parents=True, exist_ok=True)
     argv = [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", master,
@@ -270,14 +279,16 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
     it first; a cluster running with such a conf is restarted on its ports to read it."""
     host = host or default_host()
     c = load_record()
-    added = ensure_rpc_crypto()
+    added = missing_rpc_crypto()
     if added and c is not None and processes.is_alive(c.master_pid):
         # A cluster started before RPC encryption: its master and workers read their conf at
         # start, so they are stopped here and `heal` below restarts them on their ports with it.
         # The drivers already running on it talk without encryption and are refused from now on
-        # (the watchdog restarts them, with it).
-        log.warning("action=rpc_crypto added %s to %s; restarting the cluster on its ports", added, _secret_file())
+        # (the watchdog restarts them, with it). Stopped before the conf changes: an `up`
+        # interrupted in between finds the keys missing or the master dead, and restarts it.
+        log.warning("action=rpc_crypto adding %s to %s; restarting the cluster on its ports", added, _secret_file())
         _stop_processes(c)
+    ensure_rpc_crypto()
     if c is not None and (is_running(c) or not processes.is_alive(c.master_pid)):
         # A live cluster is reused; a dead master comes back on its recorded port, so the
         # drivers and workers that outlived it re-register instead of being orphaned.
