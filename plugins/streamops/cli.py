@@ -819,7 +819,8 @@ def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], mi
 
 @app.command()
 def bench(what: str = typer.Argument("all", help="policies | suite | scale | reconfig | reporting | sink | ha | "
-                                                  "ha-sim | jvm-archive | spark-ui | upgrade | kafka | soak | all "
+                                                  "ha-sim | jvm-archive | spark-ui | rpc-crypto | upgrade | kafka | "
+                                                  "soak | all "
                                                   "(soak is not in all: it takes an hour)"),
           quick: bool = typer.Option(False, help="fewer seeds, a smaller scale run, 10k state keys only"),
           cluster: bool = typer.Option(False, help="reconfig and ha on the embedded Spark cluster: live and "
@@ -831,8 +832,10 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
     in PostgreSQL, reconfiguration downtime per mechanism and state size, the sink's staged
     write against a direct upsert, failover and replicas under injected faults (the last
     two long: real drivers), cold Spark JVMs with and without the class archive, and a stage's
-    batch time, memory and CPU with its Spark UI on and off (spark-ui), the Kafka demo app's
-    drain rate and latency at 1, 2 and 4 cores against the same job on files (kafka). `soak`
+    batch time, memory and CPU with its Spark UI on and off (spark-ui), the cost of Spark RPC
+    encryption on the embedded cluster (rpc-crypto: shuffle and result throughput, a stage's
+    batch time), the Kafka demo app's drain rate and latency at 1, 2 and 4 cores against the
+    same job on files (kafka). `soak`
     runs two stages on the embedded cluster for an hour of random real faults (--quick: 5
     minutes). Results go to bench/results/*.json; a table is printed."""
     from streamops.paths import REPO_ROOT
@@ -847,6 +850,7 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
                "suite": ["bench/suite.py"] + (["--quick"] if quick else []),
                "jvm-archive": ["bench/jvm_archive.py"] + (["--runs", "2"] if quick else []),
                "spark-ui": ["bench/spark_ui.py"] + (["--runs", "1", "--batches", "10"] if quick else []),
+               "rpc-crypto": ["bench/rpc_crypto.py"] + (["--rounds", "2", "--runs", "1"] if quick else []),
                "upgrade": ["bench/upgrade.py"] + (["--runs", "2"] if quick else []),
                "kafka": ["bench/kafka.py"] + (["--quick"] if quick else []),
                "soak": ["bench/soak.py"] + (["--minutes", "5", "--fault-every", "40"] if quick else [])}

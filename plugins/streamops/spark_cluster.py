@@ -16,6 +16,15 @@ the secret on none. (`spark.authenticate.secret.file` is read on Kubernetes only
 process that reaches the master's port cannot register. Not SPARK_CONF_DIR: Spark puts that
 directory on every JVM's classpath, and a non-empty directory there keeps the JVMs from mapping
 the class archive (streamops.jvm_archive).
+
+Every RPC is also encrypted (`RPC_CRYPTO`, issue 44): AES-GCM with the key exchange's version 2,
+and no fallback to SASL, so a process without encryption is refused instead of served in the
+clear. Tasks carry what their closures hold, a sink's database URL among them (a password when
+the URL has one, else the path of its passfile). The same file carries it to every process: the
+master and workers read it, and a driver hands `spark.network.*` to its executors on their
+command lines. `up` adds it to a conf from before it and restarts a running cluster on its ports.
+Local disk (`spark.io.encryption.enabled`: shuffle files, spills) stays plain: it is on the
+workers' own disks, beside this file and the database's passfile.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -106,14 +116,62 @@ def _secret_file() -> Path:
     return conf_dir() / "spark-defaults.conf"
 
 
+# RPC encryption (issue 44). Spark 4 defaults to AES-CTR, which does not authenticate what it
+# encrypts, and to key exchange version 1, which skips a KDF round: GCM and version 2 are what
+# docs/security.md recommends; both ends must agree on them. Without `saslFallback false` a
+# process without encryption would still be served over unencrypted SASL.
+RPC_CRYPTO = {"spark.network.crypto.enabled": "true",
+              "spark.network.crypto.authEngineVersion": "2",
+              "spark.network.crypto.cipher": "AES/GCM/NoPadding",
+              "spark.network.crypto.saslFallback": "false"}
+
+
 def auth_conf() -> Path:
-    """The properties file with the cluster's shared secret, generated once (kept across
-    restarts: drivers and workers that outlive a master must still authenticate to its successor)."""
+    """The properties file with the cluster's shared secret and `RPC_CRYPTO`, generated once
+    (kept across restarts: drivers and workers that outlive a master must still authenticate to
+    its successor). A file from before `RPC_CRYPTO` is left as it is here: `up` adds it, when it
+    can restart the cluster with it."""
     f = _secret_file()
     if not f.exists():
         f.parent.mkdir(mode=0o700, exist_ok=True)
-        write_private(f, f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(32)}\n")
+        lines = ["spark.authenticate true", f"spark.authenticate.secret {secrets.token_hex(32)}",
+                 *(f"{k} {v}" for k, v in RPC_CRYPTO.items())]
+        write_private(f, "\n".join(lines) + "\n")
     return f
+
+
+def conf_keys(f: Path) -> set[str]:
+    """The keys set in properties file `f` (`key value`, `key=value` or `key: value`)."""
+    keys = set()
+    for line in f.read_text().splitlines():
+        m = re.match(r"\s*([^\s=:#!][^\s=:]*)", line)
+        if m:
+            keys.add(m[1])
+    return keys
+
+
+def missing_rpc_crypto() -> list[str]:
+    """The `RPC_CRYPTO` keys the cluster's conf lacks (none when there is no conf yet)."""
+    f = _secret_file()
+    return [k for k in RPC_CRYPTO if k not in conf_keys(f)] if f.exists() else []
+
+
+def ensure_rpc_crypto() -> list[str]:
+    """Add to an existing conf the `RPC_CRYPTO` keys it lacks (its secret, and any key it
+    already sets, are kept: an operator's own choice stays). Returns the keys added. The file is
+    replaced whole, so a driver starting meanwhile reads the old one or the new one."""
+    f = _secret_file()
+    if not f.exists():
+        auth_conf()
+        return []
+    missing = {k: RPC_CRYPTO[k] for k in missing_rpc_crypto()}
+    if missing:
+        text = f.read_text()
+        tmp = f.with_name(f.name + ".tmp")
+        write_private(tmp, text + ("" if text.endswith("\n") or not text else "\n")
+                      + "".join(f"{k} {v}\n" for k, v in missing.items()))
+        os.replace(tmp, f)
+    return list(missing)
 
 
 def client_env() -> dict[str, str]:
@@ -198,6 +256,9 @@ def worker_argv(master: str, host: str, cores: int, memory: str, webui_port: int
     if not _secret_file().exists():  # a new secret here would never match the master's
         raise SparkClusterError(f"no cluster secret at {_secret_file()}: copy the master's "
                                 "(mode 0600) before a worker joins it")
+    if missing := missing_rpc_crypto():  # a copy from before RPC encryption: a master with it refuses it
+        log.warning("the cluster's conf at %s lacks %s: if the master's has them, copy it again",
+                    _secret_file(), ", ".join(missing))
     work = work_dir or home() / "work" / f"worker-{host}"
     work.mkdir(parents=True, exist_ok=True)
     argv = [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", master,
@@ -214,17 +275,29 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
     `cores_per_worker` cores and `memory_per_worker` to executors, all bound to `host` (default
     `$STREAMOPS_SPARK_HOST`, else loopback). Returns it and whether it was already running.
     Waits until the master is ALIVE and every worker has registered (`workers` may be 0: the
-    workers are on other machines, `streamops spark worker`)."""
+    workers are on other machines, `streamops spark worker`). A conf without `RPC_CRYPTO` gets
+    it first; a cluster running with such a conf is restarted on its ports to read it."""
     host = host or default_host()
     c = load_record()
+    added = missing_rpc_crypto()
+    if added and c is not None and processes.is_alive(c.master_pid):
+        # A cluster started before RPC encryption: its master and workers read their conf at
+        # start, so they are stopped here and `heal` below restarts them on their ports with it.
+        # The drivers already running on it talk without encryption and are refused from now on
+        # (the watchdog restarts them, with it). Stopped before the conf changes: an `up`
+        # interrupted in between finds the keys missing or the master dead, and restarts it.
+        log.warning("action=rpc_crypto adding %s to %s; restarting the cluster on its ports", added, _secret_file())
+        _stop_processes(c)
+    ensure_rpc_crypto()
     if c is not None and (is_running(c) or not processes.is_alive(c.master_pid)):
         # A live cluster is reused; a dead master comes back on its recorded port, so the
         # drivers and workers that outlived it re-register instead of being orphaned.
         h = heal(c, timeout_s=timeout_s)
+        why = f"its conf lacked RPC encryption ({', '.join(added)})" if added else "was dead"
         if h.master_restarted:
-            progress(f"the Spark master was dead: restarted on {c.url}")
+            progress(f"the Spark master {why}: restarted on {c.url}")
         for i in h.workers:
-            progress(f"worker-{i} was dead: restarted")
+            progress(f"worker-{i} {why}: restarted")
         healed = load_record() or c
         if is_running(healed):
             return healed, True
@@ -338,13 +411,16 @@ def down(grace_s: float = 15.0) -> bool:
     c = load_record()
     if c is None:
         return False
-    pids = [w.pid for w in c.workers] + [c.master_pid]
-    was = any(processes.is_alive(p) for p in pids)
+    was = any(processes.is_alive(p) for p in [w.pid for w in c.workers] + [c.master_pid])
+    _stop_processes(c, grace_s)
+    _record_path().unlink(missing_ok=True)
+    return was
+
+
+def _stop_processes(c: Cluster, grace_s: float = 15.0) -> None:
     # Workers first: a worker that loses its master keeps retrying; the executors are its children.
     processes.stop_all([w.pid for w in c.workers], grace_s=grace_s, group=True)
     processes.stop(c.master_pid, grace_s=grace_s, group=True)
-    _record_path().unlink(missing_ok=True)
-    return was
 
 
 @overload

@@ -413,7 +413,11 @@ def test_spark_auth_writes_a_private_conf_and_runs_the_command_without_the_secre
     res, conf = _spark_auth(tmp_path, secret)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ran without it"
-    assert conf.read_text().splitlines() == ["spark.authenticate true", f"spark.authenticate.secret {secret}"]
+    # RPC encryption as the embedded cluster has it (issue 44)
+    from streamops.spark_cluster import RPC_CRYPTO
+
+    assert conf.read_text().splitlines() == ["spark.authenticate true", f"spark.authenticate.secret {secret}",
+                                             *(f"{k} {v}" for k, v in RPC_CRYPTO.items())]
     assert stat.S_IMODE(conf.stat().st_mode) == 0o600
     assert stat.S_IMODE(conf.parent.stat().st_mode) == 0o700
 
