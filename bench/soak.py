@@ -180,9 +180,9 @@ def healthy_drivers_killed(kills, faults: list[dict]) -> list[dict]:
     """The kills of drivers as hung that no fault aimed at that stage's driver explains."""
     def explained(k) -> bool:
         return any(f["kind"] in AIMED_AT_DRIVER and f["stage"] == k.stage_id
-                   and f["began"] <= k.detected_at <= f["ended"] + timedelta(seconds=AIMED_GRACE_S)
+                   and f["began"] <= k.killed_at <= f["ended"] + timedelta(seconds=AIMED_GRACE_S)
                    for f in faults)
-    return [{"stage": k.stage_id, "kind": k.kind, "detected_at": k.detected_at, "detail": k.detail}
+    return [{"stage": k.stage_id, "kind": k.kind, "killed_at": k.killed_at, "detail": k.detail}
             for k in kills if not explained(k)]
 
 
@@ -266,7 +266,8 @@ def main(argv: list[str] | None = None) -> dict:
         fails = q("failures_since", a=t0)
         out["failures"] = {
             "by_kind": dict(Counter(f.kind for f in fails)),
-            "open": sum(1 for f in fails if f.status == "recovering"),
+            "open": [{"id": f.id, "stage": f.stage_id, "kind": f.kind, "detected_at": f.detected_at,
+                      "detail": f.detail} for f in q("failures_open", a=t0)],
             "gave_up": sum(1 for f in fails if f.status == "gave_up"),
             "mttr_median_s": statistics.median(f.mttr_ms / 1000 for f in fails if f.mttr_ms) if fails else None,
             "gap_median_s": statistics.median(f.downtime_ms / 1000 for f in fails if f.downtime_ms) if fails else None,
@@ -302,12 +303,15 @@ def main(argv: list[str] | None = None) -> dict:
                       f"{r['availability'] * 100:.2f} %")
     console.print(table)
     f = out["failures"]
-    console.print(f"failures: {f['by_kind']}; open at the end {f['open']}, given up {f['gave_up']}; "
+    console.print(f"failures: {f['by_kind']}; open at the end {len(f['open'])}, given up {f['gave_up']}; "
                   f"MTTR median {f['mttr_median_s'] or 0:.1f}s, output gap median {f['gap_median_s'] or 0:.1f}s; "
                   f"stages given up: {out['stages_given_up'] or 'none'}")
     console.print(f"healthy drivers killed as hung: {len(out['healthy_killed'])}"
-                  + "".join(f"\n  {k['detected_at']:%H:%M:%S} {k['stage']} {k['kind']}: {k['detail']}"
+                  + "".join(f"\n  {k['killed_at']:%H:%M:%S} {k['stage']} {k['kind']}: {k['detail']}"
                             for k in out["healthy_killed"]))
+    for o in f["open"]:
+        console.print(f"open at the end: failure {o['id']} {o['stage']} {o['kind']} since {o['detected_at']:%H:%M:%S}: "
+                      f"{o['detail']}")
     return out
 
 

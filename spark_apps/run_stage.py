@@ -33,6 +33,7 @@ from streamops.agent.faults import BatchPause, FaultInjector
 from streamops.agent.input_watch import Landing
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import PoisonBook
+from streamops.agent.sinks import retry_idempotent
 from streamops import checkpoint_repair
 from streamops.checkpoint_layout import QUERIES
 from streamops.registry import Pool, input_dir
@@ -56,6 +57,17 @@ def quiesce(spark, timeout_s: float = 10.0) -> None:
     wait_until(lambda: not sc.statusTracker().getActiveJobsIds(), timeout_s, interval_s=0.1)
 
 
+# A database away at start-up (restarting, stalled) delays the start instead of failing it: the
+# starter waits on the run's row, and a start that fails costs one of the stage's restarts (the
+# soak's PostgreSQL SIGSTOP met a recovery's driver at `mark_running`).
+START_DB_BUDGET_S = 120.0
+
+
+def mark_running(deployment_id: int, driver_id: str, pid: int, host: str, ui_url: str | None) -> None:
+    retry_idempotent(lambda: ledger.mark_running(deployment_id, driver_id, pid, host, ui_url),
+                     "marking the run running", START_DB_BUDGET_S)
+
+
 def resolve_operator_manager(name: str | None) -> OperatorManager | None:
     """`module:function`, as the run's row names it; None: this run makes no requests."""
     return pkgutil.resolve_name(name) if name else None
@@ -70,7 +82,8 @@ class StageDriver:
     def __init__(self, deployment_id: int, *, operator_manager: OperatorManager | None = None,
                  stop_deadline_s: float = 30.0, spark=None):
         self.deployment_id, self.stop_deadline_s = deployment_id, stop_deadline_s
-        self.dep = ledger.deployment(deployment_id)
+        self.dep = retry_idempotent(lambda: ledger.deployment(deployment_id), "reading the run's row",
+                                    START_DB_BUDGET_S)
         self.run_spec = RunSpec.of(self.dep.config)
         self.stage = self.run_spec.spec
         self.sid = self.dep.stage_id
@@ -235,7 +248,7 @@ class StageDriver:
         sc = self.spark.sparkContext
         # The Spark UI's URL as Spark bound it: the launcher's port, or a later one if that was
         # taken meanwhile; None with the UI off (an adopted spare's UI is the spare's).
-        ledger.mark_running(self.deployment_id, sc.applicationId, os.getpid(), socket.gethostname(), sc.uiWebUrl)
+        mark_running(self.deployment_id, sc.applicationId, os.getpid(), socket.gethostname(), sc.uiWebUrl)
         log.info("action=running driver=%s ui=%s", sc.applicationId, sc.uiWebUrl or "off")
         self.injector.start()
 

@@ -49,3 +49,5 @@ def test_a_kafka_stages_lag_is_input_waiting_and_named_in_records():
     assert gaps.gap_of(_run(beat_info={"backlog_files": 0, "backlog_rows": 500}), NOW) == 30.0
     assert gaps.waiting({"backlog_files": 0, "backlog_rows": 500}) == "500 record(s) of the topic"
     assert gaps.waiting({"backlog_files": 3}) == "3 input file(s)"
+    # the soak found "0 record(s) of the topic unread" on a file stage whose batch was in flight
+    assert gaps.waiting({"backlog_files": 0, "backlog_rows": 0}) == "no file or record"

@@ -71,9 +71,12 @@ def cause_of(last_error: str | None, database_gap: str | None, silent: bool) -> 
 
 
 def waiting(info: dict) -> str:
-    """What input waits by a beat: files, or a Kafka stage's lag in records."""
-    files = info.get("backlog_files")
-    return f"{files} input file(s)" if files else f"{info.get('backlog_rows') or 0} record(s) of the topic"
+    """What input waits by a beat: files, or a Kafka stage's lag in records (neither: only the
+    batch in flight, which the caller names; a file stage is not a topic)."""
+    files, rows = info.get("backlog_files"), info.get("backlog_rows")
+    if files:
+        return f"{files} input file(s)"
+    return f"{rows} record(s) of the topic" if rows else "no file or record"
 
 
 def gap_of(d, now: datetime, floor_s: float = FLOOR_S) -> float | None:
