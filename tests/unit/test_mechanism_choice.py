@@ -1,13 +1,13 @@
 """The mechanisms choose themselves (issue 47 item 1): `plan.mechanisms.choose` picks what the
-executor's cost rule picked before it, over a grid of situations."""
+executor's cost rule picked before it, over a grid of situations. The oracle is that rule as it
+was: `choose_mechanism` fed with the refusals the executor's mechanisms gave (copied below as they
+were in execute/mechanisms/ before the rules moved to plan/mechanisms.py)."""
 
 from __future__ import annotations
 
 import itertools
-from types import SimpleNamespace
 
-from streamops.execute import mechanisms as executors
-from streamops.execute import reconfigure
+from streamops.plan.mechanism import choose_mechanism, in_driver_refusal, live_refusal
 from streamops.plan.mechanisms import Situation, choose
 
 GRID = dict(
@@ -35,18 +35,57 @@ def situations():
                                                                   else None})
 
 
+def _live_refused(s: Situation) -> str | None:  # LiveScale.refusal, as it was
+    if not s.running:
+        return "not a live change: the stage is not running"
+    why = live_refusal(s.action, s.pool_kind, s.pool, s.target_pool, s.target_cores, s.executor_cores,
+                       s.state_partitions, s.target_partitions)
+    return f"not a live change: {why}" if why else None
+
+
+def _in_driver_refused(s: Situation) -> str | None:  # InDriver.refusal, as it was
+    if not s.running:
+        return "not an in-driver change: the stage is not running"
+    assert s.current_cores is not None
+    why = in_driver_refusal(s.action, s.pool_kind, s.pool, s.target_pool, s.current_cores, s.target_cores,
+                            s.executor_cores)
+    return f"not an in-driver change: {why}" if why else None
+
+
+def _active_backup_refused(s: Situation) -> str | None:  # ActiveBackup.refusal, as it was
+    if s.source_kind == "kafka":
+        return "a Kafka stage has no file source log to judge a secondary's catch-up by"
+    if s.running and s.target_pool_free < s.target_cores:
+        return (f"pool {s.target_pool or s.pool!r} has {s.target_pool_free} free of {s.target_pool_total} cores; "
+                f"the new run needs {s.target_cores} beside the running one")
+    return None
+
+
+def old_choice(s: Situation) -> str:
+    """`reconfigure._choose` as it was."""
+    return choose_mechanism(s.action, s.target_cores, s.target_pool_free, s.staged_ready, running=s.running,
+                            live_refused=_live_refused(s), in_driver_refused=_in_driver_refused(s),
+                            active_backup_refused=_active_backup_refused(s))[0]
+
+
 def test_the_choice_is_the_executors_cost_rule_over_a_grid_of_situations():
-    seen, differ = {}, []
+    seen: dict[str, int] = {}
+    differ = []
     for s in situations():
-        old = reconfigure._choose(executors.Situation(  # the rule as the executor applied it before
-            action=s.action, live=SimpleNamespace(cores=s.current_cores) if s.running else None, pool=s.pool,
-            pool_kind=s.pool_kind, executor_cores=s.executor_cores, target_pool=s.target_pool,
-            target_cores=s.target_cores, target_partitions=s.target_partitions, state_partitions=s.state_partitions,
-            target_pool_free=s.target_pool_free, target_pool_total=s.target_pool_total, staged_ready=s.staged_ready,
-            source_kind=s.source_kind))[0]
-        new = choose(s).mechanism
+        old, new = old_choice(s), choose(s).mechanism
         seen[old] = seen.get(old, 0) + 1
         if new != old:
             differ.append((s, old, new))
     assert not differ, f"{len(differ)} situations differ, e.g. {differ[:3]}"
     assert set(seen) == {"live", "in_driver", "pause_resume", "prestaged", "active_backup"}, seen
+
+
+def test_a_mechanism_that_can_carry_out_a_change_refuses_it_as_it_did():
+    """The refusals asked when a person names a mechanism moved from execute/ to the rules unchanged."""
+    from streamops.plan.mechanisms import RULES
+
+    for s in situations():
+        assert RULES["live"].refusal(s) == _live_refused(s)
+        assert RULES["in_driver"].refusal(s) == _in_driver_refused(s)
+        assert RULES["active_backup"].refusal(s) == _active_backup_refused(s)
+        assert RULES["pause_resume"].refusal(s) is None and RULES["prestaged"].refusal(s) is None
