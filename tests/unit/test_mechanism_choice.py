@@ -1,13 +1,13 @@
 """The mechanisms choose themselves (issue 47 item 1): `plan.mechanisms.choose` picks what the
 executor's cost rule picked before it, over a grid of situations. The oracle is that rule as it
-was: `choose_mechanism` fed with the refusals the executor's mechanisms gave (copied below as they
-were in execute/mechanisms/ before the rules moved to plan/mechanisms.py)."""
+was: `choose_mechanism` (plan/mechanism.py until issue 47) fed with the refusals the executor's
+mechanisms gave (execute/mechanisms/ until issue 47), both copied below unchanged."""
 
 from __future__ import annotations
 
 import itertools
 
-from streamops.plan.mechanism import choose_mechanism, in_driver_refusal, live_refusal
+from streamops.plan.mechanism import in_driver_refusal, live_refusal
 from streamops.plan.mechanisms import Situation, choose
 
 GRID = dict(
@@ -33,6 +33,36 @@ def situations():
             continue  # a stage that is not running has no current cores: one case is enough
         yield Situation(pool="a", target_pool_total=8, **{**k, "current_cores": k["current_cores"] if k["running"]
                                                                   else None})
+
+
+# plan/mechanism.py's cost rule, as it was
+def choose_mechanism(action: str, target_cores: int, target_pool_free: int, staged_ready: bool,
+                     running: bool = True, live_refused: str | None = "not considered",
+                     in_driver_refused: str | None = "not considered",
+                     active_backup_refused: str | None = None) -> tuple[str, str]:
+    """The cost rule for a plan that names no mechanism (a policy grant): the smallest outage
+    the resources allow. `live_refused` and `in_driver_refused` are `live_refusal`'s and
+    `in_driver_refusal`'s answers (None: that mechanism applies); `active_backup_refused`, why no
+    secondary can run beside the primary whatever the room (a Kafka source). Returns (mechanism, why)."""
+    if running and live_refused is None:
+        return "live", "executors are added or removed while the query runs: no outage, no new driver"
+    in_driver = running and in_driver_refused is None
+    if action == "scale_in":
+        if in_driver:
+            return "in_driver", "the driver repartitions its own state between two batches: no new JVM"
+        return "pause_resume", "a scale-in runs in the maintenance window, where a short outage is accepted"
+    if not running:
+        return "pause_resume", "the stage is not running: there is no old run to overlap or to stage from"
+    if target_pool_free >= target_cores and active_backup_refused is None:
+        return "active_backup", (f"the target pool has {target_pool_free} free cores for the new run beside the "
+                                 f"old one: no outage")
+    if in_driver:
+        return "in_driver", (f"no room for an overlap ({target_pool_free} free cores < {target_cores}); the driver "
+                             f"repartitions its own state between two batches: no new JVM")
+    if staged_ready:
+        return "prestaged", "a copy was staged at the alarming level: no copy or repartition in the outage"
+    no_overlap = active_backup_refused or f"no room for an overlap ({target_pool_free} free cores < {target_cores})"
+    return "pause_resume", f"{no_overlap} and nothing staged"
 
 
 def _live_refused(s: Situation) -> str | None:  # LiveScale.refusal, as it was
