@@ -19,7 +19,6 @@ mechanism"). The cost model (plan/cost.py) learns the real outages per stage aft
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -206,12 +205,11 @@ class Choice:
                           *(f"not {name}: {why}" for name, why in self.refused)])
 
 
-def choose(s: Situation, rules: Mapping[str, Rule] | None = None) -> Choice:
+def choose(s: Situation) -> Choice:
     """The cost rule for a change that names no mechanism: the registered mechanism with the
     smallest estimated outage; on equal estimates one that starts no new driver, then the
     first registered."""
-    rules = RULES if rules is None else rules
-    judged = [(i, rule, rule.estimated_outage(s)) for i, rule in enumerate(rules.values())]
+    judged = [(i, rule, rule.estimated_outage(s)) for i, rule in enumerate(RULES.values())]
     offers = [(e.seconds, rule.new_driver, i, rule.name, e) for i, rule, e in judged if isinstance(e, Estimate)]
     if not offers:
         raise NoMechanism("every mechanism declined: " + "; ".join(
