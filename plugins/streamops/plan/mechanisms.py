@@ -215,4 +215,4 @@ def choose(s: Situation) -> Choice:
         raise NoMechanism("every mechanism declined: " + "; ".join(
             f"{rule.name}: {e.why}" for _, rule, e in judged if isinstance(e, Refusal)))
     *_, name, best = min(offers, key=lambda o: o[:3])
-    return Choice(name, best, tuple((rule.name, e.why) for _, rule, e in judged if isinstance(e, Refusal)))
+    return Choice(str(name), best, tuple((str(rule.name), e.why) for _, rule, e in judged if isinstance(e, Refusal)))
