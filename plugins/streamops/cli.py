@@ -23,6 +23,7 @@ from typer.core import TyperGroup
 from streamops.cli_job import job_app, print_report, run_check
 from streamops.cli_kafka import kafka_app
 from streamops import registry
+from streamops.plan.mechanisms import RULES as MECHANISM_RULES
 from streamops.plan.options import OperatorOptions
 from streamops.paths import state_dir
 
@@ -581,8 +582,8 @@ def reconfigure(
     partitions: Optional[int] = typer.Option(None, help="target state partitions (offline repartition)"),
     pool: Optional[str] = typer.Option(None, help="target pool (migration)"),
     mechanism: str = typer.Option("auto", help="auto (the cost rule, as for a policy's grant: the smallest outage the "
-                                               "resources allow) | live | in_driver | pause_resume | prestaged | "
-                                               "active_backup (docs/reconfiguration.md)"),
+                                               f"resources allow) | {' | '.join(MECHANISM_RULES)} "
+                                               "(docs/reconfiguration.md)"),
     pending: bool = typer.Option(False, "--pending", help="realize every pending reconfiguration (granted by replan)"),
     resume: bool = typer.Option(False, "--resume", help="also finish or roll back what a dead executor left running"),
     wait: bool = typer.Option(True, "--wait/--no-wait",

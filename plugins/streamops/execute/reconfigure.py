@@ -33,7 +33,7 @@ from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mecha
     wait_first_batch
 from streamops.plan.change import InvalidChange, is_noop, stage_of, validate_change
 from streamops.plan.kinds import Action, MechanismName, Phase, RunStatus
-from streamops.plan.mechanism import choose_mechanism
+from streamops.plan.mechanisms import RULES, choose
 from streamops.store import db, ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
@@ -44,7 +44,7 @@ Progress = Callable[[str], None]
 GATE_BATCHES = 5
 GATE_METRICS_WAIT_S = 30.0  # the agent's metrics writer retries for longer, but 30 s means it is stuck
 GATE_OUTPUT_WAIT_S = 180.0  # an upgrade's wait for the new version's first sink rows (a window's close)
-AUTO = MechanismName.AUTO  # no mechanism named: `choose_mechanism`'s cost rule, at execution
+AUTO = MechanismName.AUTO  # no mechanism named: the cost rule (`plan.mechanisms.choose`), at execution
 
 
 class ReconfigurationBusy(RuntimeError):
@@ -210,11 +210,10 @@ def _cancel_busy(rid: int, wait_s: float, progress: Progress) -> Reconfiguration
 
 
 def _choose(s: Situation) -> tuple[str, str]:
-    """The cost rule (`plan.mechanism.choose_mechanism`) over what each mechanism refuses now."""
-    return choose_mechanism(s.action, s.target_cores, s.target_pool_free, s.staged_ready, running=s.live is not None,
-                            live_refused=MECHANISMS[MechanismName.LIVE].refusal(s),
-                            in_driver_refused=MECHANISMS[MechanismName.IN_DRIVER].refusal(s),
-                            active_backup_refused=MECHANISMS[MechanismName.ACTIVE_BACKUP].refusal(s))
+    """The cost rule (`plan.mechanisms.choose`): the registered mechanism with the smallest
+    estimated outage now, and why (the estimate, and why each other one declined)."""
+    choice = choose(s)
+    return choice.mechanism, choice.why
 
 
 def _is_noop(row: Row, reg: registry.Registry) -> bool:
@@ -226,7 +225,7 @@ def _is_noop(row: Row, reg: registry.Registry) -> bool:
 def _run(ex: Execution, mech: Mechanism, gate: Gate, started: datetime, started_mono: float) -> Outcome:
     rid = ex.row.id
     try:
-        why_not = mech.refusal(ex.situation) if ex.situation is not None else None
+        why_not = RULES[mech.name].refusal(ex.situation) if ex.situation is not None else None
         if why_not:
             raise stages.AdmissionRefused(why_not)
         mech.run(ex)

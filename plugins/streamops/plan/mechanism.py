@@ -1,5 +1,7 @@
-"""Pure rules of the reconfiguration mechanisms (POLICIES.md §5): which mechanism a plan that
-names none gets, and when a staged checkpoint copy no longer serves the live run."""
+"""Pure rules of the reconfiguration mechanisms (POLICIES.md §5): when a change can be made live
+or in the running driver, which state may be repartitioned, the key groups a stateful stage
+starts with, and when a staged checkpoint copy no longer serves the live run. Which mechanism a
+change gets is plan/mechanisms.py's `choose`."""
 
 from __future__ import annotations
 
@@ -71,35 +73,6 @@ def key_groups(state_partitions: int, max_cores: int, stateful: bool, factor: in
     max cores, like Flink's maximum parallelism, so that live scaling up to max cores never needs
     an offline repartition."""
     return max(state_partitions, factor * max_cores) if stateful else state_partitions
-
-
-def choose_mechanism(action: str, target_cores: int, target_pool_free: int, staged_ready: bool,
-                     running: bool = True, live_refused: str | None = "not considered",
-                     in_driver_refused: str | None = "not considered",
-                     active_backup_refused: str | None = None) -> tuple[str, str]:
-    """The cost rule for a plan that names no mechanism (a policy grant): the smallest outage
-    the resources allow. `live_refused` and `in_driver_refused` are `live_refusal`'s and
-    `in_driver_refusal`'s answers (None: that mechanism applies); `active_backup_refused`, why no
-    secondary can run beside the primary whatever the room (a Kafka source). Returns (mechanism, why)."""
-    if running and live_refused is None:
-        return "live", "executors are added or removed while the query runs: no outage, no new driver"
-    in_driver = running and in_driver_refused is None
-    if action == "scale_in":
-        if in_driver:
-            return "in_driver", "the driver repartitions its own state between two batches: no new JVM"
-        return "pause_resume", "a scale-in runs in the maintenance window, where a short outage is accepted"
-    if not running:
-        return "pause_resume", "the stage is not running: there is no old run to overlap or to stage from"
-    if target_pool_free >= target_cores and active_backup_refused is None:
-        return "active_backup", (f"the target pool has {target_pool_free} free cores for the new run beside the "
-                                 f"old one: no outage")
-    if in_driver:
-        return "in_driver", (f"no room for an overlap ({target_pool_free} free cores < {target_cores}); the driver "
-                             f"repartitions its own state between two batches: no new JVM")
-    if staged_ready:
-        return "prestaged", "a copy was staged at the alarming level: no copy or repartition in the outage"
-    no_overlap = active_backup_refused or f"no room for an overlap ({target_pool_free} free cores < {target_cores})"
-    return "pause_resume", f"{no_overlap} and nothing staged"
 
 
 def staged_copy_stale(source: str, as_of_batch: int, live_checkpoint: str, live_batch: int | None,

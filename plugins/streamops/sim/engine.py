@@ -39,12 +39,13 @@ from streamops.analyze.season import SkillTracker, season_of
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.cost import CostModel, Observation
-from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, REPLICA_ACTIONS, SCALE_OUT, AppState, Request
+from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, REPLICA_ACTIONS, AppState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.plan.stability import LastChange, StageFacts, draining
 from streamops.sim import ha as ha_mod
-from streamops.sim.model import SimConfig, batch_capacity, lognormal
+from streamops.sim import mechanism as sim_mechanism
+from streamops.sim.model import SimConfig, batch_capacity
 from streamops.sim.stagerun import Reconfig, StageRun, apply_scripted
 from streamops.sim.traces import SimTrace
 
@@ -366,26 +367,13 @@ class Simulation:
             for st in self.stages}
 
     def _execute(self, st: StageRun, r: Request, t: int, urgent: bool) -> None:
-        cfg, rng = self.cfg, self.mech_rng
         if st.pending is not None:
             return  # cannot happen: a down stage proposes nothing and its requests were withdrawn
         target = st.n if r.action == MIGRATE else int(r.target_cores or st.n)
         target = max(st.spec.min_cores, min(st.spec.max_cores, target))
-        state_mb = st.spec.state_bytes / 1e6
         ready = st.prestage_ready_at is not None and st.prestage_ready_at <= t
-        overlap = 0.0
-        if r.action == SCALE_OUT and cfg.mechanism == "active_backup":
-            mech = "active_backup"
-            overlap = lognormal(rng, cfg.overlap_median_s, cfg.downtime_sigma)
-            downtime = lognormal(rng, cfg.active_backup_median_s, cfg.downtime_sigma)
-        elif r.action == SCALE_OUT and ready:
-            mech = "prestaged"
-            downtime = lognormal(rng, cfg.prestaged_median_s, cfg.downtime_sigma)
-        else:
-            mech = "pause_resume"
-            downtime = lognormal(rng, cfg.pause_resume_median_s, cfg.downtime_sigma) + state_mb * cfg.state_s_per_mb
-            if r.action == MIGRATE:
-                downtime += lognormal(rng, cfg.migrate_extra_median_s, cfg.downtime_sigma)
+        # production's cost rule over the stage's situation; the simulator's outage for what it picked
+        mech, overlap, downtime = sim_mechanism.carry_out(self.cfg, st, r, target, ready, self.mech_rng)
         rc = Reconfig(t=float(t), stage=st.spec.name, action=r.action, from_cores=st.n, to_cores=target,
                       mechanism=mech, downtime_s=downtime, down_start=t + overlap, down_end=t + overlap + downtime,
                       reason=r.reason, pool=r.target_pool if r.action == MIGRATE else None, urgent=urgent,

@@ -135,7 +135,9 @@ class SimConfig:
     # pools besides "local": name → (cores, delay_ms to local); none = no migration
     pools: dict[str, Sequence[float]] = field(default_factory=dict)
     # --- reconfiguration mechanisms (downtimes in seconds, lognormal: median, sigma) ---
-    mechanism: str = "pause_resume"  # pause_resume | active_backup (scale-outs; prestaged is automatic)
+    # active_backup: the pools have room for the new run beside the old one, and production's rule
+    # (sim/mechanism.py) picks active_backup for scale-outs and migrations; pause_resume: no room
+    mechanism: str = "pause_resume"
     pause_resume_median_s: float = 10.0
     prestaged_median_s: float = 5.0
     active_backup_median_s: float = 0.5

@@ -13,7 +13,7 @@ from sqlalchemy import Row
 
 from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import checkpoint, stages
-from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, restore_previous, \
+from streamops.execute.mechanisms.execution import Execution, Recovery, restore_previous, \
     running_primary, source_of, stop_primary, target_partitions
 from streamops.execute.staging import prestage, release
 from streamops.plan.kinds import MechanismName, RunStatus
@@ -29,16 +29,6 @@ ACTIVE_BACKUP_MAX_WAIT_FACTOR = 5
 
 class ActiveBackup:
     name = MechanismName.ACTIVE_BACKUP
-
-    def refusal(self, s: Situation) -> str | None:
-        """No copy is taken for a secondary that cannot start (start_stage checks again, under the pool lock)."""
-        if s.source_kind == "kafka":
-            # Catch-up is judged by the two runs' file source logs; a topic's offsets are not compared yet.
-            return "a Kafka stage has no file source log to judge a secondary's catch-up by"
-        if s.live is not None and s.target_pool_free < s.target_cores:
-            return (f"pool {s.target_pool or s.pool!r} has {s.target_pool_free} free of {s.target_pool_total} cores; "
-                    f"the new run needs {s.target_cores} beside the running one")
-        return None
 
     def run(self, ex: Execution) -> None:
         r = ex.row

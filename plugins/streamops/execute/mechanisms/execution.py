@@ -19,7 +19,8 @@ from streamops import registry
 from streamops.run_spec import CommandArgs, CommandOutcome
 from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import checkpoint, stages
-from streamops.plan.kinds import MechanismName, Phase, RunStatus
+from streamops.plan import mechanisms as rules
+from streamops.plan.kinds import Phase, RunStatus
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
@@ -39,23 +40,11 @@ class Deadlines:
 
 
 @dataclass(frozen=True)
-class Situation:
-    """What the cost rule and each mechanism's `refusal` judge, read once under the stage lock:
-    the change asked for and the stage's live run and pool as they are now."""
+class Situation(rules.Situation):
+    """The plain situation the cost rule and each rule's `refusal` judge (plan.mechanisms), read
+    once under the stage lock, with the live run's row the mechanism then acts on."""
 
-    action: str
-    live: Row | None  # the running primary, None when the stage is not running
-    pool: str  # the live run's pool (the row's `from_pool` when not running)
-    pool_kind: str
-    executor_cores: int
-    target_pool: str | None
-    target_cores: int  # the row's target, else the cores it has
-    target_partitions: int | None
-    state_partitions: int | None  # of the live run's checkpoint
-    target_pool_free: int  # free cores of the target pool, of its size in the registry
-    target_pool_total: int
-    staged_ready: bool
-    source_kind: str = "files"  # of the stage's registry spec: files | kafka
+    live: Row | None = None  # the running primary, None when the stage is not running
 
     @classmethod
     def read(cls, row: Row, reg: registry.Registry) -> Situation:
@@ -66,8 +55,9 @@ class Situation:
         size = reg.pools[target_pool].cores if target_pool in reg.pools else None
         free, total = ledger.pool_room(target_pool, size)
         return cls(
-            action=row.action, live=live, pool=pool_name, pool_kind=pool.kind if pool else "local",
-            executor_cores=pool.executor_cores if pool else 1, target_pool=row.target_pool,
+            action=row.action, running=live is not None, live=live, pool=pool_name,
+            pool_kind=pool.kind if pool else "local", executor_cores=pool.executor_cores if pool else 1,
+            current_cores=live.cores if live is not None else None, target_pool=row.target_pool,
             target_cores=row.target_cores or row.from_cores or (live.cores if live is not None else 1),
             target_partitions=row.target_partitions,
             state_partitions=checkpoint.state_partitions(Path(live.checkpoint)) if live is not None else None,
@@ -127,13 +117,14 @@ class Execution:
 
 
 class Mechanism(Protocol):
-    """One way of carrying out a granted change. `execute.reconfigure` drives every mechanism the
-    same way: `refusal` (None: it applies) → `run` → first batch, catch-up, quality gate → done,
-    or `rollback`; `recover` finishes a row whose executor died while it was running."""
+    """How one granted change is carried out. Its pure rule (`plan.mechanisms.RULES`, same name)
+    says whether it applies and what outage it costs. `execute.reconfigure` drives every
+    mechanism the same way: the rule's `refusal` (None: it applies) → `run` → first batch,
+    catch-up, quality gate → done, or `rollback`; `recover` finishes a row whose executor died
+    while it was running."""
 
-    name: MechanismName
-
-    def refusal(self, s: Situation) -> str | None: ...
+    @property
+    def name(self) -> str: ...
 
     def run(self, ex: Execution) -> None: ...
 

@@ -12,24 +12,16 @@ from pathlib import Path
 from sqlalchemy import Row
 
 from streamops.execute import checkpoint
-from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, check_room_to_grow, \
+from streamops.execute.mechanisms.execution import Execution, Recovery, check_room_to_grow, \
     driver_command, recover_by_restore, restore_previous, running_primary, same_run_holds_target, target_partitions
 from streamops.plan.kinds import MechanismName, Phase
 from streamops.run_spec import RepartitionArgs
-from streamops.plan.mechanism import in_driver_refusal
 from streamops.store import db, ledger
 from streamops.store import reconfigurations as rstore
 
 
 class InDriver:
     name = MechanismName.IN_DRIVER
-
-    def refusal(self, s: Situation) -> str | None:
-        if s.live is None:
-            return "not an in-driver change: the stage is not running"
-        why = in_driver_refusal(s.action, s.pool_kind, s.pool, s.target_pool, s.live.cores, s.target_cores,
-                                s.executor_cores)
-        return f"not an in-driver change: {why}" if why else None
 
     def run(self, ex: Execution) -> None:
         r = ex.row

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from sqlalchemy import Row
 
-from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, check_room_to_grow, \
+from streamops.execute.mechanisms.execution import Execution, Recovery, check_room_to_grow, \
     driver_command, recover_by_restore, restore_previous, running_primary, same_run_holds_target
 from streamops.execute import stages
 from streamops.plan.kinds import MechanismName, Phase
 from streamops.run_spec import ScaleArgs
-from streamops.plan.mechanism import live_refusal
 from streamops.store import db, ledger
 from streamops.store import reconfigurations as rstore
 
@@ -20,13 +19,6 @@ from streamops.store import reconfigurations as rstore
 class LiveScale:
     name = MechanismName.LIVE
     COMMAND_WAIT_S = 90.0
-
-    def refusal(self, s: Situation) -> str | None:
-        if s.live is None:
-            return "not a live change: the stage is not running"
-        why = live_refusal(s.action, s.pool_kind, s.pool, s.target_pool, s.target_cores, s.executor_cores,
-                           s.state_partitions, s.target_partitions)
-        return f"not a live change: {why}" if why else None
 
     def run(self, ex: Execution) -> None:
         r = ex.row

@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import Row
 
 from streamops.execute import checkpoint, stages
-from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, recover_by_restore, \
+from streamops.execute.mechanisms.execution import Execution, Recovery, recover_by_restore, \
     restore_previous, target_partitions
 from streamops.plan.kinds import MechanismName, Phase
 from streamops.store import ledger
@@ -17,9 +17,6 @@ from streamops.store import reconfigurations as rstore
 
 class PauseResume:
     name = MechanismName.PAUSE_RESUME
-
-    def refusal(self, s: Situation) -> str | None:
-        return None  # it needs no running stage and no room beside it
 
     def run(self, ex: Execution) -> None:
         r = ex.row

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import Row
 
 from streamops.execute import stages
-from streamops.execute.mechanisms.execution import Execution, Recovery, Situation, recover_by_restore, \
+from streamops.execute.mechanisms.execution import Execution, Recovery, recover_by_restore, \
     restore_previous, running_primary, stop_primary, target_partitions
 from streamops.execute.staging import prestage, release
 from streamops.plan.kinds import MechanismName
@@ -16,9 +16,6 @@ from streamops.store import reconfigurations as rstore
 
 class Prestaged:
     name = MechanismName.PRESTAGED
-
-    def refusal(self, s: Situation) -> str | None:
-        return None  # a stage that is not running fails in `run` and is restored, as before
 
     def run(self, ex: Execution) -> None:
         r = ex.row
