@@ -126,6 +126,7 @@ def test_a_start_leaves_the_pool_s_other_stages_room_for_their_floor(clean_db):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 72 s on 2 busy cores (a driver's start, first batch, stop); the DB tests above take its path
 def test_a_start_with_a_waiting_backlog_begins_above_cores_initial(clean_db):
     """A real start (local pool, a real driver): its run is admitted at 2 cores, not cores.initial's 1,
     says why in its record, and its first batch runs on 2 cores."""
