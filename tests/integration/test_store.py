@@ -362,26 +362,6 @@ def test_a_stale_run_s_commit_is_refused_and_a_replay_of_the_current_run_s_is_no
 
 
 @pytest.mark.db
-def test_a_run_whose_row_retention_pruned_is_fenced(clean_db):
-    """Issue 44: retention deletes old runs' rows (migration 040), and `run_is_current` found no
-    row, so no newer run: it called the pruned run current, and a driver waking after that long
-    could commit beside its successor."""
-    from datetime import datetime, timezone
-
-    from streamops.store import db as store
-
-    test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)
-    with clean_db.begin() as conn:
-        pruned = conn.execute(text(
-            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status) "
-            "VALUES ('r.s', 'p', 1, 2, '{}', 'local', '/c', 'stopped') RETURNING id")).scalar_one()
-        conn.execute(text("DELETE FROM deployments WHERE id = :i"), {"i": pruned})  # as retention does
-    assert store.value("run_is_current", deployment_id=pruned) is False
-    assert store.write("sink_commit", stage_id="r.s", deployment_id=pruned, batch_id=1, rows=1,
-                       committed_at=datetime.now(timezone.utc)) is None, "the pruned run's commit went in"
-
-
-@pytest.mark.db
 def test_a_batch_reaches_the_sink_whole_with_its_commit_or_not_at_all(clean_db):
     """The sink's apply (staged rows → sink_outputs, plus the commit row, in one transaction):
     applied whole by the current run; by a fenced run, nothing; with staged rows missing (an
