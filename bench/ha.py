@@ -149,11 +149,11 @@ def mttr_part(kills: int, warm_spares: bool = True, cluster: bool = False, fault
     try:
         for i in range(kills):
             run = wait(lambda: ledger.latest_run(SID, live=True), 120, "live run")
-            wait(lambda: q("commits_of_run", d=run.id)[0][0] >= 3, 120, "three commits")
+            wait(lambda run=run: q("commits_of_run", d=run.id)[0][0] >= 3, 120, "three commits")
             warm = bool(wait(lambda: sup.spare_ready(SID), 120, "a warm spare")) if warm_spares else False
             os.killpg(run.pid, signal.SIGSTOP if fault == "sigstop" else signal.SIGKILL)
             kinds = ["dead_pid"] if fault == "kill" else None  # not an output gap the load caused first
-            f = wait(lambda: q("failures_of_run", d=run.id, kinds=kinds), 180, "recovery")[0]
+            f = wait(lambda run=run, kinds=kinds: q("failures_of_run", d=run.id, kinds=kinds), 180, "recovery")[0]
             rows.append({"warm": warm, "kind": f.kind, "mttr_s": f.mttr_ms / 1000, "gap_s": f.downtime_ms / 1000,
                          "detect_s": (f.detected_at - f.failed_at).total_seconds(),
                          "load_avg_1min": round(os.getloadavg()[0], 2)})

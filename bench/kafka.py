@@ -296,7 +296,7 @@ def table(runs: list[dict], rate: int | None) -> str:
                      _cell(f.get("latency_p50_ms")), f"{d.get('rows_per_s', {}).get('n', 0)}/{f.get('batches', 0)}",
                      "yes" if r.get("kept_up") else "no", "yes" if r.get("sink_equals_oracle") else "NO"))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 def main(argv: list[str] | None = None) -> dict:

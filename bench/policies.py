@@ -41,7 +41,7 @@ def aggregate(runs: list[dict]) -> dict[tuple[str, str], dict]:
         groups.setdefault((r["trace"], r["policy"]), []).append(r)
     agg = {}
     for key, rs in groups.items():
-        mean = lambda k: statistics.fmean(r[k] for r in rs)  # noqa: E731
+        mean = lambda k, rs=rs: statistics.fmean(r[k] for r in rs)  # noqa: E731
         agg[key] = {
             "seeds": len(rs),
             "availability": mean("availability"),

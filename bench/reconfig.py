@@ -31,6 +31,8 @@ demo's data is never touched; both are removed at the end.
 
 from __future__ import annotations
 
+import itertools
+
 import argparse
 import json
 import math
@@ -369,7 +371,7 @@ def wait_steady(sid: str, after: float, window: int = 8, timeout_s: float = 120)
     while True:
         times = [float(r.at_s) for r in _all("stage_commit_times", s=sid, b=datetime.now(timezone.utc))
                  if float(r.at_s) > after][-window - 1:]
-        gaps = [b - a for a, b in zip(times, times[1:])]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         if len(gaps) == window:
             interval = round(statistics.median(gaps), 3)
             if max(gaps) <= 1.5 * interval:

@@ -50,7 +50,8 @@ def backend_cpu_s(pid: int) -> float | None:
     on a shared machine wall time depends on the neighbours, CPU time much less. Only the
     session's own process: the parallel workers' share of a query is not in it."""
     try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -118,7 +118,7 @@ def run_size(conn, size: int, batches: int, apply_sql: str) -> dict:
                       f"direct {t_d * 1000:,.0f} ms, staged {t_st * 1000:,.0f} + apply {t_ap * 1000:,.0f} ms")
     if not same_output(conn, sid_d, sid_s):
         raise RuntimeError(f"{size} rows: the direct and the staged stage ids differ")
-    total = [a + b for a, b in zip(st_s[1:], ap_s[1:])]
+    total = [a + b for a, b in zip(st_s[1:], ap_s[1:], strict=True)]
     med = {"direct_s": statistics.median(d_s[1:]), "stage_s": statistics.median(st_s[1:]),
            "apply_s": statistics.median(ap_s[1:]), "staged_s": statistics.median(total)}
     return {"rows": size, "median": {k: round(v, 4) for k, v in med.items()},

@@ -29,6 +29,7 @@ import statistics
 import sys
 import threading
 import time
+import contextlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,10 +71,8 @@ def _tree(pid: int) -> list[int]:
         p = todo.pop()
         out.append(p)
         for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
+            with contextlib.suppress(OSError):
                 todo += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                pass
     return out
 
 

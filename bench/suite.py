@@ -381,7 +381,7 @@ def _run(jobs: list[tuple], n_jobs: int) -> list[dict]:
     else:
         done = [_one(j) for j in ordered]
     out: list[dict] = [{}] * len(jobs)
-    for i, r in zip(order, done):
+    for i, r in zip(order, done, strict=True):
         out[i] = r
     return out
 

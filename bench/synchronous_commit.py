@@ -30,6 +30,7 @@ import psycopg2
 from bench.scratch import drop_database, scratch_database
 from streamops.store import db
 from streamops.waiting import wait_until
+import contextlib
 
 
 def _sql(name: str) -> str:
@@ -87,10 +88,8 @@ def crash_loss(url: str, sync: str, kill_after_s: float) -> tuple[int, int]:
     except psycopg2.Error:
         pass
     for c in (conn, victim):
-        try:
+        with contextlib.suppress(psycopg2.Error):
             c.close()
-        except psycopg2.Error:
-            pass
     if not wait_until(lambda: _accepting(url), 60, interval_s=0.2):
         raise RuntimeError("the server did not come back within 60 s of the crash")
     check = db.writer_connection(url)

@@ -299,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                                                          "deployment id")
     p.add_argument("--cores", type=int, default=1, help="with --standby: local[cores]")
     p.add_argument("--ready-file", help="with --standby: touched once the session is up")
-    p.add_argument("--executor-cores", type=int, help="with --standby on a cluster pool ($%s): the pool's executor "
-                                                      "size" % RUN_MASTER_ENV)
+    p.add_argument("--executor-cores", type=int,
+                   help=f"with --standby on a cluster pool (${RUN_MASTER_ENV}): the pool's executor size")
     p.add_argument("--executor-memory", default="1g", help="with --standby on a cluster pool: executor memory")
     p.add_argument("--stop-deadline-s", type=float, default=30.0,
                    help="how long a stop waits for the running batch before interrupting it")

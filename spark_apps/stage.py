@@ -380,7 +380,7 @@ def start_query(
     output = build_output(stage, valid)
 
     # Faults wrap the sink itself: on the upsert sink they see its key/value rows.
-    faulty = SINK_FAULTS[fault] if fault in SINK_FAULTS else (lambda s: s)
+    faulty = SINK_FAULTS.get(fault, lambda s: s)
     if discard:  # a warm-up: the same plan, nothing written
         sink = _discard
     elif stage.sink.kind == "parquet":

@@ -26,6 +26,7 @@ from streamops import registry
 from streamops.plan.mechanisms import RULES as MECHANISM_RULES
 from streamops.plan.options import OperatorOptions
 from streamops.paths import state_dir
+import contextlib
 
 class _Commands(TyperGroup):
     """Every command: a database that does not answer (refused, timed out, stalled) is one line
@@ -501,10 +502,8 @@ def metrics(serve: bool = typer.Option(False, "--serve", help="serve /metrics on
     stop_event = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
     _say(f"serving {exporter.url}; Ctrl-C to stop")
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         stop_event.wait()
-    except KeyboardInterrupt:
-        pass
     exporter.close()
 
 
@@ -1150,10 +1149,8 @@ def down(db_too: bool = typer.Option(False, "--db", help="also stop the embedded
         reg = _load_registry()
         live = [r.stage_id for r in db.rows("stage_status") if r.status in ("starting", "running", "stopping")]
         for sid in live:
-            try:
+            with contextlib.suppress(stages.StageNotRunning):
                 replicas.stop_with_replicas(sid, reg, progress=_say)
-            except stages.StageNotRunning:
-                pass
     except db.DatabaseUnavailable:
         pass
     from streamops import spark_cluster

@@ -299,7 +299,7 @@ def _csv_object(schema: RecordSchema, text: str) -> dict[str, Any] | Verdict:
     if len(cells) > len(names):
         return _refuse("malformed CSV", f"{len(cells)} columns, the schema has {len(names)}")
     types = schema.types
-    return {n: _csv_cell(types[n], c) for n, c in zip(names, cells) if c != "" or types[n] == "string"}
+    return {n: _csv_cell(types[n], c) for n, c in zip(names, cells, strict=False) if c != "" or types[n] == "string"}
 
 
 def _check_line(schema: RecordSchema, raw: bytes, max_bytes: int) -> Verdict:

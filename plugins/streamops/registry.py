@@ -6,6 +6,7 @@ Every error names the app, the stage and the field, and says what was expected, 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -402,10 +403,9 @@ def parse(data: Any, source: str = "apps.yaml", base: Path | None = None) -> Reg
         problems = validation_problems(e, source).splitlines()
         rest = without_what_failed(resolved, e)
         if rest is not None:
-            try:
+            # an app without its broken stages may be invalid itself: the first errors stand
+            with contextlib.suppress(ValidationError):
                 problems += _cross_problems(Registry.model_validate(rest), source)
-            except ValidationError:
-                pass  # an app without its broken stages may be invalid itself: the first errors stand
         raise RegistryError("\n".join(problems)) from None
     problems = _cross_problems(reg, source)
     if problems:

@@ -125,13 +125,13 @@ def test_any_line_is_counted_or_quarantined_with_its_reason(spark, clean_db, tmp
         _run_once(spark, stage, sid, tmp_path)
 
         verdicts = [check_line(SCHEMAS[family], b) for b in batch]
-        valid = [json.loads(b) for b, v in zip(batch, verdicts) if v.valid]
+        valid = [json.loads(b) for b, v in zip(batch, verdicts, strict=True) if v.valid]
         assert oracles.actual(clean_db, sid, workload) == oracles.expected(workload, valid)
         with clean_db.connect() as conn:
             rows = conn.execute(text("SELECT raw, raw_bytes, reason_kind, reason FROM quarantine WHERE stage_id = :s"),
                                 {"s": sid}).all()
         got = Counter((bytes(r.raw_bytes) if r.raw_bytes is not None else r.raw.encode(), r.reason) for r in rows)
-        want = Counter((b, v.reason) for b, v in zip(batch, verdicts) if not v.valid)
+        want = Counter((b, v.reason) for b, v in zip(batch, verdicts, strict=True) if not v.valid)
         assert got == want, "every line that is not a record is quarantined once, with the contract's reason"
         shutil.rmtree(inputs)
 

@@ -37,6 +37,7 @@ from streamops.paths import REPO_ROOT
 from tests import oracles
 from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
+import contextlib
 
 # Not yet in `make test`: long (real drivers under continuous load) and not yet green on a quiet
 # machine (issue 4 is open). Run with `make test-reconfig`.
@@ -236,10 +237,8 @@ def _settle_and_compare(engine, feeder: Feeder, sid: str, workload: str, params:
 
 
 def _stop_quietly(ref: str, reg) -> None:
-    try:
+    with contextlib.suppress(stages.StageNotRunning):
         stages.stop_stage(ref, reg, deadline_s=30, kill_after_s=10, requested_by="test teardown")
-    except stages.StageNotRunning:
-        pass
 
 
 # --------------------------------------------------------------------------------------------

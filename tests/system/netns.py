@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 from dataclasses import dataclass
+import contextlib
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -82,9 +83,7 @@ def destroy(bridge: str, names: list[str]) -> None:
     for name in names:
         out = _ip("netns", "pids", name, check=False).stdout.split()
         for pid in out:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         _ip("netns", "del", name, check=False)
     _ip("link", "del", bridge, check=False)

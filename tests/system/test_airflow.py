@@ -28,6 +28,7 @@ from tests import oracles
 from tests.demo_jobs import demo_job
 from tests.conftest import ARTIFACTS, _server_url, drop_database, recreate_database
 from tests.integration.test_e2e_stage import eventually
+import contextlib
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
@@ -94,10 +95,8 @@ def reg(airflow_site) -> registry.Registry:
 
 
 def _stop_quietly(reg) -> None:
-    try:
+    with contextlib.suppress(stages.StageNotRunning):
         stages.stop_stage(SID, reg, deadline_s=30, kill_after_s=10, requested_by="test teardown")
-    except stages.StageNotRunning:
-        pass
 
 
 def _live(engine):
@@ -590,7 +589,5 @@ def test_streams_page_in_the_airflow_ui(airflow_site, reg, clean_db):
         stop.set()
         airflow_home.down(airflow_site)
         for sid in PAGE_SIDS:
-            try:
+            with contextlib.suppress(stages.StageNotRunning):
                 stages.stop_stage(sid, reg, deadline_s=30, kill_after_s=10, requested_by="test teardown")
-            except stages.StageNotRunning:
-                pass

@@ -25,6 +25,7 @@ from streamops.store import db, embedded, migrate
 from tests import oracles
 from tests.integration.test_e2e_stage import eventually
 from tests.demo_jobs import demo_job
+import contextlib
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos]
 
@@ -310,10 +311,8 @@ def test_a_cluster_pool_driver_sigstopped_under_a_supervisor_is_found_stopped_an
         # The kill reached the stopped group: the driver and its JVM are gone, SIGCONT wakes nothing.
         assert not stages.is_alive(ledger.deployment(first.deployment_id))
         eventually(lambda: not any(processes.is_alive(p) for p in jvm), 30, "the stopped driver's JVM to be gone")
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(first.pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
         woke = _count("SELECT extract(epoch FROM now())::bigint")
         time.sleep(3)
         assert _group_alive(first.pid) == [], "a process of the stopped group woke"

@@ -27,6 +27,7 @@ from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder
 from tests.system.test_chaos import private_database  # noqa: F401 (a fixture)
+import contextlib
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos, pytest.mark.slow]
 
@@ -93,18 +94,17 @@ def test_ten_backend_crashes_under_a_running_stage_lose_nothing_acknowledged(pri
                                    s=SID)[0].n >= 3), 180, "three commits")
             for i in range(KILLS):
                 run = eventually(_live_run, 120, "a live run")
-                backends = eventually(lambda: _driver_backends(run.pid), 30, "the driver's sessions")
+                backends = eventually(lambda run=run: _driver_backends(run.pid), 30, "the driver's sessions")
                 before = _last_commit()
                 t0 = time.monotonic()
                 for pid in backends:  # root: the postgres user's processes are ours to signal
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
                 time.sleep(0.5)  # the postmaster notices and starts its reset
                 eventually(lambda: _try_q("SELECT 1"), 60, "the server back")
                 db_back = time.monotonic() - t0
-                eventually(lambda: (c := _last_commit()) is not None and c > before, 180, "a commit after the crash")
+                eventually(lambda before=before: (c := _last_commit()) is not None and c > before, 180,
+                           "a commit after the crash")
                 commit_back = time.monotonic() - t0
                 after = _live_run()
                 figures.append((i + 1, len(backends), db_back, commit_back, after is not None and after.id != run.id))

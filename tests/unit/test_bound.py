@@ -154,7 +154,7 @@ def test_the_search_is_complete_no_segment_hides_a_supported_point():
     model, rates = _wide_trace()
     front, pb = frontier(rates, model), prepare(rates, model, None)
     assert len(front.points) > 60
-    for a, b in zip(front.points, front.points[1:]):
+    for a, b in itertools.pairwise(front.points):
         wc, wv = a.seconds_above - b.seconds_above, (b.core_hours - a.core_hours) * 3600
         c, v, _, _ = solve(pb, model, wc, wv)
         line = wc * a.core_hours * 3600 + wv * a.seconds_above

@@ -6,6 +6,7 @@ same against a locked table on real PostgreSQL: tests/integration/test_database_
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 import time
 
@@ -68,7 +69,7 @@ def test_the_watch_frame_survives_a_database_that_does_not_answer(monkeypatch):
     from rich.table import Table
 
     def render(frame) -> str:
-        c = Console(width=200, record=True, file=open("/dev/null", "w"))
+        c = Console(width=200, record=True, file=io.StringIO())
         c.print(frame)
         return c.export_text()
 

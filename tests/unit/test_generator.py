@@ -208,7 +208,7 @@ def test_garbage_fraction_matches_manifest(tmp_path):
         assert len(lines) == e["rows"] == e["valid"] + e["garbage"]
         bad = [ln for ln in lines if _is_malformed("web", ln)]
         assert len(bad) == e["garbage"] == len(e["garbage_ids"]) == len(e["garbage_reasons"])
-        assert all(gid in ln for gid, ln in zip(e["garbage_ids"], bad))
+        assert all(gid in ln for gid, ln in zip(e["garbage_ids"], bad, strict=True))
 
 
 def test_garbage_does_not_change_valid_records(tmp_path):

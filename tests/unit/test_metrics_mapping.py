@@ -110,7 +110,7 @@ def test_file_source_backlog_reads_names_as_spark_writes_them(tmp_path):
     log.mkdir(parents=True)
     odd = inputs / "a b%41.json"
     odd.write_text("{}\n")
-    (log / "0").write_text('v1\n{"path":"file://%s/a%%20b%%2541.json","timestamp":0,"batchId":0}\n' % inputs)
+    (log / "0").write_text(f'v1\n{{"path":"file://{inputs}/a%20b%2541.json","timestamp":0,"batchId":0}}\n')
     warm = FileSourceBacklog(inputs, tmp_path / "ckpt")
     assert warm.measure().files == 0
     files = [inputs / f"part-{i}.json" for i in range(10)]

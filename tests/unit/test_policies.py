@@ -347,7 +347,7 @@ def test_fuzzy_vectorized_matches_scalar():
     cpu, mem, data = rng.random(50), rng.random(50), rng.random(50) * 2.5
     vec = bottleneck_scores(cpu, mem, data)
     assert vec.shape == (50,)
-    assert vec == pytest.approx([bottleneck_score(c, m, d) for c, m, d in zip(cpu, mem, data)])
+    assert vec == pytest.approx([bottleneck_score(c, m, d) for c, m, d in zip(cpu, mem, data, strict=True)])
 
 
 @pytest.mark.parametrize("cpu, mem, data, low, high", [

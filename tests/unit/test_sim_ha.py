@@ -91,7 +91,7 @@ def test_blocks_merge_and_measure():
     b.add(30, 35)
     b.add(18, 25)  # overlaps the first
     b.add(25, 26)  # touches it
-    assert list(zip(b.starts, b.ends)) == [(10, 26), (30, 35)]
+    assert list(zip(b.starts, b.ends, strict=True)) == [(10, 26), (30, 35)]
     assert b.overlap(9, 11) == 1 and b.overlap(20, 32) == 8 and b.overlap(40, 41) == 0
     assert b.end_at(12) == 26 and b.end_at(28) == 28 and b.remaining(33) == 2
 

@@ -5,6 +5,8 @@ Pure: no database, no Spark. Building a trace takes milliseconds; one short simu
 
 from __future__ import annotations
 
+import itertools
+
 import csv
 import importlib.util
 import math
@@ -121,9 +123,9 @@ def test_step_drift_holds_levels_15_to_40_minutes():
         tr = suite_trace("step_drift", seed)
         levels = tr.meta["levels"]
         starts = [lv["start"] for lv in levels] + [len(tr.rate_fn)]
-        assert all(900 <= b - a <= 2400 for a, b in zip(starts[:-2], starts[1:-1]))
+        assert all(900 <= b - a <= 2400 for a, b in zip(starts[:-2], starts[1:-1], strict=True))
         assert all(40 / 2 <= lv["level"] <= 320 for lv in levels)
-        ups = [b["level"] > a["level"] for a, b in zip(levels, levels[1:])]
+        ups = [b["level"] > a["level"] for a, b in itertools.pairwise(levels)]
         assert any(ups) and not all(ups)
         assert len(change_points(tr, len(tr.rate_fn))) >= len(levels) - 2
 
@@ -221,7 +223,7 @@ def test_the_suite_reports_flip_flops_and_changes_per_stage_per_day():
                                                  if k not in bench.CHURN}]  # an old run: no churn figures
     agg = bench.aggregate(runs)
     assert agg[("f1", "edf_b075")]["flip_flops"] == 1.5 and agg[("f1", "x")]["changes_per_stage_day"] == 1.0
-    rows = {r[0]: dict(zip(bench.COLS, r)) for r in bench.family_rows(agg, "f1", ["edf_b075", "x"])}
+    rows = {r[0]: dict(zip(bench.COLS, r, strict=True)) for r in bench.family_rows(agg, "f1", ["edf_b075", "x"])}
     assert rows["edf_b075"]["flip-flops"] == "1.5" and rows["x"]["changes/stage/day"] == "1.00"
     s = run_simulation("threshold3", "suite:issue15_day:1", seed=1, plot=False)
     assert s["flip_flops"] >= 0 and s["changes_per_stage_day"] == pytest.approx(

@@ -6,6 +6,7 @@ absent database delays reports instead of stalling Spark's listener bus or killi
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -157,10 +158,9 @@ class StageAgent:
         for t in self._threads:
             t.join(self.heartbeat_s + 2)
         if self.ctx.deployment_id is not None:
-            try:
+            # the run's end is recorded by ledger.finish, or by the watchdog
+            with contextlib.suppress(DBAPIError):
                 self._beat()
-            except DBAPIError:  # the run's end is recorded by ledger.finish, or by the watchdog
-                pass
         self.writer.close()
 
     def request_stop(self, reason: str, command_id: int | None = None) -> None:
@@ -184,7 +184,8 @@ class StageAgent:
         self._stopping_queries.set()
         try:
             stopped = [self._stop_query_at_boundary(which, q, query_checkpoint(which, self.checkpoint), deadline)
-                       for which, q in reversed(list(zip(QUERIES, self.queries)))]  # started in QUERIES order
+                       # started in QUERIES order; a run that failed to start one has fewer
+                       for which, q in reversed(list(zip(QUERIES, self.queries, strict=False)))]
         finally:
             self._stopping_queries.clear()
         log.info("stage %s: stopped %s after batch %s", self.ctx.stage_id,

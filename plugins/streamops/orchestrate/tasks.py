@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 
 from streamops import registry
 from streamops.plan.kinds import Action, MechanismName
+import contextlib
 
 log = logging.getLogger("streamops.airflow")
 
@@ -84,10 +85,8 @@ def deploy(app: str, restart: bool = False, wait_s: float = 240,
     for sid in synced:
         _, _, st = reg.stage(sid)
         if restart:
-            try:
+            with contextlib.suppress(stages.StageNotRunning):
                 replicas.stop_with_replicas(sid, reg, requested_by="airflow:streamops_deploy", progress=_say)
-            except stages.StageNotRunning:
-                pass
         res = stages.start_stage(sid, reg, pool=st.pool, wait_s=wait_s, progress=_say)
         if res.already_running and (done := upgrade_changed(reg, [sid], progress=_say)):
             o = done[0]

@@ -97,5 +97,5 @@ def _fit(obs: list[Observation], x: float) -> float:
     sxx = sum((a - mx) ** 2 for a in xs)
     if len(obs) < 2 or sxx == 0:
         return my
-    slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sxx
+    slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys, strict=True)) / sxx
     return my + max(0.0, slope) * (x - mx)  # cost never shrinks with more state

@@ -13,6 +13,7 @@ the named statements `sql/queries/dq_*.sql` with their parameters bound as SQL l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -109,10 +110,8 @@ class Validator:
 
     def close(self) -> None:
         """Dispose of the engine GX built for the data source (a long-lived process gates many runs)."""
-        try:
+        with contextlib.suppress(Exception):  # nothing was connected
             self.pg.get_execution_engine().engine.dispose()
-        except Exception:  # noqa: BLE001 - nothing was connected
-            pass
 
     def __enter__(self) -> "Validator":
         return self

@@ -119,7 +119,7 @@ def downtime_chart(apps: list[str], reconfig_s: list[float], failure_s: list[flo
     h = 0.38
     ax.barh([i - h / 2 for i in y], reconfig_s, height=h, color=ACTION_COLOURS["scale_out"], label="reconfigurations")
     ax.barh([i + h / 2 for i in y], failure_s, height=h, color=FAILURE_COLOUR, label="failures")
-    for i, (r, f) in enumerate(zip(reconfig_s, failure_s)):
+    for i, (r, f) in enumerate(zip(reconfig_s, failure_s, strict=True)):
         for value, y0 in ((r, i - h / 2), (f, i + h / 2)):
             if value > 0:  # a bar of nothing needs no "0.0 s"
                 ax.annotate(f"{value:,.1f} s", (value, y0), xytext=(3, 0), textcoords="offset points", va="center",

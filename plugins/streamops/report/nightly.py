@@ -9,6 +9,8 @@ time ≤ R_max) is at least its `slo_target` (apps.yaml, default 0.99).
 
 from __future__ import annotations
 
+import itertools
+
 import base64
 import csv
 import json
@@ -121,12 +123,12 @@ def _break_gaps(series: list[dict]) -> list[dict]:
     """Insert an incomplete point where no batch arrived for a while (the app was down or stopped),
     so the lines break there instead of joining across the gap (the cores too: nothing ran). "A while":
     more than 3 times the usual spacing of the app's buckets (a slow trigger leaves regular empty buckets)."""
-    steps = sorted(b["bucket"] - a["bucket"] for a, b in zip(series, series[1:]))
+    steps = sorted(b["bucket"] - a["bucket"] for a, b in itertools.pairwise(series))
     if not steps:
         return series
     usual = steps[len(steps) // 2]
     out = [series[0]]
-    for a, b in zip(series, series[1:]):
+    for a, b in itertools.pairwise(series):
         if b["bucket"] - a["bucket"] > max(1, 3 * usual):
             out.append({**a, "ts": a["ts"] + timedelta(seconds=BUCKET_S), "complete": False, "cores": None})
         out.append(b)

@@ -15,6 +15,8 @@ a bound on any schedule (each point of the model lies on or above every supporti
 
 from __future__ import annotations
 
+import itertools
+
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -51,7 +53,7 @@ class Frontier:
             return pts[0].core_hours
         if seconds_above < pts[-1].seconds_above - 1e-9:
             return None
-        for a, b in zip(pts, pts[1:]):
+        for a, b in itertools.pairwise(pts):
             if b.seconds_above <= seconds_above <= a.seconds_above:
                 return _lerp(seconds_above, a.seconds_above, b.seconds_above, a.core_hours, b.core_hours)
         return pts[-1].core_hours
@@ -64,7 +66,7 @@ class Frontier:
             return pts[-1].seconds_above
         if core_hours < pts[0].core_hours - 1e-9:
             return None
-        for a, b in zip(pts, pts[1:]):
+        for a, b in itertools.pairwise(pts):
             if a.core_hours <= core_hours <= b.core_hours:
                 return _lerp(core_hours, a.core_hours, b.core_hours, a.seconds_above, b.seconds_above)
         return pts[0].seconds_above

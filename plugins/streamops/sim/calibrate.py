@@ -305,7 +305,7 @@ def fit_base_latency(run: RunData, cal: dict[str, Any], seed: int = 1) -> dict[s
     sim, cfg, _ = _simulate(run, {**cal, "base_latency_ms": 0.0}, seed)
     got = simulated_windows(sim, cfg.stages[0])
     res = [p95 - got[w] for w, p95 in cal["steady_windows"] if w in got]
-    res = res or [p95 - v for (_, p95), v in zip(cal["steady_windows"], got.values())]
+    res = res or [p95 - v for (_, p95), v in zip(cal["steady_windows"], got.values(), strict=False)]
     return {**cal, "base_latency_direct_ms": cal["base_latency_ms"],
             "base_latency_ms": round(max(0.0, _median(res, cal["base_latency_ms"])), 1)}
 

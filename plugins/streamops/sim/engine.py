@@ -183,7 +183,7 @@ class Simulation:
             out, backlog = max(0.0, lead[1] + (pending - q_lead)), lead[0]
         else:
             out, backlog = 0.0, pending + inflow
-        for rp, r in zip(reps, rows):
+        for rp, r in zip(reps, rows, strict=True):
             rp.q = r[0]
         lat = fast[2]
         st.arrivals[t], st.processed[t], st.busy[t], st.up[t] = inflow, out, fast[5], up

@@ -27,7 +27,7 @@ def plot_frontiers(panels: list[Panel], path: Path, title: str) -> Path:
     markers = "osD^vP*Xh<>p"
     colors = plt.get_cmap("tab10")
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)
-    for ax, p in zip(axes[0], panels):
+    for ax, p in zip(axes[0], panels, strict=True):
         c = [q.core_hours for q in p.frontier.points]
         v = [q.seconds_above for q in p.frontier.points]
         ax.fill_between(c + [c[-1] * 1.6], v + [v[-1]], 0, color="0.9", step=None, label="_nothing")

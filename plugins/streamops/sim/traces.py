@@ -91,7 +91,7 @@ class PiecewiseLinear:
     def __init__(self, ts: list[float], rates: list[float]):
         if not ts:
             raise ValueError("a CSV trace needs at least one row")
-        pts = sorted(zip(ts, rates))
+        pts = sorted(zip(ts, rates, strict=True))
         self.ts = [p[0] for p in pts]
         self.rs = [max(0.0, p[1]) for p in pts]
 

@@ -5,6 +5,7 @@ both runs' cores during the overlap."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -90,11 +91,9 @@ class ActiveBackup:
     def rollback(self, ex: Execution, reason: str) -> None:
         """Before the switch the primary still serves: stop the secondary. After it (the gate failed
         the promoted run, or the switch failed half-way), restart the old run's checkpoint and code."""
-        try:  # not running as one once promoted
+        with contextlib.suppress(stages.StageNotRunning):  # not running as one once promoted
             stages.stop_stage(ex.stage_id, ex.reg, deadline_s=10, kill_after_s=5, role="secondary",
                               requested_by="rollback")
-        except stages.StageNotRunning:
-            pass
         if ex.switched_at is not None or ledger.latest_run(ex.stage_id, live=True) is None:
             restore_previous(ex, reason)
 

@@ -24,6 +24,7 @@ from streamops.plan.kinds import Phase, RunStatus
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
+import contextlib
 
 log = logging.getLogger("streamops.reconfigure")
 Progress = Callable[[str], None]
@@ -250,10 +251,8 @@ def restore_previous(ex: Execution, reason: str) -> None:
     ex.progress(f"{ex.stage_id}: rolling back: {reason}")
     log.warning("stage %s: action=rollback reconfiguration=%d reason=%s", ex.stage_id, ex.row.id, reason)
     if ledger.latest_run(ex.stage_id, live=True) is not None:
-        try:
+        with contextlib.suppress(stages.StageNotRunning):
             stages.stop_stage(ex.stage_id, ex.reg, deadline_s=10, kill_after_s=5, requested_by="rollback")
-        except stages.StageNotRunning:
-            pass
     old = ex.old_deployment
     if old is None:
         raise RuntimeError("no previous run to roll back to")
