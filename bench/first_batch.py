@@ -20,14 +20,13 @@ import os
 import statistics
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
+from bench.scratch import end_run
 from streamops import generator, quality, registry
 from streamops.execute import reconfigure, stages
 from streamops.store import db
 from streamops.waiting import wait_until
-
-from bench.scratch import end_run
 from tests.demo_jobs import demo_job
 
 APP = "bench"

@@ -48,7 +48,7 @@ import statistics
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -226,12 +226,12 @@ def setup_part(name: str, reg: registry.Registry, seconds: float, kill_mtbf: flo
     planner = threading.Thread(target=replan_loop, daemon=True)
     if managed:
         planner.start()
-    t0 = datetime.now(timezone.utc)
+    t0 = datetime.now(UTC)
     sent = faults.run_schedule(SID, [registry.Fault(kind="driver_kill", mtbf_s=kill_mtbf),
                                      registry.Fault(kind="slow_batch", mtbf_s=slow_mtbf, magnitude_s=3.0,
                                                     magnitude_sd_s=1.0)],
                                seconds, seed=seed, progress=say)
-    t1 = datetime.now(timezone.utc)
+    t1 = datetime.now(UTC)
     replan_stop.set()
     stop.set()
     feeder.join(30)

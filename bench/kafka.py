@@ -39,9 +39,9 @@ import sys
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
@@ -146,11 +146,11 @@ class Feed:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        last, due, owed = datetime.now(timezone.utc), time.monotonic(), 0.0
+        last, due, owed = datetime.now(UTC), time.monotonic(), 0.0
         try:
             while not self.stop.wait(max(0.0, due + TICK_S - time.monotonic())):
                 due += TICK_S
-                now = datetime.now(timezone.utc)
+                now = datetime.now(UTC)
                 owed += self.rate * TICK_S
                 n, owed = int(owed), owed - int(owed)
                 batch = sample_lines(SCHEMAS["web"], n, rng=self.rng, ts_from=last, ts_to=now) if n else []
@@ -208,7 +208,7 @@ def one_run(source: str, cores: int, args: argparse.Namespace, rate: int | None,
     else:
         write = DirWriter(registry.input_dir(reg.stage(sid)[2]) or work / "in", work / "staging")
     rng = random.Random(cores)  # the same records for both sources of a row
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     # an hour old: a feed record's newer event time is what a word's latency is taken from
     lines = sample_lines(SCHEMAS["web"], args.backlog, rng=rng, ts_from=now - timedelta(hours=1),
                          ts_to=now - timedelta(minutes=10))
@@ -240,12 +240,12 @@ def one_run(source: str, cores: int, args: argparse.Namespace, rate: int | None,
             say(f"feed rate for every run: {rate} records/s (half of {name}'s median drain rate, at most 80 % of "
                 f"the {ceiling:.0f}/s its batch cap and trigger allow)")
         result["rate"] = rate
-        started = datetime.now(timezone.utc)
+        started = datetime.now(UTC)
         feed.thread.start()
         feed.stop.wait(args.feed_s)
         feed.stop.set()
         feed.thread.join(30)
-        ended = datetime.now(timezone.utc)
+        ended = datetime.now(UTC)
         if feed.error is not None:
             raise RuntimeError(f"the feed failed: {feed.error}")
         fed = len(feed.lines) - args.backlog

@@ -31,9 +31,8 @@ demo's data is never touched; both are removed at the end.
 
 from __future__ import annotations
 
-import itertools
-
 import argparse
+import itertools
 import json
 import math
 import os
@@ -45,7 +44,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -341,7 +340,7 @@ def kill_an_executor(sid: str, reg: registry.Registry, run: int, which: str = "n
     wait_for(lambda: len(executor_pids()) >= dep.cores, 120, f"{dep.cores} executors of the run", interval=0.5)
     interval, steady = wait_steady(sid, after=time.time())
     pids = executor_pids()
-    killed_at = datetime.now(timezone.utc)
+    killed_at = datetime.now(UTC)
     rhythm = float(scalar("commit_rhythm", s=sid, t=killed_at) or 0)
     sample = {"mechanism": "executor_kill", "action": f"kill {which}", "run": run, "status": "failed",
               "cores": dep.cores, "executors": len(pids), "rhythm_gap_s": round(rhythm, 3), "interval_s": interval,
@@ -352,7 +351,7 @@ def kill_an_executor(sid: str, reg: registry.Registry, run: int, which: str = "n
     os.kill(pids[-1] if which == "newest" else pids[0], signal.SIGKILL)
     # Up to 3 commits after the replacement executor is up: its cold first tasks are part of the cost.
     wait_for(lambda: len(executor_pids()) >= dep.cores, 120, "the replacement executor", interval=0.2)
-    replaced_at = datetime.now(timezone.utc)
+    replaced_at = datetime.now(UTC)
     wait_for(lambda: scalar("commits_after", s=sid, t=replaced_at) >= 3, 180,
              "3 commits after the replacement executor started", interval=0.5)
     gap = scalar("gap_since_last_commit", s=sid, t=killed_at)
@@ -369,7 +368,7 @@ def wait_steady(sid: str, after: float, window: int = 8, timeout_s: float = 120)
     catch-up or a cold replacement. Returns (median interval in s, steady)."""
     deadline, interval = time.monotonic() + timeout_s, None
     while True:
-        times = [float(r.at_s) for r in _all("stage_commit_times", s=sid, b=datetime.now(timezone.utc))
+        times = [float(r.at_s) for r in _all("stage_commit_times", s=sid, b=datetime.now(UTC))
                  if float(r.at_s) > after][-window - 1:]
         gaps = [b - a for a, b in itertools.pairwise(times)]
         if len(gaps) == window:
@@ -629,7 +628,7 @@ def first_batch_rows(runs: int, out: Path, machine: dict) -> list[dict]:
     rows = first_batch.run(runs, say)
     for r in rows:
         r["machine"] = {**machine, "trigger_interval_ms": first_batch.TRIGGER_MS, "rate_rows_per_s": first_batch.RATE,
-                        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                        "measured_at": datetime.now(UTC).isoformat(timespec="seconds")}
     out.write_text(json.dumps(rows, indent=2, default=str))
     t = Table(title="first batch / steady batch (median, min–max; target ≤ 2×)")
     for col in ("event", "warm-up", "runs", "ratio", "first batch", "steady batch", "start → running", "load 1m"):
@@ -762,7 +761,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = save(final=True)
     for r in rows[len(kept):]:
         r["machine"]["wall_time_s"] = round(wall, 1)
-        r["machine"]["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        r["machine"]["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     out.write_text(json.dumps(rows, indent=2, default=str))
     print_tables(rows, wall)
     if errors:

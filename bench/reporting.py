@@ -17,7 +17,7 @@ import os
 import statistics
 import sys
 import time
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     result = {"benchmark": "reporting_views", "day": DAY.isoformat(), "trigger_s": 1, "runs": args.runs,
               "sizes": results, "limit_s": 10.0, "cpus": os.cpu_count(),
-              "measured_at": datetime.now(timezone.utc).replace(microsecond=0).isoformat()}
+              "measured_at": datetime.now(UTC).replace(microsecond=0).isoformat()}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "reporting.json").write_text(json.dumps(result, indent=2))
     if explain:

@@ -15,7 +15,7 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
     db.engine.cache_clear()
     engine = db.engine()
     migrate.apply(engine)
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     stages = args.apps * args.stages_per_app
     with console.status(f"generating {stages:,} stages × {args.history_s // args.trigger_s} batches …"):
         t = time.perf_counter()

@@ -7,8 +7,8 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from streamops.store import db, migrate
 from streamops.store.scratch import drop_database, recreate_database

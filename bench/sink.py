@@ -26,8 +26,7 @@ import re
 import statistics
 import sys
 import time
-from datetime import datetime, timedelta, timezone
-
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rich.console import Console
@@ -45,7 +44,7 @@ console = Console(width=130)
 DIRECT_TEMPLATE = "(%s, %s, %s::jsonb, %s, %s, %s)"
 STAGE_TEMPLATE = "(%s, %s, %s, %s, %s::jsonb, %s, %s)"  # as PostgresUpsertSink.stage
 DEPLOYMENT = 1
-T0 = datetime(2025, 1, 15, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 15, tzinfo=UTC)
 
 
 def psycopg2_sql(sql: str) -> str:
@@ -160,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     result = {"benchmark": "sink_staging", "page_rows": sinks.WRITE_PAGE, "batches": args.batches,
               "sizes": results, "cpus": os.cpu_count(),
-              "measured_at": datetime.now(timezone.utc).replace(microsecond=0).isoformat()}
+              "measured_at": datetime.now(UTC).replace(microsecond=0).isoformat()}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "sink.json").write_text(json.dumps(result, indent=2))
 

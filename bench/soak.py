@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
         _, sup_stop, sup_thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120), say)
         dog = threading.Thread(target=watchdog_loop, args=(reg, stop_dog), daemon=True)
         dog.start()
-        t0 = datetime.now(timezone.utc)
+        t0 = datetime.now(UTC)
         ends = time.monotonic() + args.minutes * 60
         deck: list[str] = []
         while True:
@@ -244,17 +244,17 @@ def main(argv: list[str] | None = None) -> dict:
                 deck = rng.sample(kinds, len(kinds))
             kind = deck.pop()
             sid = rng.choice(sorted(STAGES)) if kind != "executor_kill" else "soak.cl"
-            began = datetime.now(timezone.utc)
+            began = datetime.now(UTC)
             try:
                 did = inject(kind, sid, rng)
             except Exception as e:  # noqa: BLE001 - a fault that could not be caused is reported, not fatal
                 did = f"not caused: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             at = (began - t0).total_seconds()
             out["faults"].append({"at_s": round(at), "kind": kind, "stage": sid, "began": began,
-                                  "ended": datetime.now(timezone.utc), "did": did})
+                                  "ended": datetime.now(UTC), "did": did})
             say(f"fault {len(out['faults'])} at {at / 60:.1f} min: {kind}: {did}")
         time.sleep(max(0.0, ends - time.monotonic()))
-        t1 = datetime.now(timezone.utc)
+        t1 = datetime.now(UTC)
         stop_feed.set()
         for t in feeders:
             t.join(30)

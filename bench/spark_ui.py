@@ -22,6 +22,7 @@ the ratios of each pair (on and off run one after the other). Scratch database
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,7 +30,6 @@ import statistics
 import sys
 import threading
 import time
-import contextlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -25,10 +25,11 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -37,8 +38,15 @@ from streamops.plan.options import AppOptions
 from streamops.sim import POLICY_CONFIGS, PolicyConfig, SimConfig, run_simulation
 from streamops.sim.bound import Frontier, frontier, model_from_sim, regret, window_open_mask
 from streamops.sim.frontier_chart import Panel, plot_frontiers
-from streamops.sim.suite import (FAMILIES, HELD_OUT, TEST_SEEDS, TRAIN_FAMILIES, TRAIN_SEEDS, MissingTraceFile,
-                                 suite_trace)
+from streamops.sim.suite import (
+    FAMILIES,
+    HELD_OUT,
+    TEST_SEEDS,
+    TRAIN_FAMILIES,
+    TRAIN_SEEDS,
+    MissingTraceFile,
+    suite_trace,
+)
 
 ROOT = Path(__file__).resolve().parent
 BASELINE = "edf_b075"

@@ -18,6 +18,7 @@ the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
@@ -30,7 +31,6 @@ import psycopg2
 from bench.scratch import drop_database, scratch_database
 from streamops.store import db
 from streamops.waiting import wait_until
-import contextlib
 
 
 def _sql(name: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import Param, dag, task
 
@@ -14,7 +14,7 @@ CHOICES = choices()
 @dag(
     dag_id="streamops_deploy",
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     tags=["streamops", "deploy"],
     doc_md="""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import dag, task
 
@@ -10,7 +10,7 @@ from airflow.sdk import dag, task
 @dag(
     dag_id="streamops_maintenance_window",
     schedule=timedelta(minutes=5),
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     tags=["streamops", "control"],

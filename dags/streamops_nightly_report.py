@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import CronTriggerTimetable, Param, dag, task
 
@@ -12,7 +12,7 @@ from airflow.sdk import CronTriggerTimetable, Param, dag, task
     # Each run covers the day that just ended: data interval [D 00:15, D+1 00:15), reported day D.
     # The 15 minutes let drivers' buffered metric rows of the last seconds of D arrive.
     schedule=CronTriggerTimetable("15 0 * * *", timezone="UTC", interval=timedelta(days=1)),
-    start_date=datetime(2026, 11, 15, tzinfo=timezone.utc),
+    start_date=datetime(2026, 11, 15, tzinfo=UTC),
     # Not Airflow's catchup: a fresh install would replay every night since start_date. Each run
     # backfills instead the nights of the last week that have metrics but no report.
     catchup=False,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow.sdk import Param, dag, task
 
@@ -14,7 +14,7 @@ CHOICES = choices()
 @dag(
     dag_id="streamops_reconfigure",
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     tags=["streamops", "reconfigure"],
     doc_md="""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import dag, task
@@ -15,7 +15,7 @@ EVERY = timedelta(seconds=int(os.environ.get("STREAMOPS_REPLAN_EVERY_S", "60")))
 @dag(
     dag_id="streamops_replan",
     schedule=EVERY,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     tags=["streamops", "control"],

@@ -3,7 +3,7 @@ failure, and every minute)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import AssetOrTimeSchedule, DeltaTriggerTimetable, Param, dag, task
 
@@ -14,7 +14,7 @@ from streamops.orchestrate.failure_events import failures_asset
     dag_id="streamops_watchdog",
     # A run on each new `failures` row (an asset event from the triggerer), and the sweep every minute.
     schedule=AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(timedelta(minutes=1)), assets=failures_asset()),
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     tags=["streamops", "recovery"],

@@ -22,7 +22,6 @@ from streamops.records import check_line
 from streamops.registry import RegistryError, Stage, load
 
 
-
 @dataclass
 class JobReport:
     stage: str

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F

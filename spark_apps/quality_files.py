@@ -23,8 +23,8 @@ from pyspark.sql import functions as F
 from spark_apps.parse import parse_records, source_file
 from streamops.generator import kind_for
 from streamops.quality import runner, suites
-from streamops.registry import FileSource
 from streamops.records import RecordSchema
+from streamops.registry import FileSource
 
 RESULT_PREFIX = "RESULT "
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from streamops import checkpoint_layout as checkpoint
 from streamops.agent import data_loss, state_schema

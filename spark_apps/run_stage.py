@@ -20,21 +20,22 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from spark_apps.executors import ExecutorKeeper, scale_executors
 from spark_apps.fault_actions import fault_actions
 from spark_apps.query_supervisor import QuerySupervisor
 from spark_apps.standby import standby
 from spark_apps.state_change import InDriverChange, prepare_state, stamp
+from streamops import checkpoint_repair
 from streamops.agent.agent import StageAgent
 from streamops.agent.faults import BatchPause, FaultInjector
 from streamops.agent.input_watch import Landing
 from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import PoisonBook
 from streamops.agent.sinks import retry_idempotent
-from streamops import checkpoint_repair
 from streamops.checkpoint_layout import QUERIES
 from streamops.registry import Pool, input_dir
 from streamops.run_spec import CommandOutcome, RunSpec

@@ -11,8 +11,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
-from typing import Callable
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -189,7 +190,7 @@ def warm_up_sample(stage: Stage, sample_lines: int = 400) -> list[str]:
     """The newest lines of the stage's input, or, before any input has come, a synthetic sample of
     its declared schema (the generator's): a stage started ahead of its producers warms up too."""
     import random
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from streamops.generator import sample_lines as synthetic
 
@@ -200,7 +201,7 @@ def warm_up_sample(stage: Stage, sample_lines: int = 400) -> list[str]:
     lines = [ln for p in files for ln in p.read_text(errors="replace").splitlines()][:sample_lines]
     if lines:
         return lines
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return synthetic(stage.record_schema, sample_lines, rng=random.Random(0), ts_from=now - timedelta(minutes=1),
                      ts_to=now)
 

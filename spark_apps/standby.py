@@ -8,8 +8,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from streamops.registry import Stage
 from streamops.store import ledger

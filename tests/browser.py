@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

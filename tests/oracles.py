@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from datetime import datetime, timedelta, timezone
-from typing import Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, text
 
@@ -18,7 +18,7 @@ def _ts(s: str) -> datetime:
 
 def _floor(ts: datetime, seconds: int) -> datetime:
     epoch = int(ts.timestamp())
-    return datetime.fromtimestamp(epoch - epoch % seconds, tz=timezone.utc)
+    return datetime.fromtimestamp(epoch - epoch % seconds, tz=UTC)
 
 
 def expected(workload: str, records: Iterable[dict], params: dict | None = None) -> dict:

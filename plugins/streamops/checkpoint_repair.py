@@ -20,7 +20,7 @@ import shutil
 import struct
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from streamops.checkpoint_layout import QUERIES, CheckpointUnreadable, parse, query_checkpoint, read_entry
@@ -232,7 +232,7 @@ def repair_query(ckpt: Path, query: str = "main", stamp: str | None = None) -> l
     ckpt = Path(ckpt)
     if not ckpt.is_dir():
         return []
-    stamp = stamp or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = stamp or datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     moved = _Repair(ckpt, query, stamp).run()
     if moved:
         log.warning("action=checkpoint-repair checkpoint=%s moved aside into %s: %s", ckpt, ckpt / ASIDE / stamp,

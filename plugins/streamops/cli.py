@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -9,9 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console, Group, RenderableType
@@ -20,13 +20,13 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from streamops import registry
 from streamops.cli_job import job_app, print_report, run_check
 from streamops.cli_kafka import kafka_app
-from streamops import registry
+from streamops.paths import state_dir
 from streamops.plan.mechanisms import RULES as MECHANISM_RULES
 from streamops.plan.options import OperatorOptions
-from streamops.paths import state_dir
-import contextlib
+
 
 class _Commands(TyperGroup):
     """Every command: a database that does not answer (refused, timed out, stalled) is one line
@@ -169,7 +169,7 @@ def spark_worker(master: str = typer.Argument(..., metavar="MASTER", help="spark
                                           help="this machine's address, as the master and the drivers reach it"),
                  cores: int = typer.Option(2, min=1, help="cores offered to executors"),
                  memory: str = typer.Option("4g", help="memory offered to executors"),
-                 webui_port: Optional[int] = typer.Option(None, help="the worker's web UI port (default Spark's 8081)"),
+                 webui_port: int | None = typer.Option(None, help="the worker's web UI port (default Spark's 8081)"),
                  ) -> None:
     """Run a worker on this machine that joins MASTER, in the foreground (for systemd or a
     container). It needs the cluster's secret: the master's `.streamops/spark/conf/spark-defaults.conf`,
@@ -406,8 +406,8 @@ def _start(ref: str, reg, cores, partitions, wait_s) -> None:
 
 @app.command()
 def start(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or a unique stage name)"),
-          cores: Optional[int] = typer.Option(None, help="start at these cores (default: what its input needs)"),
-          partitions: Optional[int] = typer.Option(None, help="override the state partitions (first run only)"),
+          cores: int | None = typer.Option(None, help="start at these cores (default: what its input needs)"),
+          partitions: int | None = typer.Option(None, help="override the state partitions (first run only)"),
           wait: float = typer.Option(180, help="seconds to wait for the driver to run; 0 = do not wait")) -> None:
     """Start a stage's driver (a detached local[cores] process), after checking the pool has room."""
     _start(stage, _load_registry(), cores, partitions, wait)
@@ -431,7 +431,7 @@ def stop(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or a
 @app.command()
 def supervise(poll: float = typer.Option(0.5, help="seconds between looks at the drivers"),
               stale: float = typer.Option(15.0, help="heartbeat age (s) that makes a driver hung"),
-              duration: Optional[float] = typer.Option(None, help="stop after this many seconds (default: run until "
+              duration: float | None = typer.Option(None, help="stop after this many seconds (default: run until "
                                                                    "Ctrl-C or SIGTERM)"),
               background: bool = typer.Option(False, "--background", help="detach; `streamops down` stops it"),
               no_spares: bool = typer.Option(False, "--no-spares",
@@ -512,12 +512,12 @@ def fault(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or 
           kind: str = typer.Option(..., help="slow_batch | driver_kill | executor_kill | heartbeat_cut | db_outage"),
           magnitude: float = typer.Option(5.0, help="seconds of pause, cut or outage (mean, with --mtbf)"),
           sd: float = typer.Option(1.0, help="standard deviation of the magnitude (with --mtbf)"),
-          mtbf: Optional[float] = typer.Option(None, help="keep injecting: mean seconds between faults "
+          mtbf: float | None = typer.Option(None, help="keep injecting: mean seconds between faults "
                                                            "(exponential gaps); default: one fault now"),
           duration: float = typer.Option(600, help="with --mtbf: for how many seconds"),
-          replica: Optional[str] = typer.Option(None, help="the replica to hit (primary, replica-1, …); "
+          replica: str | None = typer.Option(None, help="the replica to hit (primary, replica-1, …); "
                                                            "default: a random running one"),
-          seed: Optional[int] = typer.Option(None, help="with --mtbf: the same seed injects the same faults")) -> None:
+          seed: int | None = typer.Option(None, help="with --mtbf: the same seed injects the same faults")) -> None:
     """Inject faults into a running stage; each is recorded (`injected_faults`) so reports tell
     injected failures from real ones."""
     from streamops.execute import faults
@@ -541,7 +541,7 @@ def fault(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage (or 
 
 # -- control loop ------------------------------------------------------------------------------
 @app.command()
-def replan(app_name: Optional[str] = typer.Argument(None, metavar="[APP]", help="one app; default: every app"),
+def replan(app_name: str | None = typer.Argument(None, metavar="[APP]", help="one app; default: every app"),
            dry_run: bool = typer.Option(False, "--dry-run",
                                         help="recommend only: record requests and decisions, plan nothing"),
            operators: bool = typer.Option(True, help="also run the stages' Operator Managers first "
@@ -574,12 +574,12 @@ def replan(app_name: Optional[str] = typer.Argument(None, metavar="[APP]", help=
 
 @app.command()
 def reconfigure(
-    stage: Optional[str] = typer.Argument(None, metavar="[STAGE]", help="app.stage to change now"),
+    stage: str | None = typer.Argument(None, metavar="[STAGE]", help="app.stage to change now"),
     action: str = typer.Option("scale_out", help="scale_out | scale_in | migrate | upgrade (the registry's job and "
                                                  "code for the running stage) (scale-out is read as scale_out)"),
-    cores: Optional[int] = typer.Option(None, help="target cores (within the stage's min/max)"),
-    partitions: Optional[int] = typer.Option(None, help="target state partitions (offline repartition)"),
-    pool: Optional[str] = typer.Option(None, help="target pool (migration)"),
+    cores: int | None = typer.Option(None, help="target cores (within the stage's min/max)"),
+    partitions: int | None = typer.Option(None, help="target state partitions (offline repartition)"),
+    pool: str | None = typer.Option(None, help="target pool (migration)"),
     mechanism: str = typer.Option("auto", help="auto (the cost rule, as for a policy's grant: the smallest outage the "
                                                f"resources allow) | {' | '.join(MECHANISM_RULES)} "
                                                "(docs/reconfiguration.md)"),
@@ -628,7 +628,7 @@ def reconfigure(
 
 @app.command()
 def prestage(stage: str = typer.Argument(..., metavar="STAGE", help="a running app.stage"),
-             partitions: Optional[int] = typer.Option(None, help="repartition the copy to this many state "
+             partitions: int | None = typer.Option(None, help="repartition the copy to this many state "
                                                                  "partitions")) -> None:
     """Copy the running stage's checkpoint (consistent as of its last committed batch) and
     repartition the copy, so that a later scale-out skips both."""
@@ -665,27 +665,27 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
                                                    "1-3 are the training split, 101-103 the test split (`streamops "
                                                    "bench suite` tunes on the first and reports on the second)"),
         seed: int = typer.Option(1, help="seed of every random draw: same seed, same result"),
-        duration: Optional[float] = typer.Option(None, help="seconds to simulate (default: the trace's own)"),
+        duration: float | None = typer.Option(None, help="seconds to simulate (default: the trace's own)"),
         out: Path = typer.Option(Path("sim-out"), help="writes DIR/summary.json and DIR/response.png"),
-        faults: Optional[str] = typer.Option(None, help="fault injector on every stage, e.g. "
+        faults: str | None = typer.Option(None, help="fault injector on every stage, e.g. "
                                                          "'driver_kill:mtbf_s=120;slow_batch:mtbf_s=60,magnitude_s=3'"),
-        replicas: Optional[int] = typer.Option(None, min=1, max=4, help="static replicas of every stage"),
+        replicas: int | None = typer.Option(None, min=1, max=4, help="static replicas of every stage"),
         redundancy: bool = typer.Option(False, "--redundancy", help="the redundancy manager sets the replicas"),
-        restart_s: Optional[float] = typer.Option(None, help="seconds a killed driver takes to come back "
+        restart_s: float | None = typer.Option(None, help="seconds a killed driver takes to come back "
                                                               "(default 10)"),
-        slo_price: Optional[float] = typer.Option(None, min=0, help="the price of one second above R_max in "
+        slo_price: float | None = typer.Option(None, min=0, help="the price of one second above R_max in "
                                                                      "core-seconds, for --policy mpc (default "
                                                                      f"{OperatorOptions().slo_price:g})"),
         bound: bool = typer.Option(False, "--bound", help="also the clairvoyant bound of the trace: DIR/frontier.csv "
                                                           "and DIR/frontier.png, with the policy's run as a point and "
                                                           "its regret (docs/policies.md §14)"),
-        calibrate: Optional[str] = typer.Option(None, "--calibrate", metavar="STAGE_ID",
+        calibrate: str | None = typer.Option(None, "--calibrate", metavar="STAGE_ID",
                                                 help="instead of a policy run: fit the model to this stage's real "
                                                      "run in the database and replay it (DIR/calibration.json, .png)"),
-        since: Optional[str] = typer.Option(None, help="with --calibrate: the run from this time (ISO 8601)"),
-        until: Optional[str] = typer.Option(None, help="with --calibrate: … until this time (default: its last batch)"),
-        minutes: Optional[float] = typer.Option(None, help="with --calibrate: the last N minutes of its batches"),
-        export_trace: Optional[Path] = typer.Option(None, help="with --calibrate: also write the run's stage_metrics "
+        since: str | None = typer.Option(None, help="with --calibrate: the run from this time (ISO 8601)"),
+        until: str | None = typer.Option(None, help="with --calibrate: … until this time (default: its last batch)"),
+        minutes: float | None = typer.Option(None, help="with --calibrate: the last N minutes of its batches"),
+        export_trace: Path | None = typer.Option(None, help="with --calibrate: also write the run's stage_metrics "
                                                                "as a CSV trace (what --trace replays)")) -> None:
     """Run the real Operator and Application Manager code against a model of the stages, on a
     load trace, and report availability, seconds above R_max, reconfigurations and core-hours;
@@ -726,7 +726,7 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
         _sim_bound(summary, policy if policy in known else "recommended", trace, duration, out)
 
 
-def _sim_bound(summary: dict, policy: str, trace: str, duration: Optional[float], out: Path) -> None:
+def _sim_bound(summary: dict, policy: str, trace: str, duration: float | None, out: Path) -> None:
     """`sim --bound`: the trace's clairvoyant frontier, the policy's run on it, its regret."""
     import csv
 
@@ -760,23 +760,23 @@ def _sim_bound(summary: dict, policy: str, trace: str, duration: Optional[float]
     _say(f"wrote {out / 'frontier.csv'} and {out / 'frontier.png'}")
 
 
-def _sim_calibrate(stage_id: str, since: Optional[str], until: Optional[str], minutes: Optional[float], out: Path,
-                   export_trace: Optional[Path], seed: int) -> None:
+def _sim_calibrate(stage_id: str, since: str | None, until: str | None, minutes: float | None, out: Path,
+                   export_trace: Path | None, seed: int) -> None:
     """`sim --calibrate`: measured vs simulated, the calibrated parameters, the files written."""
     from streamops.sim.calibrate import calibrate_and_replay
-    from streamops.sim.rundata import export_trace as write_trace
     from streamops.sim.rundata import RunData
-    from streamops.store.runs import stage_run
+    from streamops.sim.rundata import export_trace as write_trace
     from streamops.store.db import DatabaseUnavailable
+    from streamops.store.runs import stage_run
 
-    def when(v: Optional[str], name: str) -> Optional[datetime]:
+    def when(v: str | None, name: str) -> datetime | None:
         if v is None:
             return None
         try:
             d = datetime.fromisoformat(v.replace("Z", "+00:00"))
         except ValueError:
             _fail(f"--{name}: not an ISO 8601 time: {v!r}", 2)
-        return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+        return d if d.tzinfo else d.replace(tzinfo=UTC)
 
     if since and minutes:
         _fail("give --since or --minutes, not both", 2)
@@ -869,7 +869,7 @@ def bench(what: str = typer.Argument("all", help="policies | suite | scale | rec
 
 # -- generator ---------------------------------------------------------------------------------
 @app.command()
-def gen(stage: Optional[str] = typer.Argument(None, metavar="STAGE", help="app.stage whose input directory to feed "
+def gen(stage: str | None = typer.Argument(None, metavar="STAGE", help="app.stage whose input directory to feed "
                                                                           "(with --stop: the one to stop; none: all)"),
         trace: str = typer.Option("constant:rate=100", help="rate trace, e.g. 'ramp:start_rate=200,doubling_s=500'"),
         duration: float = typer.Option(60, help="seconds to generate"),
@@ -878,7 +878,7 @@ def gen(stage: Optional[str] = typer.Argument(None, metavar="STAGE", help="app.s
         tick: float = typer.Option(1.0, help="seconds per published file"),
         fast: bool = typer.Option(False, help="write all files at once instead of pacing in real time"),
         background: bool = typer.Option(False, help="detach and log under .streamops/logs"),
-        partitions: Optional[int] = typer.Option(None, min=1, help="a Kafka stage's topic, when gen creates it: its "
+        partitions: int | None = typer.Option(None, min=1, help="a Kafka stage's topic, when gen creates it: its "
                                                                    "partitions (default: source.partitions, else 4)"),
         stop: bool = typer.Option(False, "--stop", help="stop the background generator of STAGE (none: all of them); "
                                                         "the stages keep running")) -> None:
@@ -932,7 +932,7 @@ def gen(stage: Optional[str] = typer.Argument(None, metavar="STAGE", help="app.s
     try:
         summary = write(kind, trace, seed=seed, duration_s=duration, tick_s=tick,
                         garbage_fraction=garbage, realtime=not fast, on_tick=on_tick,
-                        stop_event=stop_event, start=None if not fast else datetime.now(timezone.utc))
+                        stop_event=stop_event, start=None if not fast else datetime.now(UTC))
     except KeyboardInterrupt:
         _say(f"{sid}: generator interrupted")
         return
@@ -1017,7 +1017,7 @@ def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
         state = WatchState()
         if not console.is_terminal:  # piped (`make demo | tee`): Live would print nothing; a table per refresh
             while True:
-                console.print(f"-- {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC", highlight=False)
+                console.print(f"-- {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC", highlight=False)
                 console.print(watch_frame(state, wide))
                 console.file.flush()
                 time.sleep(max(interval, 5.0))
@@ -1045,22 +1045,22 @@ def _last_report_line() -> str:
 
 
 @app.command()
-def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD|today|yesterday",
+def report(day: str | None = typer.Option(None, "--date", metavar="YYYY-MM-DD|today|yesterday",
                                              help="the day to report (UTC, the database's days); default: "
                                                   "yesterday, or today when yesterday has no data"),
-           app_name: Optional[str] = typer.Option(None, "--app", metavar="APP", help="one app; default: every app"),
-           out: Optional[Path] = typer.Option(None, "--out", metavar="DIR",
+           app_name: str | None = typer.Option(None, "--app", metavar="APP", help="one app; default: every app"),
+           out: Path | None = typer.Option(None, "--out", metavar="DIR",
                                               help="reports root; default: reports/ "
                                                    "(or STREAMOPS_REPORTS_DIR)")) -> None:
     """Write the day's report: DIR/D/index.html (summary per app, SLO met, availability, downtime,
     charts of response time against R_max and cores, data quality) and a CSV per reporting view,
     and record it in the `reports` table."""
-    from datetime import date, datetime, timedelta, timezone
+    from datetime import date, datetime, timedelta
 
     from streamops.report import nightly
     from streamops.store import db
 
-    today = datetime.now(timezone.utc).date()
+    today = datetime.now(UTC).date()
     words = {"today": today, "yesterday": today - timedelta(days=1)}
     try:
         d = words.get(day.lower()) or date.fromisoformat(day) if day else None
@@ -1082,10 +1082,10 @@ def report(day: Optional[str] = typer.Option(None, "--date", metavar="YYYY-MM-DD
 
 @app.command()
 def gc(dry_run: bool = typer.Option(False, "--dry-run", help="list what would go; remove nothing"),
-       metrics_days: Optional[int] = typer.Option(None, "--metrics-days", min=1,
+       metrics_days: int | None = typer.Option(None, "--metrics-days", min=1,
                                                   help="keep this many days of stage_metrics "
                                                        "(default: STREAMOPS_METRICS_RETENTION_DAYS or 30)"),
-       records_days: Optional[int] = typer.Option(None, "--records-days", min=1,
+       records_days: int | None = typer.Option(None, "--records-days", min=1,
                                                   help="keep this many days of quarantine, commits, failed batches, "
                                                        "faults and commands (default: STREAMOPS_RECORDS_RETENTION_DAYS "
                                                        "or 90)"),

@@ -13,9 +13,10 @@ import json
 import logging
 import random
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import psutil
 from sqlalchemy import Connection, Row

@@ -18,9 +18,10 @@ import inspect
 import sys
 import traceback
 import zipfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from streamops.paths import data_dir
 

@@ -17,7 +17,7 @@ import csv
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 # Field types a declared schema may use (Spark DDL names → the contract's names). "timestamp" is
@@ -30,7 +30,7 @@ FORMATS = ("json", "csv", "text", "parquet")
 
 # Event times: Spark's first watermark is the epoch, so an event before 1970 is late and dropped
 # from windowed aggregates; windows near year 9999 leave the calendar.
-TS_RANGE = (datetime(1970, 1, 1, tzinfo=timezone.utc), datetime(2200, 1, 1, tzinfo=timezone.utc))
+TS_RANGE = (datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC))
 
 
 class SchemaError(ValueError):
@@ -101,7 +101,7 @@ REASON_KINDS = ("empty line", "too large", "invalid UTF-8", "NUL byte", "malform
 # A whole batch quarantined after failing the same way again and again (agent/poison.py).
 BATCH_FAILED = "batch failed"
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INT_RANGE = {"int": (-(1 << 31), (1 << 31) - 1), "bigint": (-(1 << 63), (1 << 63) - 1)}
 
 
@@ -199,7 +199,7 @@ def _typed_text(name: str, typ: str, value: Any) -> tuple[Any, str | None, str]:
     if ts is None or ts.tzinfo is None:
         return None, "wrong type", f"{name} is not an ISO 8601 timestamp with a time zone ({excerpt(value)})"
     try:
-        ts = ts.astimezone(timezone.utc)
+        ts = ts.astimezone(UTC)
     except OverflowError:  # year 1 or 9999 with an offset that leaves the calendar
         ts = None
     if ts is None or not TS_RANGE[0] <= ts < TS_RANGE[1]:

@@ -13,14 +13,13 @@ next start (stages.start_stage).
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection
 
 from streamops.plan.model import ADD_REPLICA, REMOVE_REPLICA, Request
-from streamops.plan.redundancy import (Outlook, RedundancyOptions, RedundancyState, initial_state, replicas_for,
-                                      step)
+from streamops.plan.redundancy import Outlook, RedundancyOptions, RedundancyState, initial_state, replicas_for, step
 from streamops.store import db
 
 log = logging.getLogger("streamops.redundancy")
@@ -51,7 +50,7 @@ def redundancy_requests(conn: Connection, now: datetime) -> tuple[list[Request],
         saved.append({"stage_id": row["stage_id"], "r": after.r, "direction": after.direction,
                       "last_delta_ms": after.last_delta_ms, "updated_at": now, "proactive": after.proactive,
                       "hold_until": None if after.hold_until_s is None
-                      else datetime.fromtimestamp(after.hold_until_s, timezone.utc)})
+                      else datetime.fromtimestamp(after.hold_until_s, UTC)})
         want = replicas_for(after.r, int(spec.get("max_replicas", 2)))
         log.info("stage %s: action=redundancy %s r=%.2f replicas %d→%d: %s", row["stage_id"], decision.action,
                  after.r, row["replicas"], want, decision.reason)

@@ -8,19 +8,28 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from croniter import croniter
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, \
-    field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from streamops.paths import data_dir, registry_path
+from streamops.plan.model import stage_id as stage_id  # defined with the plan's plain data, used as registry.stage_id
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.plan.redundancy import RedundancyOptions
-from streamops.plan.model import stage_id as stage_id  # defined with the plan's plain data, used as registry.stage_id
 from streamops.records import RecordSchema
 from streamops.registry_errors import validation_problems, without_what_failed
 from streamops.sources import FileSource, KafkaSource

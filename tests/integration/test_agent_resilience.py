@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import socket
 import time
+from datetime import UTC
 
 import pytest
 from sqlalchemy import create_engine
 
-from streamops.agent.writer import BufferedWriter
 from streamops.agent.errors import is_transient
 from streamops.agent.sinks import retry_idempotent
+from streamops.agent.writer import BufferedWriter
 
 
 def _closed_port() -> int:
@@ -175,7 +176,7 @@ def test_silence_is_judged_only_once_the_database_has_been_back_for_the_limit(si
 
 
 def test_a_run_starting_past_the_launch_limit_is_a_launch_failure():
-    from datetime import datetime, timezone
+    from datetime import datetime
     from types import SimpleNamespace
 
     from streamops.execute.watchdog import LAUNCH_LIMIT_S, detect
@@ -183,7 +184,7 @@ def test_a_run_starting_past_the_launch_limit_is_a_launch_failure():
     def run(silent_s, **kw):
         return SimpleNamespace(**{"health": "ok", "status": "starting", "pid": None, "silent_s": silent_s,
                                   "server_up_s": 3600, "beat_at": None, "running_at": None,
-                                  "started_at": datetime.now(timezone.utc), "stage_id": "a.s", "id": 1,
+                                  "started_at": datetime.now(UTC), "stage_id": "a.s", "id": 1,
                                   "role": "primary", "stop_reason": None, "stopped_at": None, **kw})
 
     assert detect(15, candidates=[run(LAUNCH_LIMIT_S - 1)]) == []  # being launched right now
@@ -316,15 +317,15 @@ def test_a_beating_driver_that_commits_nothing_while_input_waits_is_stalled():
     """Liveness is progress, not only a beat: a driver whose last beat says input waits and it
     has committed nothing for longer than the limit is stalled. Not when no input waits (idle),
     not while it stops, not within the limit."""
-    from datetime import datetime, timezone
+    from datetime import datetime
     from types import SimpleNamespace
 
     from streamops.execute.watchdog import detect
 
     def run(**info):
         return SimpleNamespace(health="ok", status="running", pid=None, silent_s=2.0, server_up_s=3600,
-                               beat_at=datetime.now(timezone.utc), running_at=None,
-                               started_at=datetime.now(timezone.utc),
+                               beat_at=datetime.now(UTC), running_at=None,
+                               started_at=datetime.now(UTC),
                                stage_id="a.s", id=1, role="primary", stop_reason=None, stopped_at=None,
                                beat_info={"backlog_files": 3, "since_progress_s": 200.0, "stop_requested": False,
                                           **info})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,9 +19,9 @@ from sqlalchemy import text
 from streamops import generator, quality, registry
 from streamops.execute import reconfigure, stages
 from tests import oracles
+from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import _commits
-from tests.demo_jobs import demo_job
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "calibration_run_pause_resume.json"
 SID = "cal.wc"
@@ -56,7 +56,7 @@ def _caught_up(engine) -> bool:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def test_the_fluid_model_is_unchanged_by_the_micro_batch_terms():

@@ -4,14 +4,14 @@ batch is running while it is copied; resuming from the copy gives exactly the ex
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
+from spark_apps.stage import start_stage_queries
 from streamops import generator, registry
 from streamops.agent.metrics import StageContext
 from streamops.execute import checkpoint
-from spark_apps.stage import start_stage_queries
 from tests import oracles
 from tests.integration.test_workloads import _stage
 
@@ -22,7 +22,7 @@ def test_copy_during_a_running_batch_resumes_to_the_exact_output(spark, clean_db
     path = "in-copy"
     inputs = registry.resolve_path(path)
     generator.generate(inputs, "web", "constant:rate=200", seed=31, duration_s=30, realtime=False,
-                       start=datetime(2026, 11, 21, 12, tzinfo=timezone.utc))
+                       start=datetime(2026, 11, 21, 12, tzinfo=UTC))
     stage = _stage("wordcount", path, params={"cpu_cost": 1500}, trigger_interval_ms=200)
     sid, live, copy = "t.copy", tmp_path / "live", tmp_path / "copy"
     ctx = StageContext(sid, None, 2, 2, 200)

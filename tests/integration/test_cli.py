@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 from typer.testing import CliRunner
 
@@ -74,8 +76,8 @@ def test_unknown_stage_and_app_name_the_known_ones(clean_db):
 def test_status_shows_a_stage_the_watchdog_gave_up_on(clean_db, monkeypatch):
     from sqlalchemy import text
 
-    from streamops.execute import stages
     from streamops import registry
+    from streamops.execute import stages
 
     reg = registry.parse({"pools": {"p": {"cores": 2}}, "apps": {"w": {
         "r_max_ms": 1000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
@@ -146,12 +148,12 @@ def test_a_bad_or_empty_reconfiguration_is_refused_before_anything_happens(clean
 
 @pytest.mark.db
 def test_status_shows_the_runs_pool_and_no_latency_for_an_idle_stage(clean_db, monkeypatch):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from sqlalchemy import text
 
     _, dep = _stage_with_a_run(clean_db, pool="q")  # migrated: the registry says p, the run is on q
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with clean_db.begin() as conn:
         for i, (age_s, rows, p95) in enumerate([(300, 100, 900.0), (20, 0, 95_000.0), (5, 0, 97_000.0)]):
             conn.execute(text(
@@ -264,7 +266,7 @@ def test_gc_removes_the_checkpoints_no_run_needs_and_keeps_the_rest(clean_db):
 def test_status_shows_the_quarantine_query_s_backlog_when_it_lags(clean_db):
     """The main query had read everything (backlog 0) while the quarantine query was 10 minutes
     behind: status said 0."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from sqlalchemy import text
 
@@ -272,7 +274,7 @@ def test_status_shows_the_quarantine_query_s_backlog_when_it_lags(clean_db):
     with clean_db.begin() as conn:
         conn.execute(text(
             "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, batch_duration_ms, "
-            "backlog_files) VALUES (:ts, 'w.s', :d, 'r', 1, 10, 10, 0)"), {"ts": datetime.now(timezone.utc), "d": dep})
+            "backlog_files) VALUES (:ts, 'w.s', :d, 'r', 1, 10, 10, 0)"), {"ts": datetime.now(UTC), "d": dep})
         conn.execute(text("INSERT INTO heartbeats (deployment_id, stage_id, beat_at, query_active, trigger_active, "
                           "info) VALUES (:d, 'w.s', now(), true, false, '{\"quarantine_backlog_files\": 7}')"),
                      {"d": dep})

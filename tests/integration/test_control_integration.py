@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC
 
 import pytest
 from sqlalchemy import text
@@ -95,7 +96,7 @@ def test_a_request_in_flight_stale_or_changing_nothing_is_declined_without_a_tok
     one made on metrics from before the stage's last change, and one that changes nothing. No
     token is spent and no reconfiguration is recorded. A no-op that reaches the executor anyway
     is cancelled there, with no stop."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from streamops.execute import reconfigure
     from streamops.quality import gate_new_run
@@ -109,7 +110,7 @@ def test_a_request_in_flight_stale_or_changing_nothing_is_declined_without_a_tok
                                    for n in ("noop", "busy", "stale")}}},
     })
     stages.sync_registry(reg)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with clean_db.begin() as conn:
         for n in ("noop", "busy", "stale"):
             conn.execute(text(
@@ -152,7 +153,7 @@ def test_a_request_in_flight_stale_or_changing_nothing_is_declined_without_a_tok
 def test_the_operator_s_window_starts_after_a_live_change_and_is_empty_while_one_is_in_flight(clean_db):
     """A live change keeps the run, so the stabilization after a restart never applied to it: the
     next decision read the metrics of the configuration it had just left."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from streamops.plan.options import OperatorOptions
 
@@ -163,7 +164,7 @@ def test_the_operator_s_window_starts_after_a_live_change_and_is_empty_while_one
                                          "cores": {"initial": 2, "max": 4}, "pool": "p"}}}},
     })
     stages.sync_registry(reg)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     opts = OperatorOptions(window_s=120, stabilization_s=10)
     with clean_db.begin() as conn:
         dep = conn.execute(text(

@@ -5,7 +5,7 @@ Manager asks ahead of the ramp; a stage that does not ask gets nothing. Rows onl
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -61,7 +61,7 @@ def test_a_forecasting_stage_gets_its_forecast_and_asks_ahead_of_the_ramp(clean_
     stages.sync_registry(_registry())
     forecast_pass._HISTORY.clear()
     forecast_pass._FORECASTER.last.clear()
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     start = now - timedelta(minutes=40)
     with db.transaction() as conn:
         for sid in ("fc.pred", "fc.plain"):
@@ -111,7 +111,7 @@ def test_an_mpc_stage_plans_on_its_forecast_path_and_asks_through_the_same_pass(
     stages.sync_registry(_registry("mpc", {**PARAMS, "slo_price": 200}))
     forecast_pass._HISTORY.clear()
     forecast_pass._FORECASTER.last.clear()
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     start = now - timedelta(minutes=40)
     with db.transaction() as conn:
         dep = _deployment(conn, "fc.pred", "primary", start)

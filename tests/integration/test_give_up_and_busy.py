@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
@@ -48,7 +48,7 @@ def _run(engine, status: str, pid: int | None, cores: int = 1, role: str = "prim
 
 
 def _give_up(dep: int, role: str = "primary") -> None:
-    fid, _, _ = failures.open_failure("w.s", "w", dep, "query_failed", "a bad batch", datetime.now(timezone.utc),
+    fid, _, _ = failures.open_failure("w.s", "w", dep, "query_failed", "a bad batch", datetime.now(UTC),
                                       role=role)
     failures.give_up(fid, "3 restarts in a row failed; last: a bad batch")
 

@@ -17,9 +17,9 @@ from sqlalchemy import text
 from streamops import generator, registry
 from streamops.execute import replicas, stages, supervisor
 from tests import oracles
+from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder
-from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

@@ -13,12 +13,11 @@ import stat
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
 import pytest
-
 from sqlalchemy import text
 
 from streamops import kafka_broker
@@ -222,7 +221,7 @@ class TopicFeeder:
     def _run(self) -> None:
         schema = SCHEMAS["web"]
         while not self.stop.wait(0.2):
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             for line in sample_lines(schema, 20, rng=self.rng, ts_from=now - timedelta(seconds=5), ts_to=now):
                 self.send(json.loads(line)["id"].encode(), line.encode())
             self.producer.poll(0)

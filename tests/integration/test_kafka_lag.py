@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -34,7 +34,7 @@ def test_a_recorded_lag_is_the_stage_s_backlog_and_its_partitions_bound_its_core
                          "cores": {"initial": 1, "max": 4}, "pool": "p"}}}}})
     stages.sync_registry(reg)
     spec = reg.apps["k"].stages["s"].model_dump(mode="json", by_alias=True)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with clean_db.begin() as conn:
         dep = conn.execute(text(
             "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -31,7 +31,7 @@ def broker(test_home):
 def _records(n: int, seed: int) -> list[tuple[str, str]]:
     import random
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     lines = sample_lines(SCHEMAS["web"], n, rng=random.Random(seed), ts_from=now - timedelta(seconds=5), ts_to=now)
     return [(json.loads(line)["id"], line) for line in lines]
 
@@ -180,7 +180,7 @@ def test_the_supervisor_heals_a_killed_broker_under_a_running_stage(broker, clea
             eventually(lambda: _commits(clean_db, sid) >= 1, 150, "a first commit")
             sup.housekeeping()  # a pass that sees the broker alive
             before = kafka_broker.load_record()
-            killed_at = datetime.now(timezone.utc)
+            killed_at = datetime.now(UTC)
             os.kill(before.pid, signal.SIGKILL)
             psutil.Process(before.pid).wait(10)
             started = time.monotonic()

@@ -8,6 +8,7 @@ itself: each write below first does, so what refuses it is the role's privileges
 from __future__ import annotations
 
 import os
+from datetime import UTC
 from urllib.parse import urlsplit
 
 import pytest
@@ -167,7 +168,7 @@ def test_the_control_plane_needs_no_superuser_it_migrates_and_writes_as_its_data
     as `streamops`, the streamops database's owner and no superuser (docker/postgres-init.sh).
     Every migration and the reporting schema must then apply as such a role, and a stage's fenced
     writes must go through. A superuser's session under SET ROLE has only the role's rights."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from sqlalchemy import create_engine
 
@@ -200,7 +201,7 @@ def test_the_control_plane_needs_no_superuser_it_migrates_and_writes_as_its_data
                     "status) VALUES ('a.s', 'p', 1, 4, '{}', 'local', '/x', 'running') RETURNING id")).scalar_one()
                 committed = conn.execute(db.query("sink_commit"), {
                     "stage_id": "a.s", "deployment_id": dep, "batch_id": 1, "rows": 1,
-                    "committed_at": datetime.now(timezone.utc)}).first()
+                    "committed_at": datetime.now(UTC)}).first()
                 assert committed is not None, "the current run's commit was refused"
                 assert conn.execute(text("SELECT count(*) FROM reporting.sla_daily")).scalar() == 0
                 conn.execute(text("SELECT runs_retention(30)"))

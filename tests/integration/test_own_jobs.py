@@ -11,7 +11,7 @@ import random
 import signal
 import threading
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 JOBS = REPO_ROOT / "tests" / "fixtures" / "jobs"
 CLICKS = "user STRING, url STRING, ts TIMESTAMP"
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GAP_S = 30
 FLUSH_USER = "zz-flush"  # a click an hour later: its watermark closes every real session
 POISON = [b"{not json", b'{"user": "u1", "url": "https://shop.example/a"}', b'{"user": 7, "url": "x", "ts": 1}',

@@ -9,7 +9,7 @@ import os
 import shutil
 import uuid
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -23,8 +23,8 @@ from streamops.agent.metrics import StageContext
 from streamops.generator import SCHEMAS
 from streamops.records import check_line
 from tests import oracles
-from tests.integration.test_e2e_stage import eventually
 from tests.demo_jobs import demo_job
+from tests.integration.test_e2e_stage import eventually
 
 pytestmark = pytest.mark.db
 
@@ -40,7 +40,7 @@ json_values = st.recursive(
 nasty_text = st.text() | st.sampled_from(["a\x00b", "\x00", "x\ud800y", "\udfff", "é ü", "a  b", " ", "", "\u2028",
                                           "w" * 3000])
 timestamps = st.datetimes(min_value=datetime(1950, 1, 1), max_value=datetime(2150, 1, 1),
-                          timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=5, minutes=30)),
+                          timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)),
                                                      timezone(timedelta(hours=-8))]))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -109,7 +109,7 @@ def rows(clean_db):
 @pytest.fixture
 def scrape(rows):
     """GET /metrics from an exporter on a free loopback port; {family name: {labels: value}} and the families."""
-    since = datetime.now(timezone.utc) - timedelta(hours=1)
+    since = datetime.now(UTC) - timedelta(hours=1)
     exporter = prometheus.serve("127.0.0.1", 0, prometheus.StreamopsCollector(since=lambda: since))
     try:
         with urllib.request.urlopen(exporter.url, timeout=30) as resp:

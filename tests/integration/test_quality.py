@@ -9,7 +9,7 @@ import json
 import random
 import time
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -17,8 +17,8 @@ from sqlalchemy import text
 from streamops.quality import gate_new_run, run_suites, suites
 from streamops.quality.runner import Validator, to_result
 from streamops.store import db
-from tests.integration.test_reporting_sql import D, add_app, at
 from tests.demo_jobs import demo_job
+from tests.integration.test_reporting_sql import D, add_app, at
 
 pytestmark = pytest.mark.db
 
@@ -207,7 +207,7 @@ def add_deployment(engine, started_at: datetime, stage_id: str = STAGE, sink: di
 def new_run(engine, metric_rows: list[dict], counts: dict[str, int], first_batch: int = 20) -> int:
     """A new run (deployment) started now that committed len(metric_rows) batches from `first_batch`;
     batch `first_batch` wrote `counts`. An older run's outputs (earlier batch ids) are not its own."""
-    t0 = datetime.now(timezone.utc) - timedelta(seconds=30)
+    t0 = datetime.now(UTC) - timedelta(seconds=30)
     dep = add_deployment(engine, t0)
     add_metrics(engine, [{"run_id": f"run{dep}", "batch_id": first_batch + i, **r} for i, r in enumerate(metric_rows)],
                 deployment_id=dep, t0=t0 + timedelta(seconds=5))
@@ -215,7 +215,7 @@ def new_run(engine, metric_rows: list[dict], counts: dict[str, int], first_batch
         for i in range(len(metric_rows)):
             conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
                               "VALUES (:s, :d, :b, 1, now())"), {"s": STAGE, "d": dep, "b": first_batch + i})
-    add_outputs(engine, counts, batch_id=first_batch, written_at=datetime.now(timezone.utc))
+    add_outputs(engine, counts, batch_id=first_batch, written_at=datetime.now(UTC))
     return dep
 
 
@@ -283,7 +283,7 @@ def test_gate_of_unknown_deployment_fails(qdb):
 
 
 def test_gate_parquet_sink_checks_metrics_only(qdb):
-    t0 = datetime.now(timezone.utc) - timedelta(seconds=30)
+    t0 = datetime.now(UTC) - timedelta(seconds=30)
     dep = add_deployment(qdb, t0, sink={"kind": "parquet", "path": "/tmp/x"})
     add_metrics(qdb, [{"run_id": "p"}, {"run_id": "p"}], deployment_id=dep, t0=t0 + timedelta(seconds=1))
     gate = gate_new_run(dep)
@@ -298,10 +298,10 @@ def _write_input(directory, name: str, lines: list[str]) -> None:
 
 @pytest.mark.e2e
 def test_input_records_and_parquet_sink_with_spark(qdb, spark, tmp_path):
-    from streamops.generator import records
     from spark_apps import quality_files as sf
+    from streamops.generator import records
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rng = random.Random(7)
     recs = records.make_records("web", 40, rng=rng, start_seq=0, run="t", ts_from=now - timedelta(seconds=5),
                                 ts_to=now - timedelta(seconds=1))
@@ -378,13 +378,13 @@ def test_reconfiguration_gate_waits_for_metrics_written_after_the_commit(qdb):
 
     from streamops.execute import reconfigure
 
-    t0 = datetime.now(timezone.utc) - timedelta(seconds=30)
+    t0 = datetime.now(UTC) - timedelta(seconds=30)
     dep = add_deployment(qdb, t0)
     with qdb.begin() as conn:
         for b in range(20, 28):
             conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
                               "VALUES (:s, :d, :b, 1, now())"), {"s": STAGE, "d": dep, "b": b})
-    add_outputs(qdb, {"w1": 3, "w2": 9}, batch_id=20, written_at=datetime.now(timezone.utc))
+    add_outputs(qdb, {"w1": 3, "w2": 9}, batch_id=20, written_at=datetime.now(UTC))
     late = threading.Timer(2.0, lambda: add_metrics(qdb, [{"run_id": "late", "batch_id": 20 + i} for i in range(8)],
                                                     deployment_id=dep, t0=t0 + timedelta(seconds=5)))
     late.start()

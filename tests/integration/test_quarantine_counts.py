@@ -4,7 +4,7 @@ days of it under retention; 1M rows took 120-250 ms per scrape in a sequential s
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -40,6 +40,6 @@ def test_the_counts_read_the_index_not_the_table(lines, name):
     index-only scan: docs/reporting.md has the figures)."""
     with lines.connect() as conn:
         conn.execute(text("SET LOCAL enable_seqscan = off"))
-        plan = "\n".join(db.explain(name, {"since": datetime.now(timezone.utc) - timedelta(hours=12)}, conn))
+        plan = "\n".join(db.explain(name, {"since": datetime.now(UTC) - timedelta(hours=12)}, conn))
     assert "Seq Scan on quarantine" not in plan and "Index Scan on quarantine_time" in plan \
         or "Index Only Scan using quarantine_time" in plan, plan

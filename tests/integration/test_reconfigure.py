@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from streamops import generator, registry
-from streamops import quality
+from streamops import generator, quality, registry
 from streamops.execute import checkpoint, mechanisms, reconfigure, stages, staging
 from tests import oracles
-from tests.integration.test_e2e_stage import eventually
 from tests.demo_jobs import demo_job
+from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

@@ -16,6 +16,7 @@ records: no key lost, none double-counted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -37,7 +38,6 @@ from streamops.paths import REPO_ROOT
 from tests import oracles
 from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
-import contextlib
 
 # Not yet in `make test`: long (real drivers under continuous load) and not yet green on a quiet
 # machine (issue 4 is open). Run with `make test-reconfig`.

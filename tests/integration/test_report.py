@@ -10,7 +10,7 @@ import json
 import re
 import shutil
 import time
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ from PIL import Image
 from sqlalchemy import text
 
 from streamops.report import nightly
-from tests.integration.test_reporting_sql import D, FULL_DAY, add_app, add_failure, add_reconfiguration, add_run, at
+from tests.integration.test_reporting_sql import FULL_DAY, D, add_app, add_failure, add_reconfiguration, add_run, at
 
 # taxi: one stage, a batch every second all day at 500 ms except 600 s at 3000 ms; a scale-out whose
 # output gap is 6 s (39 994 → 40 000 s) and a failure whose gap is 20 s (60 000 → 60 020 s).
@@ -158,9 +158,9 @@ def test_one_app_and_data_quality_results(day_of_two_apps, tmp_path):
 
 
 def test_a_nightly_run_reports_its_data_interval_day():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    utc = timezone.utc
+    utc = UTC
     # the scheduled run of 2026-11-22 00:15 has the data interval [11-21 00:15, 11-22 00:15)
     assert nightly.day_of_run(None, datetime(2026, 11, 21, 0, 15, tzinfo=utc),
                               datetime(2026, 11, 22, 0, 15, tzinfo=utc)) == date(2026, 11, 21)
@@ -205,7 +205,7 @@ def test_report_cli_writes_the_page(day_of_two_apps, tmp_path):
     assert bad.exit_code == 2 and "today or yesterday" in bad.output
     today = CliRunner().invoke(app, ["report", "--date", "today", "--out", str(tmp_path)])
     assert today.exit_code == 0, today.output
-    assert (tmp_path / datetime.now(timezone.utc).date().isoformat() / "index.html").exists()
+    assert (tmp_path / datetime.now(UTC).date().isoformat() / "index.html").exists()
 
 
 @pytest.mark.db
@@ -217,7 +217,7 @@ def test_report_without_a_date_reports_today_when_yesterday_is_empty(clean_db, t
 
     res = CliRunner().invoke(app, ["report", "--out", str(tmp_path)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    today = datetime.now(timezone.utc).date()
+    today = datetime.now(UTC).date()
     assert "has no metrics: reporting today so far" in res.output
     assert (tmp_path / today.isoformat() / "index.html").exists()
 
@@ -265,9 +265,9 @@ def test_screenshot_in_headless_chromium(day_of_two_apps, tmp_path, artifacts):
 
 
 def test_the_chart_line_breaks_across_a_long_gap_only():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    t0 = datetime(2026, 11, 21, tzinfo=timezone.utc)
+    t0 = datetime(2026, 11, 21, tzinfo=UTC)
     pts = [{"bucket": b, "ts": t0 + timedelta(seconds=10 * b), "complete": True, "cores": 2}
            for b in (0, 1, 2, 3, 9, 10)]
     out = nightly._break_gaps(pts)
@@ -281,14 +281,14 @@ def test_the_chart_line_breaks_across_a_long_gap_only():
 
 def test_a_response_peak_far_above_r_max_is_drawn_on_a_log_scale(monkeypatch):
     """A catch-up of minutes next to an R_max of seconds: on a linear axis R_max would sit on zero."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from streamops.report import charts
 
     scales = []
     real_png = charts._png
     monkeypatch.setattr(charts, "_png", lambda fig: scales.append(fig.axes[0].get_yscale()) or real_png(fig))
-    t0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    t0 = datetime(2026, 11, 22, tzinfo=UTC)
     ts = [t0 + timedelta(seconds=10 * i) for i in range(4)]
     for peak, scale in ((9000.0, "linear"), (400_000.0, "log")):
         png = charts.response_chart("a", ts, [3000.0, peak, None, 3000.0], [3500.0, peak, None, 3500.0],
@@ -299,14 +299,14 @@ def test_a_response_peak_far_above_r_max_is_drawn_on_a_log_scale(monkeypatch):
 
 def test_a_cold_start_spike_is_clipped_so_the_steady_response_stays_readable(monkeypatch):
     """Issue 26: first batches of 37-55 s stretched the axis until a steady 5-7 s was a flat band."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from streamops.report import charts
 
     seen = []
     real_png = charts._png
     monkeypatch.setattr(charts, "_png", lambda fig: seen.append(fig.axes[0]) or real_png(fig))
-    t0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    t0 = datetime(2026, 11, 22, tzinfo=UTC)
     ts = [t0 + timedelta(seconds=10 * i) for i in range(200)]
     resp = [55_000.0, 37_000.0] + [6000.0 + 500 * (i % 3) for i in range(198)]
     charts.response_chart("a", ts, resp, resp, [1] * 200, 5000, 0.75, [charts.Marker(ts[50], "scale_out", "1")], [],

@@ -13,8 +13,19 @@ from sqlalchemy import text
 from streamops.report import nightly
 from streamops.store import db
 from tests.integration.test_report import two_apps
-from tests.integration.test_reporting_sql import (D, FULL_DAY, P_A, R_A, add_app, add_batches, add_reconfiguration,
-                                                  at, one, replicated_app, view)
+from tests.integration.test_reporting_sql import (
+    FULL_DAY,
+    P_A,
+    R_A,
+    D,
+    add_app,
+    add_batches,
+    add_reconfiguration,
+    at,
+    one,
+    replicated_app,
+    view,
+)
 
 pytestmark = pytest.mark.db
 

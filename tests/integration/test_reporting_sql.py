@@ -3,7 +3,7 @@ rows, the day edge cases, the reader role, and stage_metrics retention."""
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -15,12 +15,12 @@ from tests.conftest import drop_database, recreate_database
 pytestmark = pytest.mark.db
 
 D = date(2024, 3, 10)  # a past day: observed all of it
-T0 = datetime(2024, 3, 10, tzinfo=timezone.utc)
+T0 = datetime(2024, 3, 10, tzinfo=UTC)
 FULL_DAY = 86400.0
 
 
 def at(seconds: float, day: date = D) -> datetime:
-    return datetime(day.year, day.month, day.day, tzinfo=timezone.utc) + timedelta(seconds=seconds)
+    return datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(seconds=seconds)
 
 
 @pytest.fixture
@@ -160,8 +160,8 @@ def test_downtime_across_midnight_is_split_between_both_days(rdb):
 
 
 def test_unrecovered_failure_is_down_until_now(rdb):
-    add_app(rdb, "a", created_at=datetime.now(timezone.utc) - timedelta(days=2))
-    failed = datetime.now(timezone.utc) - timedelta(hours=30)
+    add_app(rdb, "a", created_at=datetime.now(UTC) - timedelta(days=2))
+    failed = datetime.now(UTC) - timedelta(hours=30)
     add_failure(rdb, "a.s", "a", failed_at=failed, recovered_at=None)
     with rdb.begin() as conn:
         today = conn.execute(text("SELECT current_date")).scalar_one()
@@ -550,10 +550,10 @@ def test_a_change_s_excess_gap_is_its_gap_beyond_the_stage_s_own_commit_interval
     interval in the minute before is ~0 for a no-op, and the pause itself for a stop."""
     from streamops.store import reconfigurations as rstore
 
-    add_app(rdb, "g", stages={"s": 4000}, created_at=datetime.now(timezone.utc) - timedelta(hours=1))
+    add_app(rdb, "g", stages={"s": 4000}, created_at=datetime.now(UTC) - timedelta(hours=1))
     with rdb.connect() as conn:
         dep = conn.execute(text("SELECT id FROM deployments WHERE stage_id = 'g.s'")).scalar_one()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
 
     def commits(times: list[datetime], first_batch: int) -> None:
         with rdb.begin() as conn:

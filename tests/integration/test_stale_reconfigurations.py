@@ -7,7 +7,7 @@ No driver: a stage row and a run row, as in test_give_up_and_busy."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -105,7 +105,7 @@ def test_the_watchdog_cancels_a_stale_pending_row(stage, clean_db, monkeypatch):
 
 
 def _at(hh: int, mm: int, day: int = 27) -> datetime:
-    return datetime(2026, 11, day, hh, mm, tzinfo=timezone.utc)
+    return datetime(2026, 11, day, hh, mm, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("action, by, asked, stale_at", [

@@ -4,7 +4,7 @@ of a stage with a waiting backlog that begins above `cores.initial`."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -49,7 +49,7 @@ def _waiting(path: str, rows_per_s: int = 200, seconds: int = 30) -> int:
 def _last_run(engine, *, cores: int = 1, rows: int = 100, batch_ms: int = 2000, every_s: int = 5) -> int:
     """A run of the stage that stopped a minute ago, with 12 batches of metrics: `rows` rows every
     `every_s` s, each batch busy `batch_ms` on `cores` cores."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with engine.begin() as conn:
         dep = conn.execute(text(
             "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
@@ -142,8 +142,8 @@ def test_a_start_with_a_waiting_backlog_begins_above_cores_initial(clean_db):
             reason = RunSpec.of(dep.config).start_size
             assert reason is not None and reason.startswith("starts at 2 cores: 6,000 rows waiting"), reason
             first = None
-            deadline = datetime.now(timezone.utc) + timedelta(seconds=60)
-            while first is None and datetime.now(timezone.utc) < deadline:
+            deadline = datetime.now(UTC) + timedelta(seconds=60)
+            while first is None and datetime.now(UTC) < deadline:
                 first = conn.execute(text("SELECT cores FROM stage_metrics WHERE deployment_id = :i AND input_rows > 0 "
                                           "ORDER BY ts LIMIT 1"), {"i": run.deployment_id}).scalar()
                 conn.commit()

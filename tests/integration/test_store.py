@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from datetime import UTC
 from pathlib import Path
 
 import psycopg2
@@ -292,12 +293,12 @@ def _two_runs(conn, t0, second_status: str) -> tuple[int, int]:
 def test_a_failure_whose_restart_committed_late_is_closed_at_that_commit(clean_db):
     """The recovery stopped waiting (its restart's first output came after `wait_s`): the failure
     stayed `recovering` forever and the report counted the stage as down from then on."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from streamops.execute import watchdog
 
     test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)  # stage r.s, registered
-    t0 = datetime.now(timezone.utc) - timedelta(minutes=10)
+    t0 = datetime.now(UTC) - timedelta(minutes=10)
     with clean_db.begin() as conn:
         old, new = _two_runs(conn, t0, "running")
         conn.execute(text("INSERT INTO failures (stage_id, app, deployment_id, kind, detail, failed_at, "
@@ -318,12 +319,12 @@ def test_a_second_fault_after_a_committed_restart_is_a_failure_of_its_own(clean_
     first was still open (its restart committed after the recovery stopped waiting) when the
     restarted run died too. The first is closed at its restart's first commit, and the second
     fault opens a failure of its own."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from streamops.store import failures
 
     test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)  # stage r.s, registered
-    t0 = datetime.now(timezone.utc) - timedelta(minutes=10)
+    t0 = datetime.now(UTC) - timedelta(minutes=10)
     with clean_db.begin() as conn:
         old, new = _two_runs(conn, t0, "failed")
         conn.execute(text("INSERT INTO sink_commits (stage_id, deployment_id, batch_id, rows, committed_at) "
@@ -439,7 +440,7 @@ def test_bulk_names_the_field_a_row_lacks_and_refuses_positional_rows():
 @pytest.mark.db
 def test_bulk_writes_dicts_dataclasses_and_named_tuples_by_field_and_returns_rows_in_order(clean_db):
     from dataclasses import dataclass
-    from datetime import datetime, timezone
+    from datetime import datetime
     from typing import NamedTuple
 
     @dataclass
@@ -460,7 +461,7 @@ def test_bulk_writes_dicts_dataclasses_and_named_tuples_by_field_and_returns_row
         window_start: datetime | None
         last_response_ms: float | None
 
-    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
     from streamops.store import ledger
 
     ledger.sync_catalog([], [{"name": app, "r_max_ms": 1000, "maintenance_window": "{}", "spec": "{}"}

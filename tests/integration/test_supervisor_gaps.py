@@ -12,6 +12,7 @@ import logging
 import subprocess
 import sys
 import time
+from datetime import UTC
 
 import pytest
 from sqlalchemy import text
@@ -95,12 +96,12 @@ def test_a_gap_that_begins_after_the_look_is_caught_before_the_kill(beating_run,
     """Item 6, the second look: the database stops taking beats between the supervisor's look and
     the kill. After the failure row is written, a fresh write probe fails: the row goes, the run
     lives."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from streamops.execute import watchdog
 
     reg, dep, proc = beating_run
-    f = watchdog.Failure("w.s", dep, "stale_heartbeat", "no heartbeat for 20s (limit 15s)", datetime.now(timezone.utc))
+    f = watchdog.Failure("w.s", dep, "stale_heartbeat", "no heartbeat for 20s (limit 15s)", datetime.now(UTC))
     with clean_db.connect() as locker:
         locker.execute(text("LOCK TABLE heartbeats IN EXCLUSIVE MODE"))
         rec = watchdog.recover(f, "w", reg, detected_by="supervisor", probe_s=0.2)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -47,7 +47,7 @@ def test_a_torn_newest_offsets_file_is_moved_aside_and_the_stage_resumes_exactly
         shutil.rmtree(old)
     inputs = registry.resolve_path(PATH)
     generator.generate(inputs, "web", "constant:rate=100", seed=48, duration_s=16, realtime=False,
-                       start=datetime(2026, 11, 27, 12, tzinfo=timezone.utc))
+                       start=datetime(2026, 11, 27, 12, tzinfo=UTC))
     reg = _registry()
     first = stages.start_stage(SID, reg, warm_up=False)
     eventually(lambda: _commits(clean_db, SID) >= 2, 90, "two committed batches")

@@ -7,11 +7,11 @@ in a frame that wide: every row's Run button must be inside the frame, and on to
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from streamops.ui import views
 
-NOW = datetime(2026, 11, 27, 19, 40, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 27, 19, 40, tzinfo=UTC)
 FRAME_PX = 1180  # a 1280 px window less Airflow's navigation bar (the real frame measured 1 208 px): with margin
 
 

@@ -4,7 +4,7 @@ quarantine of malformed records; idempotent sinks."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
@@ -19,7 +19,7 @@ from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 
-START = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+START = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 def _stage(workload: str, path: str, **extra) -> registry.Stage:

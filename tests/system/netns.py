@@ -5,12 +5,12 @@ veth pairs). The file system stays shared, as a cluster's shared storage would b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 from dataclasses import dataclass
-import contextlib
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:

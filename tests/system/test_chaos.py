@@ -8,11 +8,12 @@ database (and everything else using it) never goes away.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,8 @@ from streamops.execute import stages, supervisor
 from streamops.generator.records import dumps
 from streamops.store import db, embedded, migrate
 from tests import oracles
-from tests.integration.test_e2e_stage import eventually
 from tests.demo_jobs import demo_job
-import contextlib
+from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos]
 
@@ -124,7 +124,7 @@ def test_a_file_written_in_place_is_counted_whole_through_landing_or_reported(cl
 
     reg = _registry("chaos/inplace")
     inputs = registry.resolve_path("chaos/inplace")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     records = generator.make_records("web", 6, rng=random.Random(7), start_seq=0, run="inplace",
                                      ts_from=now - timedelta(seconds=5), ts_to=now)
     run = stages.start_stage("chaos.s", reg)

@@ -8,6 +8,7 @@ session's database, which other tests use, never restarts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -27,7 +28,6 @@ from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder
 from tests.system.test_chaos import private_database  # noqa: F401 (a fixture)
-import contextlib
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos, pytest.mark.slow]
 
@@ -134,6 +134,6 @@ def test_ten_backend_crashes_under_a_running_stage_lose_nothing_acknowledged(pri
     print(f"{KILLS} crashes ({resets} crash recoveries logged): {len(runs)} run(s), "
           f"failures {[(f.kind, f.status) for f in fails]}, "
           f"{len(done)} batches acknowledged, all with commit rows; sink = oracle ({len(want)} words)")
-    print("median server back {:.1f}s, median next commit {:.1f}s".format(
-        sorted(f[2] for f in figures)[KILLS // 2], sorted(f[3] for f in figures)[KILLS // 2]))
+    back, commit = sorted(f[2] for f in figures), sorted(f[3] for f in figures)
+    print(f"median server back {back[KILLS // 2]:.1f}s, median next commit {commit[KILLS // 2]:.1f}s")
     stages.stop_stage(SID, reg, deadline_s=30)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
@@ -53,7 +53,7 @@ def add_failure(engine, stage_id: str, status: str = "recovering") -> int:
         return conn.execute(text(
             "INSERT INTO failures (stage_id, app, kind, detail, failed_at, status) "
             "VALUES (:sid, :app, 'dead_pid', 'test', :at, :st) RETURNING id"),
-            {"sid": stage_id, "app": APP, "at": datetime.now(timezone.utc), "st": status}).scalar_one()
+            {"sid": stage_id, "app": APP, "at": datetime.now(UTC), "st": status}).scalar_one()
 
 
 class Recorder:

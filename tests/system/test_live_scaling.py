@@ -16,9 +16,9 @@ from sqlalchemy import text
 
 from streamops import processes, quality, registry, spark_cluster
 from streamops.execute import checkpoint, reconfigure, stages
+from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder, _commits, _row, _settle_and_compare
-from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

@@ -25,10 +25,10 @@ from sqlalchemy import create_engine, text
 
 from streamops import generator
 from tests import oracles
+from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder
 from tests.system import netns
-from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

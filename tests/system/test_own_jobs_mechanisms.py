@@ -16,8 +16,18 @@ from sqlalchemy import text
 from streamops import quality, registry
 from streamops.execute import reconfigure, stages
 from tests.integration.test_e2e_stage import _commits, eventually
-from tests.integration.test_own_jobs import (FLUSH_USER, POISON, ClickFeeder, _expected_clicks, _quarantined,
-                                             _registry, _sessions, _sink_sessions, _team_clicks, _valid)
+from tests.integration.test_own_jobs import (
+    FLUSH_USER,
+    POISON,
+    ClickFeeder,
+    _expected_clicks,
+    _quarantined,
+    _registry,
+    _sessions,
+    _sink_sessions,
+    _team_clicks,
+    _valid,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

@@ -10,8 +10,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from streamops.sim.bound import (BoundModel, BoundStage, frontier, model_from_sim, prepare, regret, schedule_cost,
-                                 sustained_rate, window_open_mask)
+from streamops.sim.bound import (
+    BoundModel,
+    BoundStage,
+    frontier,
+    model_from_sim,
+    prepare,
+    regret,
+    schedule_cost,
+    sustained_rate,
+    window_open_mask,
+)
 from streamops.sim.bound_dp import solve
 from streamops.sim.model import SimConfig
 from streamops.sim.policies import POLICY_CONFIGS

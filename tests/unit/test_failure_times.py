@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 from streamops.execute import watchdog
 
-NOW = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 
 
 def _row(**kw) -> SimpleNamespace:

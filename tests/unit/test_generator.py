@@ -8,7 +8,7 @@ import os
 import random
 import threading
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ from streamops.generator import (
     taxi_cell,
 )
 
-START = datetime(2026, 11, 21, 20, 0, 0, tzinfo=timezone.utc)
+START = datetime(2026, 11, 21, 20, 0, 0, tzinfo=UTC)
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float)}
 
 
@@ -313,11 +313,11 @@ def test_published_but_unlisted_file_is_recovered(tmp_path):
 
 
 def test_realtime_paces_ticks_and_tracks_wall_clock(tmp_path):
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     ticks = []
     summary = generate(tmp_path, "web", "constant:rate=200", seed=1, duration_s=0.2, tick_s=0.05, realtime=True,
                        on_tick=ticks.append)
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     assert summary.files == 4 and len(ticks) == 4 and summary.elapsed >= 0.19
     stamps = [datetime.fromisoformat(r["ts"].replace("Z", "+00:00")) for r in read_valid_records(tmp_path)]
     assert before - timedelta(milliseconds=1) <= min(stamps) and max(stamps) <= after

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,7 +27,7 @@ def _candidate(run: int) -> SimpleNamespace:
 def test_the_supervisor_keeps_marks_of_live_runs_only_and_a_bounded_list_of_recoveries(monkeypatch):
     runs = iter(range(1, 10 * PASSES))
     monkeypatch.setattr(sup_mod.gaps, "write_gap", lambda *_: None)
-    monkeypatch.setattr(sup_mod.db, "now", lambda: datetime.now(timezone.utc))  # the database's clock
+    monkeypatch.setattr(sup_mod.db, "now", lambda: datetime.now(UTC))  # the database's clock
     monkeypatch.setattr(sup_mod.failures, "watchdog_candidates", lambda: [_candidate(next(runs))])  # new run a pass
     monkeypatch.setattr(sup_mod.Supervisor, "_record_gaps", lambda *a: None)
     monkeypatch.setattr(watchdog, "detect", lambda *a, **k: [])  # every run alive
@@ -41,7 +41,7 @@ def test_the_supervisor_keeps_marks_of_live_runs_only_and_a_bounded_list_of_reco
     monkeypatch.setattr(watchdog, "still_failed", lambda *a, **k: True)
     monkeypatch.setattr(watchdog, "recover",
                         lambda f, *a, **k: watchdog.Recovery(f.stage_id, 1, f.kind, "recovered", 1))
-    f = watchdog.Failure("a.s", 7, "dead_pid", "gone", datetime.now(timezone.utc))
+    f = watchdog.Failure("a.s", 7, "dead_pid", "gone", datetime.now(UTC))
     for _ in range(PASSES):
         sup._recover(f, "a")
     assert sup.recovered_count == PASSES and len(sup.recoveries) <= sup_mod.RECOVERIES_KEPT < PASSES

@@ -9,7 +9,7 @@ import hashlib
 import json
 import math
 import os
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -230,12 +230,12 @@ def test_a_bad_schema_says_which_column(ddl, why):
 
 def test_the_generators_kinds_are_declared_schemas_and_any_schema_gets_sample_lines():
     import random
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from streamops.generator import kind_for, sample_lines
 
     assert kind_for(SCHEMAS["taxi"]) == "taxi" and kind_for(CLICKS) is None
-    t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t = datetime(2026, 1, 1, tzinfo=UTC)
     for fmt in ("json", "csv"):
         schema = RecordSchema.of(CLICKS.ddl, fmt, {"n": (0, 10)})
         lines = sample_lines(schema, 50, rng=random.Random(1), ts_from=t, ts_to=t.replace(minute=1))

@@ -7,14 +7,15 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamops import registry
 from streamops.agent.kafka_lag import TopicBacklog, kafka_lag
 from streamops.analyze.stats import StageStats, ds2_target, useful_cores
 from streamops.plan.change import Current, InvalidChange, validate_change
 from streamops.plan.cost import CostModel
-from streamops.plan.model import OperatorState, PRESTAGE, SCALE_OUT
+from streamops.plan.model import PRESTAGE, SCALE_OUT, OperatorState
 from streamops.plan.operator import OperatorContext, operator_cycle
 from streamops.plan.options import OperatorOptions
 from tests.demo_jobs import demo_job

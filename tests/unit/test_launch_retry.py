@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -68,8 +68,8 @@ def launch(monkeypatch):
     monkeypatch.setattr(watchdog.stages, "start_stage",
                         lambda sid, reg, **kw: started.append(sid) or SimpleNamespace(deployment_id=8))
     monkeypatch.setattr(watchdog.mechanisms, "wait_first_output",
-                        lambda *a, **k: (datetime.now(timezone.utc), None, None))
-    f = watchdog.Failure("a.s", 7, "launch_failed", "launch failed: master down", datetime.now(timezone.utc))
+                        lambda *a, **k: (datetime.now(UTC), None, None))
+    f = watchdog.Failure("a.s", 7, "launch_failed", "launch failed: master down", datetime.now(UTC))
     reg = SimpleNamespace(stage=lambda sid: None)
     sup = sup_mod.Supervisor(reg, sup_mod.SupervisorOptions(warm_spares=False))
     return SimpleNamespace(f=f, sup=sup, started=started, latest=latest)

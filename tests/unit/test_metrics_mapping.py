@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from streamops.agent.metrics import (
-    SinkStats, StageContext, latency_from_event_times, progress_to_metrics,
+    SinkStats,
+    StageContext,
+    latency_from_event_times,
+    progress_to_metrics,
 )
 from streamops.checkpoint_layout import Backlog, FileSourceBacklog
 
@@ -23,9 +26,9 @@ def progress() -> dict:
 
 
 def test_maps_every_policy_field(progress):
-    sink = SinkStats(0, 3, datetime(2026, 11, 21, tzinfo=timezone.utc), 10.0, 20.0, 30.0)
+    sink = SinkStats(0, 3, datetime(2026, 11, 21, tzinfo=UTC), 10.0, 20.0, 30.0)
     row = progress_to_metrics(progress, CTX, sink, Backlog(files=3, rows=900))
-    assert row["ts"] == datetime(2026, 11, 21, 20, 41, 45, 388000, tzinfo=timezone.utc)
+    assert row["ts"] == datetime(2026, 11, 21, 20, 41, 45, 388000, tzinfo=UTC)
     assert row["run_id"] == progress["runId"] and row["batch_id"] == 0
     assert row["input_rows"] == 54
     assert row["input_rps"] == 0.0 and row["processed_rps"] == 15.9
@@ -135,7 +138,7 @@ def test_the_clock_offset_comes_from_beats_with_a_short_round_trip():
     from streamops.agent.metrics import ClockOffset
 
     clock = ClockOffset()
-    t = datetime(2026, 11, 28, 10, 0, tzinfo=timezone.utc)
+    t = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
     assert clock.to_db(t) == t, "no beat yet: the driver's own time"
     sent = t.timestamp() + 120  # the driver 120 s ahead
     clock.observe(t + timedelta(seconds=0.025), sent, sent + 0.05)

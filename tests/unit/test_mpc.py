@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -97,7 +97,7 @@ def test_the_operator_asks_and_the_application_manager_grants_through_the_bucket
     assert "MPC" in reqs[0].reason and reqs[0].snapshot["mpc_target"] == reqs[0].target_cores
     assert reqs[0].cost_ms == CostModel()("taxi.count", SCALE_OUT, 200e6)  # the learned cost, priced
     app = AppView("taxi", 200.0, "0 3 * * *", 30, 3)
-    now = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
     granted, _ = application_cycle(app, AppOptions(), AppState(tokens=1.0), reqs, 120.0, False, now)
     assert [d.outcome for d in granted] == ["granted"]
     empty, _ = application_cycle(app, AppOptions(), AppState(tokens=0.0), reqs, 120.0, False, now)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from streamops.analyze.fuzzy import bottleneck_score, bottleneck_scores
 from streamops.analyze.stats import StageStats, busy_fraction, ds2_target, true_rate_per_core
@@ -41,7 +42,7 @@ from streamops.plan.model import (
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle, pick_migration_target
 from streamops.plan.options import AppOptions, OperatorOptions
 
-UTC = timezone.utc
+UTC = UTC
 OPT = OperatorOptions()
 PROPS = settings(max_examples=200, deadline=None)
 POLICY_NAMES = ("edf", "threshold3", "ds2", "mpc")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import socket
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace as Row
 
 import pytest
@@ -18,7 +18,7 @@ from streamops.execute import supervisor
 from streamops.paths import REPO_ROOT
 from streamops.report import prometheus
 
-SINCE = datetime(2026, 3, 10, tzinfo=timezone.utc)
+SINCE = datetime(2026, 3, 10, tzinfo=UTC)
 
 
 def _parse(metric_families) -> dict[str, dict[tuple, float]]:
@@ -69,7 +69,7 @@ def test_windowed_counters_say_when_they_started():
     values = _parse(prometheus.families(prometheus.Snapshot(since=SINCE, batches=batches)))
     assert list(values["streamops_stage_batches_total"].values()) == [12]
     assert list(values["streamops_stage_batches_created"].values()) == [SINCE.timestamp()]
-    assert prometheus.start_of_utc_day(datetime(2026, 3, 10, 23, 59, tzinfo=timezone.utc)) == SINCE
+    assert prometheus.start_of_utc_day(datetime(2026, 3, 10, 23, 59, tzinfo=UTC)) == SINCE
 
 
 def test_a_database_that_does_not_answer_is_a_scrape_saying_so(monkeypatch, caplog):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -31,7 +31,7 @@ def _recover(monkeypatch, dep):
     monkeypatch.setattr(watchdog.failures, "give_up", lambda *a, **k: None)
     monkeypatch.setattr(watchdog.ledger, "deployment", lambda _: dep)
     monkeypatch.setattr(watchdog.ledger, "finish", lambda *a, **k: None)
-    f = watchdog.Failure("a.s", dep.id, "stopped", "stopped for 30s", datetime.now(timezone.utc),
+    f = watchdog.Failure("a.s", dep.id, "stopped", "stopped for 30s", datetime.now(UTC),
                          given_up="test: recorded only, not restarted")
     return watchdog.recover(f, "a", None)
 

@@ -11,7 +11,8 @@ import math
 import random
 
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from streamops.plan.redundancy import (
     DECREASE,

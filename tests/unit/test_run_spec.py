@@ -6,8 +6,7 @@ import pydantic
 import pytest
 
 from streamops import registry
-from streamops.run_spec import (CommandOutcome, FaultArgs, RepartitionArgs, RunSpec, ScaleArgs, StopArgs,
-                                command_args)
+from streamops.run_spec import CommandOutcome, FaultArgs, RepartitionArgs, RunSpec, ScaleArgs, StopArgs, command_args
 from tests.demo_jobs import demo_job
 
 

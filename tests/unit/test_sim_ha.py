@@ -18,7 +18,7 @@ from streamops.sim.engine import Simulation
 from streamops.sim.faults import Blocks, fault_schedule, parse_faults
 from streamops.sim.model import SimConfig
 from streamops.sim.policies import resolve_policy
-from streamops.sim.run import HA_TRACE, COUNT_STAGE, ha_comparison
+from streamops.sim.run import COUNT_STAGE, HA_TRACE, ha_comparison
 
 KILLS = (Fault(kind="driver_kill", mtbf_s=120),)
 

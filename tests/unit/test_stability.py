@@ -3,7 +3,7 @@ the Application Manager applies it, and the churn figures the suite reports."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,7 +12,7 @@ from streamops.plan.model import MIGRATE, SCALE_IN, SCALE_OUT, AppState, Request
 from streamops.plan.options import AppOptions
 from streamops.plan.stability import LastChange, StageFacts, churn, direction, draining, stability_verdict
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2024, 1, 1, 2, 0, tzinfo=UTC)  # inside the window below (every hour, 30 min)
 APP = AppView("app", 1000.0, "0 * * * *", 30.0, 3)
 OPT = AppOptions()

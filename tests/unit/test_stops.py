@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +17,7 @@ from streamops import processes
 from streamops.execute import stops
 from streamops.execute.watchdog import detect
 
-T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
 
 def run(**kw):

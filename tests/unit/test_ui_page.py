@@ -4,14 +4,14 @@ row links to. The page itself runs in a real Airflow in tests/system/test_airflo
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from markupsafe import escape
 
 from streamops.ui import charts, views
 
-NOW = datetime(2026, 11, 27, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 SVG = "{http://www.w3.org/2000/svg}"
 
 
@@ -25,7 +25,7 @@ def test_sparkline_marks_minutes_above_r_max_and_has_a_size():
     assert len(svg.findall(f"{SVG}circle")) == 1, "one minute above R_max, one red dot"
     line = svg.find(f"{SVG}polyline").get("points").split()
     xs = [float(p.split(",")[0]) for p in line]
-    assert xs == sorted(xs) and 0 <= xs[0] and xs[-1] <= 260, "time runs left to right inside the box"
+    assert xs == sorted(xs) and xs[0] >= 0 and xs[-1] <= 260, "time runs left to right inside the box"
     assert svg.find(f"{SVG}line").find(f"{SVG}title").text == "R_max 1,000 ms"
 
 

@@ -7,6 +7,7 @@ import pytest
 from streamops import registry
 from tests.demo_jobs import demo_job
 
+
 def test_an_upgrade_keeps_cores_and_pool_and_never_goes_live():
     from streamops.plan.change import Current, InvalidChange, validate_change
     from streamops.plan.mechanism import in_driver_refusal, live_refusal

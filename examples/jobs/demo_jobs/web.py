@@ -3,7 +3,8 @@ wordcount, fixwindow, and keycount (a count per key with a chosen state size).""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F

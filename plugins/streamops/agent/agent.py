@@ -12,8 +12,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -23,8 +24,8 @@ from streamops.agent.input_watch import InputAudit, Landing
 from streamops.agent.kafka_lag import TopicBacklog
 from streamops.agent.metrics import ClockOffset, SinkStats, StageContext, progress_to_metrics, state_operators
 from streamops.agent.writer import BufferedWriter
-from streamops.run_spec import CommandOutcome, StopArgs, command_args
 from streamops.checkpoint_layout import FileSourceBacklog, quarantine_checkpoint
+from streamops.run_spec import CommandOutcome, StopArgs, command_args
 from streamops.store import db
 from streamops.waiting import wait_until
 

@@ -20,8 +20,8 @@ import math
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from streamops.registry import TIMED_FAULTS, Fault
 from streamops.store import db

@@ -12,9 +12,10 @@ import json
 import logging
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from streamops.agent import dir_swap
 from streamops.agent.errors import TransientError, is_transient, tag_sqlstate
@@ -151,7 +152,7 @@ def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple
 
 def _utc(ts: datetime | None) -> datetime | None:
     # The driver runs with spark.sql.session.timeZone=UTC, so naive timestamps are UTC.
-    return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts
+    return ts.replace(tzinfo=UTC) if ts is not None and ts.tzinfo is None else ts
 
 
 def _event_time_stats(df: DataFrame) -> tuple[int, float | None, float | None, float | None]:
@@ -173,8 +174,14 @@ def retry_idempotent(action: Callable[[], Any], what: str, budget_s: float = 300
     delays the batch (backpressure) instead of failing the stage. Other errors fail at once,
     and so does every error once `abort` is set (a stop must not wait out the retry budget).
     Returns what `action` returns."""
-    from tenacity import (Retrying, retry_if_exception, stop_before_delay, stop_never, stop_when_event_set,
-                          wait_exponential)
+    from tenacity import (
+        Retrying,
+        retry_if_exception,
+        stop_before_delay,
+        stop_never,
+        stop_when_event_set,
+        wait_exponential,
+    )
 
     def attempt() -> Any:
         db.check_outage()  # an injected outage reaches the executors' writes through here

@@ -11,8 +11,15 @@ import time
 from pathlib import Path
 
 from streamops.checkpoint_layout import (  # noqa: F401 - re-exported
-    QUERIES, batch_files, has_state, last_committed_batch, last_planned_batch, quarantine_checkpoint,
-    query_checkpoint, source_change, state_partitions,
+    QUERIES,
+    batch_files,
+    has_state,
+    last_committed_batch,
+    last_planned_batch,
+    quarantine_checkpoint,
+    query_checkpoint,
+    source_change,
+    state_partitions,
 )
 
 # Log files: "N", "N.compact" and their checksums ".N.crc", ".N.compact.crc".

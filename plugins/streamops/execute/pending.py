@@ -15,8 +15,8 @@ still be starting). The supervisor's housekeeping and the watchdog run `cancel_s
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Row
 
@@ -52,13 +52,13 @@ def cancel_stale(reg: registry.Registry | None = None, progress: Progress = lamb
     """Cancel the pending rows past their `deadline`, each with why; the ids cancelled. A row
     whose stage lock is held is left for the next pass (its executor may be claiming it)."""
     reg = reg or registry.load()
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     cancelled = []
     for row in rstore.to_run((RunStatus.PENDING,), None, None, None):
         due = deadline(row, reg)
         if now < due:
             continue
-        asked = f"asked for by {row.requested_by} at {row.requested_at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+        asked = f"asked for by {row.requested_by} at {row.requested_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
         if row.action in DEFERRED and row.app in reg.apps:
             closed = due - timedelta(seconds=PENDING_MAX_S)
             why = f"cancelled: stale, its app's maintenance window closed at {closed:%H:%M} UTC before it ran ({asked})"

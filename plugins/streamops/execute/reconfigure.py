@@ -21,16 +21,24 @@ import getpass
 import logging
 import shutil
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Row
 
 from streamops import registry
 from streamops.execute import stages
-from streamops.execute.mechanisms import MECHANISMS, Deadlines, Execution, Mechanism, Situation, source_behind, \
-    wait_first_batch
+from streamops.execute.mechanisms import (
+    MECHANISMS,
+    Deadlines,
+    Execution,
+    Mechanism,
+    Situation,
+    source_behind,
+    wait_first_batch,
+)
 from streamops.plan.change import InvalidChange, is_noop, stage_of, validate_change
 from streamops.plan.kinds import Action, MechanismName, Phase, RunStatus
 from streamops.plan.mechanisms import RULES, choose

@@ -6,9 +6,10 @@ import json
 import logging
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from streamops import checkpoint_repair, processes, registry
 from streamops.analyze.stats import useful_cores

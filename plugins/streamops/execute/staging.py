@@ -11,8 +11,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from streamops import registry
 from streamops.execute import checkpoint

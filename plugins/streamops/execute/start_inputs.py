@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from streamops import checkpoint_layout, registry
@@ -59,7 +59,7 @@ def gather(sid: str, st: Stage, pool_name: str, pool: Pool, ckpt: str, role: str
 
 
 def _age_s(stopped_at: datetime | None) -> float:
-    return 0.0 if stopped_at is None else max(0.0, (datetime.now(timezone.utc) - stopped_at).total_seconds())
+    return 0.0 if stopped_at is None else max(0.0, (datetime.now(UTC) - stopped_at).total_seconds())
 
 
 def source_now(st: Stage, ckpt: Path, rows_per_file: float | None = None) -> tuple[float | None, int | None]:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Iterable
 
 from streamops import processes
 

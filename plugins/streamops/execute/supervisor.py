@@ -38,11 +38,12 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from streamops import processes, registry
 from streamops.execute import broker_heal, gaps, housekeeping, pending, replicas, stops, watchdog
@@ -287,7 +288,7 @@ class Supervisor:
         except Exception as e:
             error = f"{type(e).__name__}: {gaps.first_line(e)}"
             now = StepFailure(before.count + 1 if before else 1, error, before.since if before else
-                              datetime.now(timezone.utc))
+                              datetime.now(UTC))
             self.housekeeping_failures[name] = now
             # The traceback once per new error, then a line per pass: not one every 5 s for hours.
             log.error("action=housekeeping step=%s failed (%d passes in a row); tried again next pass: %s", name,

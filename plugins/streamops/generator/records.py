@@ -15,8 +15,9 @@ import math
 import random
 import re
 import time
-from datetime import datetime, timezone
-from typing import Any, Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from streamops.records import RecordSchema, check_line
 
@@ -70,13 +71,13 @@ _UNIVERSE_SEED = 20151  # fixed: universes must not depend on the run's seed
 # Time helpers (event time is integer epoch milliseconds internally)
 # ---------------------------------------------------------------------------
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _as_utc(dt: datetime) -> datetime:
     if dt.tzinfo is None:
         raise ValueError(f"datetime must be timezone-aware (UTC), got naive {dt!r}")
-    return dt.astimezone(timezone.utc)
+    return dt.astimezone(UTC)
 
 
 def epoch_ms_ceil(dt: datetime) -> int:
@@ -93,7 +94,7 @@ def format_ts(ms: int) -> str:
 
 def parse_ts(text: str) -> datetime:
     """Inverse of `format_ts` (accepts any ISO-8601 string with an offset or Z)."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
 def ts_to_ms(text: str) -> int:

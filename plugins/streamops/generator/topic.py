@@ -16,7 +16,7 @@ from typing import Any
 
 from .manifest import append_line
 from .records import format_ts, line_id
-from .writer import Generator, GenerateSummary, epoch_ms_now
+from .writer import GenerateSummary, Generator, epoch_ms_now
 
 # Kafka's own default is one; a topic the generator creates gets a few, so keys spread.
 DEFAULT_PARTITIONS = 4

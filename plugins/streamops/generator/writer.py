@@ -17,23 +17,24 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .manifest import (
     MANIFEST_DIR,
     STAGING_DIR,
     append_line,
+    data_file_name,
     fsync_dir,
     read_jsonl,
-    repair_manifest,
-    write_synced,
-    data_file_name,
     read_manifest,
     read_valid_records,
+    repair_manifest,
+    write_synced,
 )
 from .records import (
     KINDS,
@@ -90,11 +91,11 @@ def default_run(seed: int) -> str:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _iso(dt: datetime) -> str:
-    return dt.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return dt.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _parse_iso(text: str) -> datetime:
@@ -157,7 +158,7 @@ class Generator:
         self.duration_s = float(duration_s)
         self.tick_s = float(tick_s)
         self.garbage_fraction = float(garbage_fraction)
-        self.start = start.astimezone(timezone.utc) if start is not None else None
+        self.start = start.astimezone(UTC) if start is not None else None
         self.realtime = realtime
         self.on_tick = on_tick
         self.stop_event = stop_event

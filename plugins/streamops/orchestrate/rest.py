@@ -29,7 +29,7 @@ class AirflowClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "AirflowClient":
+    def __enter__(self) -> AirflowClient:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -8,14 +8,14 @@ and the run, fail visibly in the UI.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 from streamops import registry
 from streamops.plan.kinds import Action, MechanismName
-import contextlib
 
 log = logging.getLogger("streamops.airflow")
 
@@ -216,7 +216,7 @@ def open_windows(now: datetime | None = None) -> dict[str, datetime]:
 
     from streamops.plan.application import AppView, maintenance_window
 
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     reg = registry.load()
     out = {}
     for name in replan_apps():
@@ -231,7 +231,7 @@ def open_windows(now: datetime | None = None) -> dict[str, datetime]:
 
 
 def _before(deadline: datetime) -> bool:
-    return datetime.now(timezone.utc) < deadline
+    return datetime.now(UTC) < deadline
 
 
 def maintenance_window(now: datetime | None = None) -> dict[str, Any]:

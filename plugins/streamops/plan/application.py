@@ -14,14 +14,24 @@ Pure: (app, options, state, requests, response, now) → (decisions, new state).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from croniter import croniter
 
-from streamops.plan.model import (ADD_REPLICA, DISRUPTIVE, LOCAL, REMOVE_REPLICA, SCALE_IN, SCALE_OUT, AppState,
-                                  Decision, Request)
+from streamops.plan.model import (
+    ADD_REPLICA,
+    DISRUPTIVE,
+    LOCAL,
+    REMOVE_REPLICA,
+    SCALE_IN,
+    SCALE_OUT,
+    AppState,
+    Decision,
+    Request,
+)
 from streamops.plan.options import AppOptions
 from streamops.plan.stability import StageFacts, stability_verdict
 

@@ -11,8 +11,8 @@ failures inform its pause-resume cost until pause-resumes of its own exist.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 # Priors (ms): stop + restart of a local Spark driver measured about 10 s on 2 cores; a
 # migration adds copying the checkpoint. Ours, not the papers'; replaced as soon as history exists.

@@ -25,8 +25,8 @@ next cycle plans again with fresher data.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def plan_cores(cores: int, min_cores: int, max_cores: int, rate_per_core: float,
         # queue no plan drains within the horizon makes every plan equally bad, and the fewest
         # cores "win". Its spare capacity is floored at 5 %, so a plan that never drains costs
         # much, not infinitely much.
-        cap = (cores if H <= j else n) * rate_per_core
+        cap = (cores if j >= H else n) * rate_per_core
         return core_s, above + q / max(cap - demand[-1], 0.05 * cap)
 
     stay_core, stay_above = run(H, cores)

@@ -12,13 +12,14 @@ maintenance window's budget.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from streamops.analyze.fuzzy import bottleneck_score
 from streamops.analyze.stats import StageStats, busy_fraction, ds2_target, load_ratio, true_rate_per_core
-from streamops.plan.mpc import demand_path, plan_cores, spread_path
 from streamops.plan.model import MIGRATE, PRESTAGE, RELEASE, SCALE_IN, SCALE_OUT, OperatorState, Request
+from streamops.plan.mpc import demand_path, plan_cores, spread_path
 from streamops.plan.options import OperatorOptions
 
 CostFn = Callable[[str, str, float, "str | None"], float]  # (stage_id, action, state_bytes, mechanism) → ms
@@ -129,12 +130,12 @@ def edf(s: StageStats, opt: OperatorOptions, state: OperatorState,
     saturated scales out first: moving it would keep its n cores, and a migration waits for the
     maintenance window. With `forecast`, S is taken at the forecast demand (`_busy_ahead`)."""
     S, n = _busy_ahead(s, opt), s.cores
-    if s.host_cpu is not None and s.host_cpu > opt.u_max and not (S > opt.s_out and n < s.core_cap):
+    if s.host_cpu is not None and s.host_cpu > opt.u_max and not (opt.s_out < S and n < s.core_cap):
         target = pick_migration_target(ctx.pools, n, ctx.rng)
         if target:
             gain = s.host_cpu - opt.u_max + 0.05
             return [_request(s, MIGRATE, n, gain, ctx, f"U_r {s.host_cpu:.2f} > U_max {opt.u_max}", pool=target)], state
-    if S > opt.s_out and n < s.core_cap:
+    if opt.s_out < S and n < s.core_cap:
         return [_scale_out(s, n + 1, opt, ctx, f"S {S:.2f} > S_out {opt.s_out}")], state
     if n > s.min_cores and n * S / (n - 1) < opt.c * opt.s_out:
         return [_scale_in(s, _give_back(s, opt), ctx,

@@ -73,7 +73,7 @@ class OperatorOptions:
             raise ValueError(f"scale_in_to must be 'one' or 'ds2', got {self.scale_in_to!r}")
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "OperatorOptions":
+    def from_params(cls, params: dict[str, Any] | None) -> OperatorOptions:
         return _from_params(cls, params)
 
 
@@ -108,7 +108,7 @@ class AppOptions:
             raise ValueError(f"expected core_hour_cost >= 0, got {self.core_hour_cost}")
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "AppOptions":
+    def from_params(cls, params: dict[str, Any] | None) -> AppOptions:
         return _from_params(cls, params)
 
 

@@ -44,8 +44,9 @@ Without an Outlook (`outlook=None`) the step is Algorithm 2 alone, as before.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Sequence
+from typing import Any
 
 INCREASE, DECREASE, HOLD = "increase", "decrease", "hold"
 
@@ -124,7 +125,7 @@ class RedundancyOptions:
                              f"got {self.give_back_violation_rate}")
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "RedundancyOptions":
+    def from_params(cls, params: dict[str, Any] | None) -> RedundancyOptions:
         """Overrides from a stage's `policy.params` (or an app's `control` block): unknown keys
         and values that are not numbers are refused, naming the field."""
         params = params or {}

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,7 @@ class Validator:
         with contextlib.suppress(Exception):  # nothing was connected
             self.pg.get_execution_engine().engine.dispose()
 
-    def __enter__(self) -> "Validator":
+    def __enter__(self) -> Validator:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -196,7 +196,7 @@ def store(results: list[Result], engine: Engine | None = None) -> list[Result]:
 def day_bounds(day: date) -> tuple[datetime, datetime]:
     """The UTC day, for file modification times (the SQL suites use the server's TimeZone days,
     UTC on the embedded cluster)."""
-    start = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
     return start, start + timedelta(days=1)
 
 
@@ -355,7 +355,7 @@ def gate_new_run(deployment_id: int, first_batches: int = DEFAULT_GATE_BATCHES, 
         dep = conn.execute(db.query("dq_deployment"), {"deployment_id": deployment_id}).first()
     if dep is None:
         return GateResult(False, {"deployment_id": deployment_id, "error": "no such deployment"})
-    today = datetime.now(timezone.utc).date()
+    today = datetime.now(UTC).date()
     with Validator(engine) as v:
         results = _gate_validations(v, dep, deployment_id, first_batches, today, since)
     if record:

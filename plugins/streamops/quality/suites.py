@@ -12,6 +12,7 @@ import great_expectations.expectations as gxe
 
 from streamops.generator import records
 
+
 class _Suite:
     """Collects expectations, then builds the suite in one go: `ExpectationSuite.add_expectation`
     needs an active data context, the constructor does not."""

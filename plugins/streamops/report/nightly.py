@@ -9,16 +9,15 @@ time ≤ R_max) is at least its `slo_target` (apps.yaml, default 0.99).
 
 from __future__ import annotations
 
-import itertools
-
 import base64
 import csv
+import itertools
 import json
 import logging
 import os
 import time
 from dataclasses import asdict, dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ HA_CHART_STAGES = 25  # the high-availability chart shows at most this many stag
 
 
 def yesterday_utc() -> date:
-    return (datetime.now(timezone.utc) - timedelta(days=1)).date()
+    return (datetime.now(UTC) - timedelta(days=1)).date()
 
 
 def reports_dir() -> Path:
@@ -144,7 +143,7 @@ def _app_chart(app: AppSummary, series: list[dict], reconfigs: list[dict], failu
         # the moment the new run produced output: where the cores step in the chart below
         at = r["first_batch_done_at"] or r["finished_at"] or r["restarted_at"] or r["requested_at"]
         markers.append(charts.Marker(at, r["action"], str(r["chart_no"])))
-    day_from = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    day_from = datetime(day.year, day.month, day.day, tzinfo=UTC)
     day_to = day_from + timedelta(days=1)
     spans = [charts.Span(max(f["gap_from"], day_from), min(f["gap_to"], day_to), f"F{i + 1}")
              for i, f in enumerate(failures)]
@@ -266,7 +265,7 @@ def build_report(day: date | None = None, app: str | None = None, out_dir: Path 
         [s.app for s in summary], [s.downtime_reconfig_s for s in summary], [s.downtime_failure_s for s in summary],
         title=f"downtime on {day}: reconfigurations and failures")) if summary else None
     ha = ha_section(*(views[v][0] for v in HA_VIEWS), day=day)
-    generated = datetime.now(timezone.utc)
+    generated = datetime.now(UTC)
     html = _template().render(
         day=day, app=app, generated=generated, summary=summary, sections=sections, downtime_chart=downtime_png,
         ha=ha, dq=dq, csvs=[f"{v}.csv" for v in VIEWS], bucket_s=BUCKET_S, default_target=DEFAULT_SLO_TARGET)
@@ -306,8 +305,8 @@ def day_of_run(override: str | None, data_interval_start: datetime | None, run_a
     if override:
         return date.fromisoformat(override)
     if data_interval_start is not None:
-        return data_interval_start.astimezone(timezone.utc).date()
-    return (run_after.astimezone(timezone.utc) - timedelta(days=1)).date()
+        return data_interval_start.astimezone(UTC).date()
+    return (run_after.astimezone(UTC) - timedelta(days=1)).date()
 
 
 def missed_days(until: date, max_days: int = 7, engine: Engine | None = None) -> list[date]:

@@ -30,9 +30,10 @@ import operator
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -72,8 +73,8 @@ _RUN_COLUMNS = {"input_rows_per_second": "input_rps", "latency_p95_seconds": "la
 
 def start_of_utc_day(now: datetime | None = None) -> datetime:
     """00:00 UTC of today: where the counters of tables that retention shrinks start."""
-    now = now or datetime.now(timezone.utc)
-    return now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    now = now or datetime.now(UTC)
+    return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ def families(s: Snapshot, database_up: bool = True, age_s: float | None = None) 
 def metric_names() -> list[str]:
     """Every metric name the exporter emits, as in the exposition (counters with `_total`)."""
     return [f.name + ("_total" if f.type == "counter" else "")
-            for f in families(Snapshot(since=datetime.fromtimestamp(0, timezone.utc)))]
+            for f in families(Snapshot(since=datetime.fromtimestamp(0, UTC)))]
 
 
 class CachedSnapshot:

@@ -17,8 +17,8 @@ from streamops.sim.model import DEFAULT_STAGES, SimConfig, StageSpec
 from streamops.sim.policies import POLICY_CONFIGS, PolicyConfig, resolve_policy
 from streamops.sim.report import SUMMARY_KEYS
 from streamops.sim.run import ha_comparison, run_simulation
-from streamops.sim.traces import BUILTIN as BUILTIN_TRACES
 from streamops.sim.trace_loader import load_trace
+from streamops.sim.traces import BUILTIN as BUILTIN_TRACES
 from streamops.sim.traces import SimTrace
 
 __all__ = [

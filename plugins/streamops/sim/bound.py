@@ -16,16 +16,25 @@ a bound on any schedule (each point of the model lies on or above every supporti
 from __future__ import annotations
 
 import itertools
-
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from streamops.sim.bound_dp import (INF, BoundModel, BoundStage, Problem, configurations, prepare, schedule_cost,
-                                    solve, sustained_rate)
+from streamops.sim.bound_dp import (
+    INF,
+    BoundModel,
+    BoundStage,
+    Problem,
+    configurations,
+    prepare,
+    schedule_cost,
+    solve,
+    sustained_rate,
+)
 
 __all__ = ["BoundModel", "BoundStage", "Frontier", "FrontierPoint", "Problem", "configurations", "frontier",
            "model_from_sim", "prepare", "regret", "schedule_cost", "sustained_rate", "window_open_mask"]
@@ -72,7 +81,7 @@ class Frontier:
         return pts[0].seconds_above
 
     @classmethod
-    def from_rows(cls, rows: Sequence[dict[str, Any]], duration_s: int) -> "Frontier":
+    def from_rows(cls, rows: Sequence[dict[str, Any]], duration_s: int) -> Frontier:
         """The frontier `rows()` wrote (schedules are not kept)."""
         return cls(tuple(FrontierPoint(float(r["core_hours"]), float(r["seconds_above_rmax"]), int(r["changes"]),
                                        float(r["price"])) for r in rows), duration_s)

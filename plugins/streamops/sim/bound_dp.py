@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -152,7 +152,7 @@ def prepare(rates: Sequence[float], model: BoundModel, window_open: Sequence[boo
     if r.ndim != 1 or not len(r):
         raise ValueError("the bound needs a non-empty series of per-second rates")
     V = configurations(model)
-    init = int(np.flatnonzero((V == np.array([s.cores for s in model.stages])).all(axis=1))[0])
+    init = int(np.flatnonzero((np.array([s.cores for s in model.stages]) == V).all(axis=1))[0])
     lam = sustained_rate(V, model)
     mu = np.array([s.rate_per_core / s.load for s in model.stages])
     cap = (V * mu).min(axis=1)

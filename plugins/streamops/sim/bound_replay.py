@@ -4,8 +4,9 @@ bound's model predicted for it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -49,7 +49,6 @@ from streamops.sim.model import SimConfig, batch_capacity
 from streamops.sim.stagerun import Reconfig, StageRun, apply_scripted
 from streamops.sim.traces import SimTrace
 
-
 # The redundancy manager's forecast buckets (seconds): see Simulation._redundancy_utilization.
 REDUNDANCY_BUCKET_S = 10.0
 

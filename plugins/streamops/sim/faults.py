@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import bisect
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from streamops.registry import FAULT_KINDS, Fault
 

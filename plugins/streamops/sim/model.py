@@ -10,7 +10,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from streamops.registry import Fault, Redundancy
@@ -110,7 +110,7 @@ DEFAULT_STAGES: tuple[StageSpec, ...] = (
     StageSpec("top10", rate_per_core=220.0, cores=1, min_cores=1, max_cores=12, state_bytes=10e6, base_latency_ms=20.0),
 )
 
-SIM_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SIM_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ class SimConfig:
     def field_names(cls) -> set[str]:
         return {f.name for f in fields(cls)}
 
-    def with_overrides(self, **kw: Any) -> "SimConfig":
+    def with_overrides(self, **kw: Any) -> SimConfig:
         if "stages" in kw:
             kw["stages"] = tuple(s if isinstance(s, StageSpec) else StageSpec(**s) for s in kw["stages"])
         if "fault_periods" in kw:

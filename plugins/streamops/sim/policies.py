@@ -40,7 +40,7 @@ class PolicyConfig:
     def app_opts(self) -> AppOptions:
         return AppOptions.from_params(self.app_options)
 
-    def with_overrides(self, **kw: Any) -> "PolicyConfig":
+    def with_overrides(self, **kw: Any) -> PolicyConfig:
         """Route `operator=`, OperatorOptions fields and AppOptions fields; others are an error."""
         op = dict(self.operator_options)
         app = dict(self.app_options)
@@ -110,7 +110,7 @@ POLICY_CONFIGS: dict[str, PolicyConfig] = {
 }
 
 
-def resolve_policy(policy: "str | PolicyConfig") -> PolicyConfig:
+def resolve_policy(policy: str | PolicyConfig) -> PolicyConfig:
     if isinstance(policy, PolicyConfig):
         return policy
     try:

@@ -21,7 +21,7 @@ SUMMARY_KEYS = (
 )
 
 
-def convergence(sim: "Simulation") -> list[dict[str, Any]]:
+def convergence(sim: Simulation) -> list[dict[str, Any]]:
     """For each step change of the trace: the decisions from the change until the response stays
     ≤ R_max for `settle_s` seconds. A decision is an Application Manager cycle that granted
     reconfigurations, of one stage or several at once, as DS2 counts one scaling decision for the
@@ -49,7 +49,7 @@ def convergence(sim: "Simulation") -> list[dict[str, Any]]:
     return out
 
 
-def summarize(sim: "Simulation", policy: dict[str, Any], trace_name: str) -> dict[str, Any]:
+def summarize(sim: Simulation, policy: dict[str, Any], trace_name: str) -> dict[str, Any]:
     T = sim.T
     r_max = sim.cfg.r_max_ms
     downtime = float(sim.down.sum())
@@ -124,7 +124,7 @@ def _ha_figures(failures: list[Failure], violated: int, replica_s: float, core_s
             "replica_hours": round(replica_s / 3600.0, 4), "core_hours": round(core_s / 3600.0, 4)}
 
 
-def ha_summary(sim: "Simulation") -> dict[str, Any]:
+def ha_summary(sim: Simulation) -> dict[str, Any]:
     """Faults, replicas and the redundancy manager (sim/ha.py), per stage and in total.
 
     violated_windows: 1-second windows where the stage's tail (worst) response time exceeds its
@@ -159,7 +159,7 @@ def ha_summary(sim: "Simulation") -> dict[str, Any]:
 _MARK = {"scale_out": "^", "scale_in": "v", "migrate": "x"}
 
 
-def plot(sim: "Simulation", path: Path, title: str) -> Path:
+def plot(sim: Simulation, path: Path, title: str) -> Path:
     """Top: response time with R_max and β·R_max; bottom: cores per stage, reconfigurations
     marked, and the input rate (grey, right axis)."""
     import matplotlib

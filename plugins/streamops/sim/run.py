@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from streamops.plan.redundancy import RedundancyOptions
 from streamops.registry import Fault, Redundancy

@@ -13,7 +13,7 @@ import csv
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, overload
 
@@ -34,7 +34,7 @@ def _iso(v: Any) -> Any:
 def _dt(v: Any) -> Any:
     if isinstance(v, str):
         d = datetime.fromisoformat(v.replace("Z", "+00:00"))
-        return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+        return d if d.tzinfo else d.replace(tzinfo=UTC)
     return v
 
 
@@ -86,7 +86,7 @@ class RunData:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RunData":
+    def from_json(cls, d: dict[str, Any]) -> RunData:
         def conv(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             return [{k: (_dt(v) if k in TIME_KEYS else v) for k, v in r.items()} for r in rows]
 
@@ -104,7 +104,7 @@ class RunData:
         return path
 
     @classmethod
-    def load(cls, path: Path) -> "RunData":
+    def load(cls, path: Path) -> RunData:
         return cls.from_json(json.loads(Path(path).read_text()))
 
 
@@ -117,7 +117,7 @@ def export_trace(run: RunData, path: Path) -> Path:
         w.writerow(TRACE_COLUMNS)
         for m in run.metrics:
             w.writerow([run.stage_id if c == "stage_id" else
-                        (m["ts"].astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                        (m["ts"].astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
                          if c == "ts" else ("" if m.get(c) is None else m.get(c))) for c in TRACE_COLUMNS])
     return path
 
@@ -151,8 +151,8 @@ def outage_gaps(run: RunData) -> list[tuple[float, float, str]]:
     gaps: list[tuple[float, float, str]] = []
     for r in run.reconfigs:
         if (r.get("downtime_ms") or 0) > 0:
-            end = next((r[k] for k in ("first_batch_done_at", "caught_up_at", "finished_at", "restarted_at",
-                                       "stopped_at", "requested_at") if r.get(k) is not None))
+            end = next(r[k] for k in ("first_batch_done_at", "caught_up_at", "finished_at", "restarted_at",
+                                       "stopped_at", "requested_at") if r.get(k) is not None)
             gaps.append((run.sec(end) - r["downtime_ms"] / 1000.0, run.sec(end), f"reconfiguration {r['id']}"))
     for f in run.failures:
         start = run.sec(f.get("last_commit_at") or f["failed_at"])

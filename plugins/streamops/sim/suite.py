@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import bisect
 import csv
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from streamops.generator.traces import Trace as GenTrace
 from streamops.generator.traces import TRACE_KINDS, make_trace
+from streamops.generator.traces import Trace as GenTrace
 
 # name → (generator spec, default duration in simulated seconds, description[, time shift s])
 # The diurnal "day" is compressed to 2 h (7200 s) of simulated time; the trough (night) is at

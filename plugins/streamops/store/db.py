@@ -8,8 +8,9 @@ import functools
 import os
 import re
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
 from sqlalchemy.exc import DBAPIError, OperationalError

@@ -6,12 +6,12 @@ Functions take plain values and return rows; deciding what to do with them is ex
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, Row
 

@@ -24,7 +24,8 @@ import functools
 import math
 import os
 import threading
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, Row, create_engine
 from sqlalchemy.exc import InterfaceError, OperationalError

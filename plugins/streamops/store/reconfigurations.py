@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Iterable, Iterator
 
 from sqlalchemy import Connection, Row
 from sqlalchemy.exc import OperationalError

@@ -17,8 +17,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from streamops.paths import sql_dir, write_private

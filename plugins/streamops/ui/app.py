@@ -10,9 +10,10 @@ Airflow's REST API with the caller's token, so it passes the same Params validat
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from fastapi import FastAPI, HTTPException, Request
@@ -176,7 +177,7 @@ async def page(request: Request) -> Response:
     html = _templates.get_template("streams.html.j2").render(
         apps=apps, report=report, prefix=PREFIX, user=user.get_name(),
         may_reconfigure=_may(user, "POST", RECONFIGURE), may_deploy=_may(user, "POST", DEPLOY),
-        actions=ACTIONS, pools=pools, now=datetime.now(timezone.utc))
+        actions=ACTIONS, pools=pools, now=datetime.now(UTC))
     return HTMLResponse(html)
 
 
@@ -192,7 +193,7 @@ async def sparkline(app_name: str, request: Request) -> Response:
     bounds, series = await _read(lambda: (views.r_max_ms(), views.response_series()))
     if app_name not in bounds:
         raise HTTPException(404, f"no app {app_name!r}")
-    svg = charts.sparkline_svg(series.get(app_name, []), bounds[app_name], now=datetime.now(timezone.utc))
+    svg = charts.sparkline_svg(series.get(app_name, []), bounds[app_name], now=datetime.now(UTC))
     return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "no-store"})
 
 

@@ -3,9 +3,9 @@ image with a real size that the page can be checked against. Pure: points in, ma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from html import escape
-from typing import Sequence
 
 _OK, _LATE, _BOUND = "#2b6cb0", "#c53030", "#718096"
 CLIP = 3.0  # the sparkline's scale ends at this many R_max

@@ -6,7 +6,7 @@ Every read is `streamops_observer`'s (observe.page_engine): the page can write n
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -107,7 +107,7 @@ def as_json(apps: list[AppView]) -> dict[str, Any]:
     """The page's model as JSON (GET /streamops/api/streams): what a script or a test reads."""
     def plain(v: Any) -> Any:
         if isinstance(v, datetime):
-            return v.astimezone(timezone.utc).isoformat()
+            return v.astimezone(UTC).isoformat()
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         if isinstance(v, (list, tuple)):
@@ -116,6 +116,6 @@ def as_json(apps: list[AppView]) -> dict[str, Any]:
             return float(v)
         return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
 
-    return {"generated_at": datetime.now(timezone.utc).isoformat(),
+    return {"generated_at": datetime.now(UTC).isoformat(),
             "apps": [plain({**asdict(a), "slo": {**asdict(a.slo), "share_within": a.slo.share_within}})
                      for a in apps]}

@@ -17,8 +17,17 @@ the same name: the cost rule, the simulator, the CLI's help and the DAG forms re
 from __future__ import annotations
 
 from streamops.execute.mechanisms.active_backup import ActiveBackup
-from streamops.execute.mechanisms.execution import Deadlines, Execution, Mechanism, Recovery, Situation, \
-    source_behind, source_of, wait_first_batch, wait_first_output
+from streamops.execute.mechanisms.execution import (
+    Deadlines,
+    Execution,
+    Mechanism,
+    Recovery,
+    Situation,
+    source_behind,
+    source_of,
+    wait_first_batch,
+    wait_first_output,
+)
 from streamops.execute.mechanisms.in_driver import InDriver
 from streamops.execute.mechanisms.live import LiveScale
 from streamops.execute.mechanisms.pause_resume import PauseResume

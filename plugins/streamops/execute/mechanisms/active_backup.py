@@ -14,8 +14,15 @@ from sqlalchemy import Row
 
 from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import checkpoint, stages
-from streamops.execute.mechanisms.execution import Execution, Recovery, restore_previous, \
-    running_primary, source_of, stop_primary, target_partitions
+from streamops.execute.mechanisms.execution import (
+    Execution,
+    Recovery,
+    restore_previous,
+    running_primary,
+    source_of,
+    stop_primary,
+    target_partitions,
+)
 from streamops.execute.staging import prestage, release
 from streamops.plan.kinds import MechanismName, RunStatus
 from streamops.store import db, ledger

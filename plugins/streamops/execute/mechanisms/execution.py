@@ -5,26 +5,27 @@ Every database access goes through `store/`."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from sqlalchemy import Row
 from sqlalchemy.exc import OperationalError
 
 from streamops import registry
-from streamops.run_spec import CommandArgs, CommandOutcome
 from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import checkpoint, stages
 from streamops.plan import mechanisms as rules
 from streamops.plan.kinds import Phase, RunStatus
+from streamops.run_spec import CommandArgs, CommandOutcome
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
-import contextlib
 
 log = logging.getLogger("streamops.reconfigure")
 Progress = Callable[[str], None]

@@ -12,8 +12,17 @@ from pathlib import Path
 from sqlalchemy import Row
 
 from streamops.execute import checkpoint
-from streamops.execute.mechanisms.execution import Execution, Recovery, check_room_to_grow, \
-    driver_command, recover_by_restore, restore_previous, running_primary, same_run_holds_target, target_partitions
+from streamops.execute.mechanisms.execution import (
+    Execution,
+    Recovery,
+    check_room_to_grow,
+    driver_command,
+    recover_by_restore,
+    restore_previous,
+    running_primary,
+    same_run_holds_target,
+    target_partitions,
+)
 from streamops.plan.kinds import MechanismName, Phase
 from streamops.run_spec import RepartitionArgs
 from streamops.store import db, ledger

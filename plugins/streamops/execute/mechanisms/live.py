@@ -7,9 +7,17 @@ from __future__ import annotations
 
 from sqlalchemy import Row
 
-from streamops.execute.mechanisms.execution import Execution, Recovery, check_room_to_grow, \
-    driver_command, recover_by_restore, restore_previous, running_primary, same_run_holds_target
 from streamops.execute import stages
+from streamops.execute.mechanisms.execution import (
+    Execution,
+    Recovery,
+    check_room_to_grow,
+    driver_command,
+    recover_by_restore,
+    restore_previous,
+    running_primary,
+    same_run_holds_target,
+)
 from streamops.plan.kinds import MechanismName, Phase
 from streamops.run_spec import ScaleArgs
 from streamops.store import db, ledger

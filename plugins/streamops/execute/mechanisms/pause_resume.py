@@ -8,8 +8,13 @@ from pathlib import Path
 from sqlalchemy import Row
 
 from streamops.execute import checkpoint, stages
-from streamops.execute.mechanisms.execution import Execution, Recovery, recover_by_restore, \
-    restore_previous, target_partitions
+from streamops.execute.mechanisms.execution import (
+    Execution,
+    Recovery,
+    recover_by_restore,
+    restore_previous,
+    target_partitions,
+)
 from streamops.plan.kinds import MechanismName, Phase
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore

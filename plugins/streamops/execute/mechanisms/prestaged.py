@@ -7,8 +7,15 @@ from __future__ import annotations
 from sqlalchemy import Row
 
 from streamops.execute import stages
-from streamops.execute.mechanisms.execution import Execution, Recovery, recover_by_restore, \
-    restore_previous, running_primary, stop_primary, target_partitions
+from streamops.execute.mechanisms.execution import (
+    Execution,
+    Recovery,
+    recover_by_restore,
+    restore_previous,
+    running_primary,
+    stop_primary,
+    target_partitions,
+)
 from streamops.execute.staging import prestage, release
 from streamops.plan.kinds import MechanismName
 from streamops.store import reconfigurations as rstore
