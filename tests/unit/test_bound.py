@@ -16,6 +16,7 @@ from streamops.sim.bound import (
     frontier,
     model_from_sim,
     prepare,
+    reactive_floor,
     regret,
     schedule_cost,
     sustained_rate,
@@ -222,3 +223,26 @@ def test_the_bounds_schedules_replay_in_the_simulator_with_their_backlog():
     cheap = front.points[0]
     runs = [replay(cheap.schedule, model, cfg, trace, T, seed=s) for s in (1, 2, 3)]
     assert sum(v for _, v in runs) / 3 == pytest.approx(cheap.seconds_above, rel=0.05)
+
+
+STEP = [4.0] * 10 + [25.0] * 20  # 6 intervals of 5 s: the load steps up at the third interval's start
+
+
+def test_the_reactive_floor_replies_to_a_step_at_the_first_cycle_after_it_and_lies_above_the_clairvoyant():
+    model = _model(2)
+    clairvoyant, floor = frontier(STEP, model), reactive_floor(STEP, model)
+    pb = prepare(STEP, model, None)
+    # the clairvoyant's safest schedule is sized for the step when it comes; a reactive one only
+    # at the next cycle
+    assert clairvoyant.points[-1].schedule[2] != clairvoyant.points[0].schedule[2]
+    assert floor.points[-1].schedule[3] != floor.points[-1].schedule[2]
+    for p in floor.points:
+        assert p.schedule[2] == p.schedule[1], f"a reactive schedule changed as the step began: {p.schedule}"
+        # a real schedule priced on the load as it was, never better than the clairvoyant frontier
+        assert schedule_cost(pb, model, p.schedule) == pytest.approx((p.core_hours, p.seconds_above))
+        assert clairvoyant.min_seconds_above(p.core_hours) <= p.seconds_above + 1e-9
+    assert floor.points[-1].seconds_above > clairvoyant.points[-1].seconds_above
+    # a run between the two is behind the clairvoyant but ahead of every reactive schedule
+    c = floor.points[-1].core_hours
+    v = (clairvoyant.min_seconds_above(c) + floor.points[-1].seconds_above) / 2
+    assert regret(clairvoyant, c, v)["violation_regret"] > 0 > regret(floor, c, v)["violation_regret"]

@@ -30,6 +30,7 @@ from streamops.sim.bound_dp import (
     BoundStage,
     Problem,
     configurations,
+    evaluate,
     prepare,
     schedule_cost,
     solve,
@@ -37,7 +38,8 @@ from streamops.sim.bound_dp import (
 )
 
 __all__ = ["BoundModel", "BoundStage", "Frontier", "FrontierPoint", "Problem", "configurations", "frontier",
-           "model_from_sim", "prepare", "regret", "schedule_cost", "sustained_rate", "window_open_mask"]
+           "model_from_sim", "prepare", "reactive_floor", "regret", "schedule_cost", "sustained_rate",
+           "window_open_mask"]
 
 
 @dataclass(frozen=True)
@@ -95,12 +97,30 @@ def _lerp(x: float, x0: float, x1: float, y0: float, y1: float) -> float:
     return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-
-
 def frontier(rates: Sequence[float], model: BoundModel, window_open: Sequence[bool] | None = None) -> Frontier:
     """The (core-hours, seconds above R_max) frontier of a trace: its supported points' envelope."""
     pb = prepare(rates, model, window_open)
     return Frontier(envelope(supported(pb, model)), duration_s=len(np.asarray(rates)))
+
+
+def reactive_floor(rates: Sequence[float], model: BoundModel,
+                   window_open: Sequence[bool] | None = None) -> Frontier:
+    """The limit for a policy that reads metrics (issue 46), beside the clairvoyant frontier, the
+    physical limit: the supported schedules of the load seen two control intervals late, each priced
+    on the load as it was. A clairvoyant stages a change one interval ahead of the load it sees, so
+    this planner's earliest reply to a change of load comes at the first control cycle after the
+    change began, as the ideal reactive controller's: never sooner. Unlike the clairvoyant
+    frontier, a run can beat it on one axis by luck."""
+    r = np.asarray(rates, dtype=float)
+    lag = min(2 * model.window_s, len(r))
+    seen = np.concatenate([np.full(lag, r[0]), r[:len(r) - lag]])
+    late, actual = prepare(seen, model, window_open), prepare(r, model, window_open)
+    index = {tuple(int(c) for c in v): i for i, v in enumerate(actual.V)}
+    points = []
+    for p in supported(late, model):
+        core, viol, changes, _ = evaluate(actual, [index[v] for v in p.schedule])
+        points.append(FrontierPoint(core / 3600.0, viol, changes, p.price, p.schedule))
+    return Frontier(envelope(points), duration_s=len(r))
 
 
 def supported(pb: Problem, model: BoundModel) -> list[FrontierPoint]:
