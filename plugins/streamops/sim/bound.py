@@ -114,7 +114,7 @@ def reactive_floor(rates: Sequence[float], model: BoundModel,
     r = np.asarray(rates, dtype=float)
     lag = min(2 * model.window_s, len(r))
     seen = np.concatenate([np.full(lag, r[0]), r[:len(r) - lag]])
-    late, actual = prepare(seen, model, window_open), prepare(r, model, window_open)
+    late, actual = prepare(seen.tolist(), model, window_open), prepare(rates, model, window_open)
     index = {tuple(int(c) for c in v): i for i, v in enumerate(actual.V)}
     points = []
     for p in supported(late, model):
