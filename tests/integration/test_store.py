@@ -363,6 +363,30 @@ def test_a_stale_run_s_commit_is_refused_and_a_replay_of_the_current_run_s_is_no
 
 
 @pytest.mark.db
+def test_a_run_whose_row_retention_pruned_stays_fenced(clean_db):
+    """runs_retention deletes the row of a run replaced long ago; a driver of that run that wakes
+    after that (paused past keep_days) is still stale, while a run id with no row ever (a test's
+    or a tool's own) is not."""
+    from streamops.store import db as store
+
+    test_a_deploy_s_replica_count_outlives_every_later_registry_sync(clean_db)  # stage r.s, registered
+    with clean_db.begin() as conn:
+        old, new = [conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+            "started_at, stopped_at) VALUES ('r.s', 'p', 1, 2, '{}', 'local', '/c', :st, now() - interval '30 days', "
+            "CASE WHEN :st = 'stopped' THEN now() - interval '20 days' END) RETURNING id"), {"st": st}).scalar_one()
+            for st in ("stopped", "running")]
+        pruned = dict(conn.execute(text("SELECT target, deleted FROM runs_retention(8)")).all())
+        assert conn.execute(text("SELECT count(*) FROM deployments WHERE id = :d"), {"d": old}).scalar_one() == 0
+    assert pruned["deployments"] >= 1, pruned
+    assert store.value("run_is_current", deployment_id=old) is False, "a pruned run woke up current"
+    assert store.write("sink_commit", stage_id="r.s", deployment_id=old, batch_id=7, rows=3) is None
+    assert store.value("run_is_current", deployment_id=new) is True
+    never = new + 10_000
+    assert store.value("run_is_current", deployment_id=never) is True, "a run id with no row ever is not fenced"
+
+
+@pytest.mark.db
 def test_a_batch_reaches_the_sink_whole_with_its_commit_or_not_at_all(clean_db):
     """The sink's apply (staged rows → sink_outputs, plus the commit row, in one transaction):
     applied whole by the current run; by a fenced run, nothing; with staged rows missing (an
