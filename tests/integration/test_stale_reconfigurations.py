@@ -7,7 +7,7 @@ No driver: a stage row and a run row, as in test_give_up_and_busy."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import pytest
@@ -118,8 +118,24 @@ def _at(hh: int, mm: int, day: int = 27) -> datetime:
 def test_the_bound_of_a_pending_row(action, by, asked, stale_at):
     row = SimpleNamespace(app="w", action=action, requested_by=by, requested_at=asked)
     assert pending.deadline(row, _registry()) == stale_at
+    # the same instant read from a server whose TimeZone is not UTC: the window's cron is still UTC
+    paris = SimpleNamespace(app="w", action=action, requested_by=by,
+                            requested_at=asked.astimezone(timezone(timedelta(hours=1))))
+    assert pending.deadline(paris, _registry()) == stale_at
+    # an app the registry does not have: its deferred changes get a day, its others the usual 10 min
     gone = SimpleNamespace(app="gone", action=action, requested_by=by, requested_at=asked)
-    assert pending.deadline(gone, _registry()) == asked + timedelta(minutes=10)
+    wait = timedelta(days=1) if action in ("scale_in", "migrate") else timedelta(minutes=10)
+    assert pending.deadline(gone, _registry()) == asked + wait
+
+
+def test_a_host_clock_that_runs_ahead_cancels_no_fresh_pending_row(stage, clean_db, monkeypatch):
+    """Staleness is timed by the database's clock, as `requested_at` is (docs/ha.md, "Clocks")."""
+    from tests.integration.test_clocks import _skew
+
+    rid = _pending(clean_db, "scale_out", "policy:ds2", timedelta(0))
+    _skew(monkeypatch, pending, timedelta(minutes=20))
+    assert pending.cancel_stale(_registry()) == []
+    assert [(r.id, r.status) for r in _rows(clean_db)] == [(rid, "pending")]
 
 
 def test_down_cancels_every_pending_row(stage, clean_db, monkeypatch):

@@ -23,6 +23,7 @@ from sqlalchemy import Row
 from streamops import registry
 from streamops.plan.application import AppView, maintenance_window
 from streamops.plan.kinds import Action, RunStatus
+from streamops.store import db
 from streamops.store import reconfigurations as rstore
 
 log = logging.getLogger("streamops.reconfigure")
@@ -30,17 +31,22 @@ Progress = Callable[[str], None]
 
 PENDING_MAX_S = 600.0
 DEFERRED = (Action.SCALE_IN, Action.MIGRATE)  # realized in the app's maintenance window
+# A deferred row of an app the registry does not have (removed, or added after the reader loaded
+# it): not cancelled before a day, the longest gap between two daily windows.
+UNKNOWN_APP_MAX_S = 86_400.0
 
 
 def deadline(row: Row, reg: registry.Registry) -> datetime:
     """When pending row `row` becomes stale: PENDING_MAX_S after it was asked for, or for a
     scale-in or a migration of an app in the registry, PENDING_MAX_S after the close of the first
     maintenance window open at or after that."""
-    at: datetime = row.requested_at
+    at: datetime = row.requested_at.astimezone(UTC)  # the window's cron is read in UTC
     grace = timedelta(seconds=PENDING_MAX_S)
     app = reg.apps.get(row.app)
-    if row.action not in DEFERRED or app is None:
+    if row.action not in DEFERRED:
         return at + grace
+    if app is None:  # an app gone from the registry: no window DAG will run it
+        return at + timedelta(seconds=UNKNOWN_APP_MAX_S)
     mw = app.maintenance_window
     w = maintenance_window(AppView(row.app, app.r_max_ms, mw.cron, mw.duration_min, mw.max_actions), at)
     opens = w.start if w.open and w.start is not None else w.next_open
@@ -50,9 +56,10 @@ def deadline(row: Row, reg: registry.Registry) -> datetime:
 def cancel_stale(reg: registry.Registry | None = None, progress: Progress = lambda _: None,
                  now: datetime | None = None) -> list[int]:
     """Cancel the pending rows past their `deadline`, each with why; the ids cancelled. A row
-    whose stage lock is held is left for the next pass (its executor may be claiming it)."""
+    whose stage lock is held is left for the next pass (its executor may be claiming it). `now`
+    is the database's: `requested_at` is its clock too (docs/ha.md, "Clocks")."""
     reg = reg or registry.load()
-    now = now or datetime.now(UTC)
+    now = now or db.now()
     cancelled = []
     for row in rstore.to_run((RunStatus.PENDING,), None, None, None):
         due = deadline(row, reg)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from streamops import checkpoint_layout, registry
@@ -59,7 +59,8 @@ def gather(sid: str, st: Stage, pool_name: str, pool: Pool, ckpt: str, role: str
 
 
 def _age_s(stopped_at: datetime | None) -> float:
-    return 0.0 if stopped_at is None else max(0.0, (datetime.now(UTC) - stopped_at).total_seconds())
+    # stopped_at is the database's clock: so is the age's other end (docs/ha.md, "Clocks")
+    return 0.0 if stopped_at is None else max(0.0, (db.now() - stopped_at).total_seconds())
 
 
 def source_now(st: Stage, ckpt: Path, rows_per_file: float | None = None) -> tuple[float | None, int | None]:
@@ -88,7 +89,8 @@ def _lines_per_file(input_dir: Path) -> float | None:
     names = sorted(e.name for e in os.scandir(input_dir) if e.is_file() and not e.name.startswith((".", "_")))
     lines = read = counted = 0
     for name in names[:SAMPLE_FILES]:
-        data = (input_dir / name).read_bytes()[:SAMPLE_BYTES - read]
+        with open(input_dir / name, "rb") as f:  # the sample only: an input file may be gigabytes
+            data = f.read(SAMPLE_BYTES - read)
         read += len(data)
         lines += data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
         counted += 1

@@ -9,7 +9,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
@@ -197,8 +197,10 @@ def value(name: str, **params: Any) -> Any:
 
 def now() -> datetime:
     """The database's clock (`clock_timestamp()`): where two processes, or hosts, compare times,
-    both read this one, never their own wall clocks (docs/ha.md, "Clocks")."""
-    return value("db_now")
+    both read this one, never their own wall clocks (docs/ha.md, "Clocks"). In UTC whatever the
+    server's TimeZone: maintenance-window crons are read in the zone a time carries."""
+    at: datetime = value("db_now")
+    return at.astimezone(UTC)
 
 
 def time_of(mono: float | None) -> datetime:
