@@ -5,6 +5,7 @@ minute and keeps it in checkpoint_sizes; `status --wide` shows it in a `ckpt` co
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -56,17 +57,24 @@ def checkpoints(clean_db):
 
 def test_the_supervisor_measures_the_checkpoints_once_a_minute(checkpoints, monkeypatch):
     sup = sup_mod.Supervisor(registry_stub(), sup_mod.SupervisorOptions(warm_spares=False))
-    walks = []
+    walks: list[str] = []
     measure = housekeeping.measure_checkpoints
-    monkeypatch.setattr(housekeeping, "measure_checkpoints", lambda: walks.append(1) or measure())
-    sup._checkpoint_sizes()
-    sup._checkpoint_sizes()  # the next housekeeping pass, 5 s later: no walk
+    monkeypatch.setattr(housekeeping, "measure_checkpoints",
+                        lambda: walks.append(threading.current_thread().name) or measure())
+
+    def pass_() -> None:  # a housekeeping pass, then the walk it started (in its own thread) ends
+        sup._checkpoint_sizes()
+        if sup._sizes_walk is not None:
+            sup._sizes_walk.result(timeout=30)
+    pass_()
+    pass_()  # the next housekeeping pass, 5 s later: no walk
     assert len(walks) == 1
+    assert walks[0].startswith("checkpoint-sizes"), "the walk ran in the supervisor's poll loop"
     with checkpoints.connect() as conn:
         rows = conn.execute(text("SELECT stage_id, bytes, disk_bytes, files FROM checkpoint_sizes")).all()
     assert [tuple(r) for r in rows] == [("a.s", 2_000_000, 3_250_000, 4)]
     monkeypatch.setattr(sup_mod, "CHECKPOINT_SIZES_EVERY_S", 0.0)
-    sup._checkpoint_sizes()
+    pass_()
     assert len(walks) == 2
 
 

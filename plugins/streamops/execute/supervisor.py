@@ -48,7 +48,7 @@ from typing import Protocol
 from streamops import processes, registry
 from streamops.execute import broker_heal, gaps, housekeeping, pending, replicas, stops, watchdog
 from streamops.execute.launcher import Spare, launcher_for
-from streamops.paths import state_dir
+from streamops.paths import registry_path, state_dir
 from streamops.store import db, failures
 from streamops.store import reconfigurations as rstore
 
@@ -94,6 +94,10 @@ class Supervisor:
                  keepers: Sequence[Callable[[Callable[[str], None]], object]] = (),
                  exporter: Callable[[], Closeable | None] | None = None) -> None:
         self.reg = reg or registry.load()
+        # apps.yaml is read again when it changes (housekeeping, `_registry`), unless a registry was
+        # given: apps added later are recovered and their deferred changes keep their windows.
+        self._reg_file = None if reg is not None else registry_path()
+        self._reg_mtime = self._reg_file.stat().st_mtime_ns if self._reg_file is not None else 0
         self.opts = opts
         self.progress = progress
         # Other processes to keep alive each housekeeping pass (the CLI passes Airflow's
@@ -109,6 +113,8 @@ class Supervisor:
         self._stops = stops.StopWatch(opts.stopped_s)
         self._busy: dict[tuple[str, str], Future] = {}
         self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recover")
+        self._sizes_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-sizes")
+        self._sizes_walk: Future[list[dict]] | None = None
         self._last_housekeeping = self._last_rotation = self._last_sizes = 0.0
         self._spares: dict[str, Spare] = {}
         self._spares_lock = threading.Lock()
@@ -181,8 +187,9 @@ class Supervisor:
             log.error("stage %s: action=recover crashed: %s: %s", who, type(e).__name__, e, exc_info=e)
 
     def _recover(self, f: watchdog.Failure, app: str) -> watchdog.Recovery | None:
+        reg = self.reg  # one registry for the whole recovery: housekeeping may swap in a newer one
         try:
-            self.reg.stage(f.stage_id)
+            reg.stage(f.stage_id)
         except registry.RegistryError:
             return None
         with rstore.stage_lock(f.stage_id) as free:
@@ -192,7 +199,7 @@ class Supervisor:
                 return None
             spare = self._take_spare(f.stage_id)
             try:
-                rec = watchdog.recover(f, app, self.reg, max_restarts=self.opts.max_restarts, wait_s=self.opts.wait_s,
+                rec = watchdog.recover(f, app, reg, max_restarts=self.opts.max_restarts, wait_s=self.opts.wait_s,
                                        progress=self.progress, detected_by="supervisor", spare=spare,
                                        probe_s=self.opts.write_probe_s, backoff_s=self.opts.restart_backoff_s,
                                        lock=free)
@@ -267,6 +274,7 @@ class Supervisor:
     def housekeeping(self) -> None:
         """Each step on its own: one that fails is logged and counted, and the others still run.
         No step's failure is a database gap: heartbeats stay judged (only the poll's reads say)."""
+        self._registry()
         steps: list[tuple[str, Callable[[], object]]] = [
             ("close-late-failures", lambda: watchdog.close_late_failures(self.progress)),
             ("stale-reconfigurations", lambda: pending.cancel_stale(self.reg, self.progress)),
@@ -280,6 +288,21 @@ class Supervisor:
         ]
         for name, step in steps:
             self._housekeeping_step(name, step)
+
+    def _registry(self) -> registry.Registry:
+        """The registry, loaded again when apps.yaml changed since; a bad edit keeps the last good
+        one (the deploy DAG says what is wrong with it)."""
+        if self._reg_file is None:
+            return self.reg
+        try:
+            mtime = self._reg_file.stat().st_mtime_ns
+            if mtime != self._reg_mtime:
+                self._reg_mtime = mtime
+                self.reg = registry.load(self._reg_file)
+                log.info("action=registry reloaded %s: %d app(s)", self._reg_file, len(self.reg.apps))
+        except (OSError, registry.RegistryError) as e:
+            log.error("action=registry kept the last good one: %s", gaps.first_line(e))
+        return self.reg
 
     def _housekeeping_step(self, name: str, step: Callable[[], object]) -> None:
         before = self.housekeeping_failures.get(name)
@@ -304,10 +327,18 @@ class Supervisor:
             housekeeping.rotate_logs()
 
     def _checkpoint_sizes(self) -> None:
-        # A walk of every stage's checkpoint directories: once a minute, never per status or scrape.
+        # A walk of every stage's checkpoint directories: once a minute, never per status or scrape,
+        # and in a thread of its own: a large or remote checkpoint disk must not delay detection.
+        # Its error surfaces here, as this step's, at the pass after it ended.
+        walk = self._sizes_walk
+        if walk is not None and not walk.done():
+            return
+        self._sizes_walk = None
+        if walk is not None:
+            walk.result()
         if time.monotonic() - self._last_sizes >= CHECKPOINT_SIZES_EVERY_S:
             self._last_sizes = time.monotonic()
-            housekeeping.record_checkpoint_sizes()
+            self._sizes_walk = self._sizes_pool.submit(housekeeping.record_checkpoint_sizes)
 
     def _reconcile_replicas(self) -> None:
         done = replicas.reconcile(self.reg, progress=self.progress)
@@ -327,6 +358,7 @@ class Supervisor:
                 self.housekeeping()
             stop.wait(self.opts.poll_s)
         self._threads.shutdown(wait=True)
+        self._sizes_pool.shutdown(wait=True)
         self.release_spares()
         if exporter is not None:
             exporter.close()
