@@ -5,17 +5,14 @@ embedded` run their stages' executors on it; `STREAMOPS_SPARK_MASTER=spark://hos
 those pools at an existing cluster instead. Workers on other machines join a master with
 `streamops spark worker` (`worker_argv`, docs/cluster.md).
 
-The wheel has no `sbin/start-*.sh`; `spark-class` with `--host ADDRESS` is what they would run
-(without it a worker registers on the machine's first non-loopback address).
+The wheel has no `sbin/start-*.sh`; `spark-class` with `--host ADDRESS` is what they would run.
 
 Every RPC is authenticated (`spark.authenticate`) with a secret generated once into
 `.streamops/spark/conf/spark-defaults.conf` (mode 0600). The master and the workers read it with
 `--properties-file`, the drivers of embedded pools through PYSPARK_SUBMIT_ARGS (`client_env`), and
-each worker hands it to its executors in their environment: the file's path is on command lines,
-the secret on none. (`spark.authenticate.secret.file` is read on Kubernetes only.) Without it, a
-process that reaches the master's port cannot register. Not SPARK_CONF_DIR: Spark puts that
-directory on every JVM's classpath, and a non-empty directory there keeps the JVMs from mapping
-the class archive (streamops.jvm_archive).
+each worker hands it to its executors in their environment: the secret is on no command line.
+Without it, a process that reaches the master's port cannot register. Not SPARK_CONF_DIR: Spark
+puts it on every JVM's classpath, where a non-empty directory stops the class archive's mapping.
 
 Every RPC is also encrypted (`RPC_CRYPTO`, issue 44): AES-GCM with the key exchange's version 2,
 and no fallback to SASL, so a process without encryption is refused instead of served in the
@@ -185,6 +182,10 @@ def recovery_dir() -> Path:
     return home() / "recovery"
 
 
+def _crypto_restart_marker() -> Path:
+    return home() / "rpc-crypto-restart"
+
+
 def _record_path() -> Path:
     return home() / "cluster.json"
 
@@ -280,15 +281,19 @@ def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g
     host = host or default_host()
     c = load_record()
     added = missing_rpc_crypto()
+    restart = _crypto_restart_marker()
     if added and c is not None and processes.is_alive(c.master_pid):
-        # A cluster started before RPC encryption: its master and workers read their conf at
-        # start, so they are stopped here and `heal` below restarts them on their ports with it.
-        # The drivers already running on it talk without encryption and are refused from now on
-        # (the watchdog restarts them, with it). Stopped before the conf changes: an `up`
-        # interrupted in between finds the keys missing or the master dead, and restarts it.
-        log.warning("action=rpc_crypto adding %s to %s; restarting the cluster on its ports", added, _secret_file())
-        _stop_processes(c)
+        restart.touch()
     ensure_rpc_crypto()
+    if restart.exists() and c is not None:
+        # Started before RPC encryption: stopped, and `heal` below restarts them on their ports with
+        # it (their drivers, refused from now on, are restarted by the watchdog). The conf comes
+        # first, so a heal by the supervisor meanwhile reads it too; the marker makes an `up`
+        # interrupted before the stop do it next time.
+        log.warning("action=rpc_crypto added %s to %s; restarting the cluster on its ports", added, _secret_file())
+        _stop_processes(c)
+        restart.unlink()
+        c = load_record()  # the supervisor may have healed it meanwhile, with new pids
     if c is not None and (is_running(c) or not processes.is_alive(c.master_pid)):
         # A live cluster is reused; a dead master comes back on its recorded port, so the
         # drivers and workers that outlived it re-register instead of being orphaned.
