@@ -3,7 +3,7 @@ front door and with the same words as the streamops_reconfigure DAG (orchestrate
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -12,6 +12,9 @@ from streamops import registry
 from streamops.cli.common import console, fail, load_registry, say
 from streamops.orchestrate.tasks import ACTIONS, RESUME_PENDING
 from streamops.plan.mechanisms import RULES as MECHANISM_RULES
+
+if TYPE_CHECKING:
+    from streamops.execute.reconfigure import Outcome
 
 app = typer.Typer()
 
@@ -98,7 +101,7 @@ def reconfigure(
         raise typer.Exit(1)
 
 
-def _print_outcomes(outcomes: list[Any]) -> None:
+def _print_outcomes(outcomes: list[Outcome]) -> None:
     t = Table(title="reconfigurations", header_style="bold")
     for col in ("id", "stage", "status", "output gap s", "took s", "detail"):
         t.add_column(col)

@@ -13,10 +13,13 @@ import functools
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from streamops import registry
 from streamops.plan.kinds import Action, MechanismName
+
+if TYPE_CHECKING:
+    from streamops.execute.reconfigure import Outcome
 
 log = logging.getLogger("streamops.airflow")
 
@@ -173,7 +176,7 @@ def replan(app: str) -> list[dict[str, Any]]:
 def realize_action(stage: str | None, action: str, *, reg: registry.Registry, progress: Callable[[str], None] = _say,
                    cores: int | None = None, partitions: int | None = None, pool: str | None = None,
                    mechanism: str = MechanismName.AUTO, requested_by: str | None = None,
-                   reconfiguration: int | None = None, wait: bool = True) -> list[Any]:
+                   reconfiguration: int | None = None, wait: bool = True) -> list[Outcome]:
     """The one front door of a reconfiguration, for this DAG's task and `streamops reconfigure`:
     `resume_pending` realizes `reconfiguration` (the id re-plan granted), or without one the
     pending or left-running ones of `stage` (None: of every stage); any other action is recorded
