@@ -1,17 +1,20 @@
 """Background processes with a pid file and a log file: start one detached, ask whether it still
 runs, stop it (SIGTERM, a grace period, then SIGKILL). Stage drivers (execute/launcher), the
-CLI's background generators and the Airflow components are all started and stopped this way."""
+supervisor, the background generators and the Airflow components are all started and stopped
+this way; the pid files live under .streamops/run/."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import psutil
 
+from streamops.paths import state_dir
 from streamops.waiting import wait_until
 
 # The data plane (stage drivers, their spares, Spark workers and the executors they fork) can run
@@ -129,3 +132,42 @@ def stop_all(pids: Iterable[int], *, grace_s: float, group: bool = False,
 def stop(pid: int, *, grace_s: float, group: bool = False, interval_s: float = 0.5) -> str:
     """`stop_all` for one process: "exited", "sigterm" or "sigkill"."""
     return stop_all([pid], grace_s=grace_s, group=group, interval_s=interval_s)[pid]
+
+
+def stop_pid_file(pid_file: Path, *, grace_s: float) -> int | None:
+    """Stop the process `pid_file` names (`stop`) and remove the file, so that nothing restarts
+    it: the pid stopped, or None when it was not running."""
+    pid = read_pid(pid_file)
+    running = pid is not None and is_alive(pid)
+    if running:
+        stop(pid, grace_s=grace_s)
+    pid_file.unlink(missing_ok=True)
+    return pid if running else None
+
+
+# -- background generators (`streamops gen --background`): run/gen-<stage>.pid, logs/gen-<stage>.log
+_GENERATOR = "gen-"
+
+
+def generator_log(stage_id: str) -> Path:
+    return state_dir() / "logs" / f"{_GENERATOR}{stage_id}.log"
+
+
+def spawn_generator(stage_id: str, cli_args: Sequence[str]) -> int:
+    """Run `streamops CLI_ARGS` (a `gen` of `stage_id` in the foreground) detached: its pid."""
+    proc = spawn_detached([sys.executable, "-m", "streamops.cli", *cli_args], log_path=generator_log(stage_id),
+                          pid_file=state_dir() / "run" / f"{_GENERATOR}{stage_id}.pid")
+    return proc.pid
+
+
+def stop_generators(stage_id: str | None = None) -> list[str]:
+    """SIGTERM the background generator of `stage_id` (None: every one), without waiting: each
+    finishes its tick and exits. Their pid files are removed; the stages stopped, by id."""
+    run_dir = state_dir() / "run"
+    stopped = []
+    for pid_file in sorted(run_dir.glob(f"{_GENERATOR}{stage_id or '*'}.pid")) if run_dir.exists() else []:
+        pid = read_pid(pid_file)
+        if pid is not None and is_alive(pid) and send(pid, signal.SIGTERM):
+            stopped.append(pid_file.stem.removeprefix(_GENERATOR))
+        pid_file.unlink()
+    return stopped

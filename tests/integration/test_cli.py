@@ -147,6 +147,27 @@ def test_a_bad_or_empty_reconfiguration_is_refused_before_anything_happens(clean
 
 
 @pytest.mark.db
+def test_reconfigure_resumes_with_the_dags_words_and_keeps_the_older_flags(clean_db, tmp_path, monkeypatch):
+    """`--action resume_pending` (the streamops_reconfigure DAG's word) with or without a grant's
+    id, and `--pending`/`--resume`, its hidden older spellings, go through the same front door."""
+    import yaml
+
+    reg, _ = _stage_with_a_run(clean_db)
+    path = tmp_path / "apps.yaml"
+    path.write_text(yaml.safe_dump(reg.model_dump(mode="json")))
+    monkeypatch.setenv("STREAMOPS_APPS", str(path))
+    for args in (["--action", "resume_pending"], ["w.s", "--action", "resume-pending"], ["--pending"], ["--resume"]):
+        result = runner.invoke(app, ["reconfigure", *args], env={"COLUMNS": "200"})
+        assert result.exit_code == 0 and "reconfigurations" in result.output, (args, result.output)
+    result = runner.invoke(app, ["reconfigure", "--action", "resume_pending", "--reconfiguration", "987"])
+    assert result.exit_code == 1 and "no reconfiguration 987" in result.output, result.output
+    result = runner.invoke(app, ["reconfigure"])
+    assert result.exit_code == 2 and "--action resume_pending" in result.output, result.output
+    hidden = runner.invoke(app, ["reconfigure", "--help"], env={"COLUMNS": "200"}).output
+    assert "resume_pending" in hidden and "--pending" not in hidden and "--resume" not in hidden
+
+
+@pytest.mark.db
 def test_status_shows_the_runs_pool_and_no_latency_for_an_idle_stage(clean_db, monkeypatch):
     from datetime import datetime, timedelta
 

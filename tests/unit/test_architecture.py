@@ -20,7 +20,6 @@ PRODUCT = [PACKAGE, REPO_ROOT / "spark_apps", REPO_ROOT / "dags"]
 BENCH = REPO_ROOT / "bench"
 BENCH_QUERY_HELPERS = {"q", "q1", "scalar", "_all"}  # bench/{ha,soak,reconfig}.py: name → sql/bench/<name>.sql
 MAX_LINES = 450
-LONGER_ALLOWED = {"cli.py"}  # the command line: one function per command, nothing to share
 
 SQL_START = re.compile(r"^\s*(SELECT|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|WITH\s+\w+\s+AS|CREATE\s|DROP\s|"
                        r"ALTER\s|SET\s+LOCAL|TRUNCATE\s)", re.I)
@@ -123,7 +122,7 @@ def test_no_sql_text_outside_sql_dir():
 
 def test_no_module_grows_past_the_limit():
     long = [(p.relative_to(REPO_ROOT), n) for p in _modules(*PRODUCT)
-            if p.name not in LONGER_ALLOWED and (n := len(p.read_text().splitlines())) > MAX_LINES]
+            if (n := len(p.read_text().splitlines())) > MAX_LINES]
     assert not long, f"modules over {MAX_LINES} lines: split them along a seam: {long}"
 
 

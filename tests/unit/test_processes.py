@@ -23,3 +23,23 @@ def test_a_niced_process_keeps_its_own_pid_and_its_children_inherit_the_niceness
         plain.wait(5)
     finally:
         processes.stop(proc.pid, grace_s=1, group=True)
+
+
+def test_a_pid_file_s_process_is_stopped_and_its_file_removed(tmp_path, monkeypatch):
+    """`down`'s supervisor and `gen --stop`'s generators: stopped through their pid files, which go
+    with them (stopped on purpose: nothing restarts them); a stale file is only removed."""
+    monkeypatch.setenv("STREAMOPS_HOME", str(tmp_path))
+    pid_file = tmp_path / "run" / "sleeper.pid"
+    proc = processes.spawn_detached(["sleep", "30"], log_path=tmp_path / "log", pid_file=pid_file)
+    gens = {sid: processes.spawn_detached(["sleep", "30"], log_path=tmp_path / f"{sid}.log",
+                                          pid_file=tmp_path / "run" / f"gen-{sid}.pid") for sid in ("a.x", "a.y")}
+    try:
+        assert processes.stop_pid_file(pid_file, grace_s=5) == proc.pid and not pid_file.exists()
+        assert processes.stop_pid_file(pid_file, grace_s=5) is None
+        assert processes.stop_generators("a.x") == ["a.x"] and proc.wait(5) is not None
+        assert gens["a.x"].wait(5) is not None and gens["a.y"].poll() is None, "only the stage asked for"
+        assert processes.stop_generators() == ["a.y"] and gens["a.y"].wait(5) is not None
+        assert processes.stop_generators() == [] and not list((tmp_path / "run").glob("gen-*.pid"))
+    finally:
+        for p in (proc, *gens.values()):
+            p.kill()

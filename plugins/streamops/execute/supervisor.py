@@ -399,6 +399,11 @@ def _files() -> tuple[Path, Path, Path]:
     return run / "supervisor.pid", run / "supervisor.args", state_dir() / "logs" / "supervisor.log"
 
 
+def pid_file() -> Path:
+    """The background supervisor's pid file (`streamops down` stops it through this)."""
+    return _files()[0]
+
+
 def start_background(args: list[str]) -> int:
     """Start `streamops supervise ARGS` detached; its arguments are kept, so that a supervisor that
     dies is restarted as it was (`ensure_running`). Returns its pid."""

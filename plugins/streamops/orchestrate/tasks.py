@@ -11,11 +11,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from streamops import registry
 from streamops.plan.kinds import Action, MechanismName
+
+if TYPE_CHECKING:
+    from streamops.execute.reconfigure import Outcome
 
 log = logging.getLogger("streamops.airflow")
 
@@ -169,32 +173,46 @@ def replan(app: str) -> list[dict[str, Any]]:
 
 
 # -- streamops_reconfigure --------------------------------------------------------------------
-def reconfigure(stage: str, action: str, cores: int | None = None, partitions: int | None = None,
-                pool: str | None = None, mechanism: str = MechanismName.AUTO,
-                requested_by: str = "user:airflow-ui", reconfiguration: int | None = None) -> dict[str, Any]:
-    """Realize one reconfiguration of `stage` and log every phase; `resume_pending` realizes
-    `reconfiguration` (the id re-plan granted), or without one the stage's pending or
-    left-running one. Raises unless it ends `done`."""
+def realize_action(stage: str | None, action: str, *, reg: registry.Registry, progress: Callable[[str], None] = _say,
+                   cores: int | None = None, partitions: int | None = None, pool: str | None = None,
+                   mechanism: str = MechanismName.AUTO, requested_by: str | None = None,
+                   reconfiguration: int | None = None, wait: bool = True) -> list[Outcome]:
+    """The one front door of a reconfiguration, for this DAG's task and `streamops reconfigure`:
+    `resume_pending` realizes `reconfiguration` (the id re-plan granted), or without one the
+    pending or left-running ones of `stage` (None: of every stage); any other action is recorded
+    as pending and, with `wait`, realized now. The outcomes (none when only recorded)."""
     from streamops import quality
     from streamops.execute import reconfigure
 
+    if action.strip().replace("-", "_") == RESUME_PENDING:
+        if reconfiguration is not None:
+            return [reconfigure.realize(reconfiguration, gate=quality.gate_new_run, reg=reg, progress=progress,
+                                        stage_id=stage)]
+        return reconfigure.resume(reg, progress=progress, gate=quality.gate_new_run,
+                                  stage_ids=None if stage is None else [stage])
+    if stage is None:
+        raise ValueError(f"{action} needs a stage")
+    rid = reconfigure.request(stage, action, cores=cores, partitions=partitions, pool=pool, mechanism=mechanism,
+                              reg=reg, requested_by=requested_by)
+    progress(f"stage {stage}: action={action} reconfiguration {rid} recorded as pending")
+    if not wait:
+        return []
+    return [reconfigure.execute_requested(rid, gate=quality.gate_new_run, reg=reg, progress=progress)]
+
+
+def reconfigure(stage: str, action: str, cores: int | None = None, partitions: int | None = None,
+                pool: str | None = None, mechanism: str = MechanismName.AUTO,
+                requested_by: str = "user:airflow-ui", reconfiguration: int | None = None) -> dict[str, Any]:
+    """Realize one reconfiguration of `stage` (`realize_action`) and log every phase. Raises
+    unless it ends `done`."""
     action = action.strip().replace("-", "_")  # the older spelling (scale-out) still arrives from scripts
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {', '.join(ACTIONS)}, got {action!r}")
-    reg = registry.load()
-    if action == RESUME_PENDING and reconfiguration is not None:
-        outcomes = [reconfigure.realize(reconfiguration, gate=quality.gate_new_run, reg=reg, progress=_say,
-                                        stage_id=stage)]
-    elif action == RESUME_PENDING:
-        outcomes = reconfigure.resume(reg, progress=_say, gate=quality.gate_new_run, stage_ids=[stage])
-        if not outcomes:
-            _say(f"stage {stage}: action=resume_pending nothing pending or left running")
-            return {"stage": stage, "reconfigurations": []}
-    else:
-        rid = reconfigure.request(stage, action, cores=cores, partitions=partitions, pool=pool,
-                                 mechanism=mechanism, reg=reg, requested_by=requested_by)
-        _say(f"stage {stage}: action={action} reconfiguration {rid} recorded as pending")
-        outcomes = [reconfigure.execute_requested(rid, gate=quality.gate_new_run, reg=reg, progress=_say)]
+    outcomes = realize_action(stage, action, reg=registry.load(), cores=cores, partitions=partitions, pool=pool,
+                              mechanism=mechanism, requested_by=requested_by, reconfiguration=reconfiguration)
+    if not outcomes:
+        _say(f"stage {stage}: action=resume_pending nothing pending or left running")
+        return {"stage": stage, "reconfigurations": []}
     summary = []
     for o in outcomes:
         gap = "–" if o.downtime_ms is None else f"{o.downtime_ms / 1000:.1f}s"

@@ -9,15 +9,12 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from streamops.cli.common import console, fail
 from streamops.paths import REPO_ROOT, registry_path
 
-job_app = typer.Typer(help="A team's own job: write a first one, check one before it is deployed.",
-                      no_args_is_help=True)
-console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+app = typer.Typer(help="A team's own job: write a first one, check one before it is deployed.", no_args_is_help=True)
 
 REPORT_PREFIX = "JOB_REPORT "
 NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -70,19 +67,17 @@ _ENTRY = '''# Add under `apps:` in {registry} (and `{code}` to its top-level `co
 '''
 
 
-@job_app.command("new")
+@app.command("new")
 def new(name: str = typer.Argument(..., help="the job's package name (lower case, e.g. sessions)"),
         directory: Path = typer.Option(Path("jobs"), "--dir", help="the code directory the registry's `code` names")
         ) -> None:
     """Write a job module, a test for it and its registry entry (a session-window count over JSON
     clicks to start from)."""
     if not NAME.match(name):
-        err.print(f"[bold red]error:[/] {name!r}: a job's name is a Python package name (a-z, 0-9, _)")
-        raise typer.Exit(2)
+        fail(f"{name!r}: a job's name is a Python package name (a-z, 0-9, _)", 2)
     pkg = directory / name
     if pkg.exists():
-        err.print(f"[bold red]error:[/] {pkg} exists; pick another name or remove it")
-        raise typer.Exit(2)
+        fail(f"{pkg} exists; pick another name or remove it", 2)
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "job.py").write_text(_JOB.format(name=name))
@@ -128,7 +123,7 @@ def print_report(r: dict) -> None:
         typer.echo(f"error: {r['error']}")
 
 
-@job_app.command("check")
+@app.command("check")
 def check(stage: str = typer.Argument(..., metavar="STAGE", help="app.stage"),
           sample: int = typer.Option(400, help="lines of the stage's input (else synthetic) to run the job over")
           ) -> None:

@@ -6,21 +6,15 @@ import os
 import time
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-kafka_app = typer.Typer(help="The embedded Kafka broker (KRaft, SASL/SCRAM on loopback): docs/kafka.md.",
-                        no_args_is_help=True)
-console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+from streamops.cli.common import console, fail
+
+app = typer.Typer(help="The embedded Kafka broker (KRaft, SASL/SCRAM on loopback): docs/kafka.md.",
+                  no_args_is_help=True)
 
 
-def _fail(msg: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {msg}")
-    raise typer.Exit(code)
-
-
-@kafka_app.command("up")
+@app.command("up")
 def kafka_up(timeout: float = typer.Option(90, help="seconds to wait for the broker to answer"),
              host: str = typer.Option(None, envvar="STREAMOPS_KAFKA_HOST",
                                       help="the address the clients' listener binds and advertises, for drivers "
@@ -39,12 +33,12 @@ def kafka_up(timeout: float = typer.Option(90, help="seconds to wait for the bro
         with console.status("starting the Kafka broker …"):
             b, reused = kafka_broker.up(timeout_s=timeout, host=host)
     except kafka_broker.KafkaBrokerError as e:
-        _fail(str(e))
+        fail(str(e))
     console.print(f"Kafka broker {'already running' if reused else f'started in {time.monotonic() - started:.1f}s'}: "
-         f"{b.bootstrap} (SASL_PLAINTEXT, {kafka_broker.MECHANISM}), pid {b.pid}")
+                  f"{b.bootstrap} (SASL_PLAINTEXT, {kafka_broker.MECHANISM}), pid {b.pid}")
 
 
-@kafka_app.command("down")
+@app.command("down")
 def kafka_down() -> None:
     """Stop the embedded broker (its topics, credentials and port are kept for the next `up`)."""
     from streamops import kafka_broker
@@ -52,7 +46,7 @@ def kafka_down() -> None:
     console.print("Kafka broker stopped" if kafka_broker.down() else "Kafka broker was not running")
 
 
-@kafka_app.command("status")
+@app.command("status")
 def kafka_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no output; exit 0 only if running")) -> None:
     """Whether the broker runs and answers, its pid, bootstrap address, log directory and topics."""
     from streamops import kafka_broker
@@ -65,7 +59,7 @@ def kafka_status(quiet: bool = typer.Option(False, "--quiet", "-q", help="no out
         console.print(f"external Kafka ({kafka_broker.BOOTSTRAP_ENV}): {external}")
         return
     if s.get("bootstrap") is None:
-        _fail("the embedded Kafka broker was never started; run `streamops kafka up`", 1)
+        fail("the embedded Kafka broker was never started; run `streamops kafka up`", 1)
     t = Table(show_header=False, box=None)
     t.add_row("running", "[green]yes[/]" if s["running"] else "[red]no[/]")
     for key in ("pid", "bootstrap", "controller_port", "log_dir", "logs", "topics"):
