@@ -290,8 +290,7 @@ class Supervisor:
             self._housekeeping_step(name, step)
 
     def _registry(self) -> registry.Registry:
-        """The registry, loaded again when apps.yaml changed since; a bad edit keeps the last good
-        one (the deploy DAG says what is wrong with it)."""
+        """The registry, loaded again when apps.yaml changed; a bad edit keeps the last good one."""
         if self._reg_file is None:
             return self.reg
         try:
@@ -327,9 +326,8 @@ class Supervisor:
             housekeeping.rotate_logs()
 
     def _checkpoint_sizes(self) -> None:
-        # A walk of every stage's checkpoint directories: once a minute, never per status or scrape,
-        # and in a thread of its own: a large or remote checkpoint disk must not delay detection.
-        # Its error surfaces here, as this step's, at the pass after it ended.
+        # A walk of every checkpoint: once a minute, in its own thread (a large or remote disk must
+        # not delay detection); its error is this step's, at the pass after it ended.
         walk = self._sizes_walk
         if walk is not None and not walk.done():
             return
