@@ -13,7 +13,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # no stubs installed (types-PyYAML)
 from croniter import croniter
 from pydantic import (
     BaseModel,
@@ -28,6 +28,7 @@ from pydantic import (
 
 from streamops.paths import data_dir, registry_path
 from streamops.plan.model import stage_id as stage_id  # defined with the plan's plain data, used as registry.stage_id
+from streamops.plan.operator import POLICIES
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.plan.redundancy import RedundancyOptions
 from streamops.records import RecordSchema
@@ -170,8 +171,15 @@ class ParquetSink(_Frozen):
 class Policy(_Frozen):
     """The stage's Operator Manager policy; `params` override plan.options.OperatorOptions."""
 
-    kind: Literal["edf", "threshold3", "ds2", "mpc"] = "threshold3"
+    kind: str = Field(default="threshold3", description="one of plan.operator.POLICIES")
     params: OperatorParams = Field(default_factory=OperatorOptions)
+
+    @field_validator("kind")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        if v not in POLICIES:  # a new policy is known by its entry there alone
+            raise ValueError(f"expected one of {', '.join(map(repr, POLICIES))}, got {v!r}")
+        return v
 
 
 FAULT_KINDS = ("slow_batch", "driver_kill", "executor_kill", "heartbeat_cut", "db_outage")
@@ -256,15 +264,6 @@ class App(_Frozen):
     description: str = ""
     control: AppParams = Field(default_factory=AppOptions, description="overrides of plan.options.AppOptions")
     stages: dict[str, Stage] = Field(min_length=1)
-
-    @field_validator("control")
-    @classmethod
-    def _known_control(cls, opts: AppOptions) -> AppOptions:
-        if opts.policy not in ("token_bucket", "accept_all"):
-            raise ValueError(f"control.policy must be token_bucket or accept_all, got {opts.policy!r}")
-        if opts.generator not in ("edf_step", "proportional"):
-            raise ValueError(f"control.generator must be edf_step or proportional, got {opts.generator!r}")
-        return opts
 
 
 class Registry(_Frozen):
@@ -431,3 +430,21 @@ def load(path: Path | None = None) -> Registry:
     except yaml.YAMLError as e:
         raise RegistryError(f"{path}: not valid YAML: {e}") from None
     return parse(data, path.name, path.resolve().parent)
+
+
+# The control loop reads a stage's or an app's options back from the spec `deploy` stored: through
+# the same models, so a default or a check is never written twice.
+def stored_policy(data: dict[str, Any] | None) -> Policy:
+    return Policy.model_validate(data or {})
+
+
+def stored_redundancy(data: dict[str, Any] | None) -> Redundancy:
+    return Redundancy.model_validate(data or {})
+
+
+def stored_control(data: dict[str, Any] | None) -> AppOptions:
+    return _parsed(AppOptions)(data)
+
+
+def stored_window(data: dict[str, Any]) -> MaintenanceWindow:
+    return MaintenanceWindow.model_validate(data)
