@@ -202,10 +202,10 @@ class Redundancy(_Frozen):
     """The redundancy manager for an HA stage (plan.redundancy): it moves the replica count
     between 1 and `max_replicas` and Spark's speculation against `bound_ms` (default: R_max)."""
 
-    enabled: bool = True
-    max_replicas: int = Field(default=2, ge=1, le=4)
+    enabled: bool = Field(default=True, description="false: the manager leaves the stage's replicas alone")
+    max_replicas: int = Field(default=2, ge=1, le=4, description="the most replicas it runs the stage with (1-4)")
     bound_ms: int | None = Field(default=None, gt=0, description="tail-latency bound; default the app's r_max_ms")
-    period_s: float = Field(default=60.0, gt=0, description="how often it steps")
+    period_s: float = Field(default=60.0, gt=0, description="how often it steps, seconds")
     params: RedundancyParams = Field(default_factory=RedundancyOptions, description="overrides of RedundancyOptions")
 
 
