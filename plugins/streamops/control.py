@@ -31,7 +31,7 @@ from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.plan.stability import LastChange, StageFacts, draining
 from streamops.redundancy_pass import redundancy_requests
-from streamops.registry import Policy, stored_control, stored_policy, stored_window
+from streamops.registry import MaintenanceWindow, Policy, stored, stored_control
 from streamops.store import db
 
 log = logging.getLogger("streamops.control")
@@ -86,7 +86,7 @@ def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: st
             extra={"latency_avg_p95_ms": r["latency_avg_p95_ms"]},
             max_useful_cores=useful_cores(r["source_partitions"], r["min_partitions"]),
         ),
-        stored_policy(r["policy"]),
+        stored(Policy, r["policy"]),
     ) for r in rows])
 
 
@@ -202,7 +202,7 @@ def _decide_app(a: Row, work: _OpenWork, app_windows: list[StageStats], now: dat
     """One Application Manager's cycle; requests plan.change refuses are declined before the
     token bucket sees them, so no token is spent on them."""
     opts = stored_control(a.control)
-    mw = stored_window(a.maintenance_window)
+    mw = stored(MaintenanceWindow, a.maintenance_window)
     view = AppView(a.name, a.r_max_ms, mw.cron, mw.duration_min, mw.max_actions)
     response = app_response_ms(app_windows)
     growing = any(w.backlog_growth_rps > 0 for w in app_windows)

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, RowMapping
 
 from streamops.plan.model import ADD_REPLICA, REMOVE_REPLICA, Request
 from streamops.plan.redundancy import Outlook, RedundancyState, initial_state, replicas_for, step
-from streamops.registry import Redundancy, stored_redundancy
+from streamops.registry import Redundancy, stored
 from streamops.store import db
 
 log = logging.getLogger("streamops.redundancy")
@@ -40,7 +40,7 @@ def redundancy_requests(conn: Connection, now: datetime) -> tuple[list[Request],
     default = Redundancy()  # a spec stored without these reads as apps.yaml's default
     for row in conn.execute(db.query("redundancy_inputs"), {
             "now": now, "period_s": default.period_s, "enabled": default.enabled}).mappings():
-        spec = stored_redundancy(row["redundancy"])
+        spec = stored(Redundancy, row["redundancy"])
         if row["updated_at"] is not None and (now - row["updated_at"]).total_seconds() < spec.period_s:
             continue
         opts = spec.params

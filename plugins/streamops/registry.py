@@ -7,6 +7,8 @@ Every error names the app, the stage and the field, and says what was expected, 
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import fields
@@ -41,6 +43,7 @@ IMPORT_PATH_RULE = "expected an import path 'package.module:function'"
 
 
 _O = TypeVar("_O")
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def _parsed(cls: type[_O]) -> Callable[[Any], _O]:
@@ -432,19 +435,16 @@ def load(path: Path | None = None) -> Registry:
     return parse(data, path.name, path.resolve().parent)
 
 
-# The control loop reads a stage's or an app's options back from the spec `deploy` stored: through
-# the same models, so a default or a check is never written twice.
-def stored_policy(data: dict[str, Any] | None) -> Policy:
-    return Policy.model_validate(data or {})
+# The control loop reads options back from the stored spec through these models (defaults once).
+@functools.lru_cache(maxsize=4096)
+def _stored(model: type[BaseModel], key: str) -> Any:
+    return model.model_validate_json(key)
 
 
-def stored_redundancy(data: dict[str, Any] | None) -> Redundancy:
-    return Redundancy.model_validate(data or {})
+def stored(model: type[_M], data: dict[str, Any] | None) -> _M:
+    """A fragment of a stored spec (`policy`, `redundancy`, `maintenance_window`) as `model`."""
+    return _stored(model, json.dumps(data or {}, sort_keys=True))
 
 
 def stored_control(data: dict[str, Any] | None) -> AppOptions:
-    return _parsed(AppOptions)(data)
-
-
-def stored_window(data: dict[str, Any]) -> MaintenanceWindow:
-    return MaintenanceWindow.model_validate(data)
+    return AppOptions.from_params(data)

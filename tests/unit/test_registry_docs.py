@@ -70,9 +70,9 @@ def test_a_policy_is_known_by_its_entry_in_the_operator_s_policies(monkeypatch):
 def test_a_stored_spec_reads_back_as_the_registry_typed_it():
     st = registry.parse(_with(STAGE + ["redundancy"], {"params": {"r_max": 0.5}})).apps["taxi"].stages["top10"]
     stored = st.model_dump(mode="json")
-    assert registry.stored_policy(stored["policy"]) == st.policy
-    assert registry.stored_redundancy(stored["redundancy"]) == st.redundancy
-    assert registry.stored_policy(None) == registry.Policy()
+    assert registry.stored(registry.Policy, stored["policy"]) == st.policy
+    assert registry.stored(registry.Redundancy, stored["redundancy"]) == st.redundancy
+    assert registry.stored(registry.Policy, None) == registry.Policy()
     assert registry.stored_control({"beta": 0.5}) == AppOptions(beta=0.5)
 
 
