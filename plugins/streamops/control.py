@@ -31,6 +31,7 @@ from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.plan.stability import LastChange, StageFacts, draining
 from streamops.redundancy_pass import redundancy_requests
+from streamops.registry import MaintenanceWindow, Policy, stored, stored_control
 from streamops.store import db
 
 log = logging.getLogger("streamops.control")
@@ -67,7 +68,8 @@ def _fields(obj) -> dict[str, Any]:
 
 # -- monitor / analyze ---------------------------------------------------------------------------
 def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: str | None = None,
-                 stage: str | None = None) -> list[tuple[StageStats, dict]]:
+                 stage: str | None = None) -> list[tuple[StageStats, Policy]]:
+    """Each live stage's window, with its policy typed once here (`opts`: the default window)."""
     floor = conn.execute(db.query("window_floor"), {"now": now, "window_s": opts.window_s, "app": app}).scalar_one()
     conn.execute(db.query("windows_tuning"))
     rows = conn.execute(db.query("stage_windows"), {
@@ -84,7 +86,7 @@ def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: st
             extra={"latency_avg_p95_ms": r["latency_avg_p95_ms"]},
             max_useful_cores=useful_cores(r["source_partitions"], r["min_partitions"]),
         ),
-        r["policy"] or {},
+        stored(Policy, r["policy"]),
     ) for r in rows])
 
 
@@ -104,7 +106,7 @@ def _pool_rooms(conn: Connection) -> dict[str, dict[str, PoolRoom]]:
 # -- plan, locally -------------------------------------------------------------------------------
 def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage: str | None = None,
                   host: tuple[float, float] | None = None,
-                  windows: list[tuple[StageStats, dict]] | None = None) -> tuple[int, list[Request]]:
+                  windows: list[tuple[StageStats, Policy]] | None = None) -> tuple[int, list[Request]]:
     """Run the Operator Manager of every live stage (of `app`, or just `stage`) and upsert its requests."""
     windows = load_windows(conn, now, OperatorOptions(), app, stage) if windows is None else windows
     if not windows:
@@ -120,8 +122,7 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
     changed_states: list[dict] = []
     rng = random.Random(now.isoformat())  # migration targets: random but reproducible per cycle
     for stats, policy in windows:
-        kind = policy.get("kind", "threshold3")
-        opts = OperatorOptions.from_params(policy.get("params"))
+        kind, opts = policy.kind, policy.params
         stats = replace(stats, host_cpu=cpu, host_mem=mem)
         r_max, n_stages = apps[stats.app]
         ctx = OperatorContext(r_max_ms=r_max, cost=cost, pools=rooms.get(stats.pool, {}), rng=rng, app_stages=n_stages)
@@ -158,89 +159,114 @@ def _policy_label(opts: AppOptions) -> str:
     return f"token_bucket(B={opts.capacity:g}, beta={opts.beta:g}, {opts.generator})"
 
 
-def application_pass(conn: Connection, apps: Sequence[Row], now: datetime, windows: list[StageStats], dry_run: bool,
-                     decided_by: str) -> list[AppCycle]:
-    """Every Application Manager of `apps`: a fixed number of statements for any number of apps."""
-    names = [a.name for a in apps]
-    conn.execute(db.query("apps_lock"), {"apps": names})
+@dataclass(frozen=True)
+class _OpenWork:
+    """What the apps' cycles read, one statement each whatever the number of apps."""
+
+    saved: dict[str, AppState]
+    open_by_app: dict[str, list[Request]]
+    stages_now: dict[str, StageNow]
+    last_change: dict[str, LastChange]
+
+
+def _open_work(conn: Connection, names: list[str], now: datetime, dry_run: bool) -> _OpenWork:
     saved = {r.app: AppState(r.tokens, r.window_start, r.window_actions)
              for r in conn.execute(db.query("app_controls_get"), {"apps": names})}
     if not dry_run:
         conn.execute(db.query("requests_withdraw_stale"), {"apps": names, "now": now, "stale_s": STALE_REQUEST_S})
     open_by_app: dict[str, list[Request]] = {}
-    for row in conn.execute(db.query("requests_open"), {"apps": names}):
-        open_by_app.setdefault(row.app, []).append(Request(
-            row.stage_id, row.action, row.target_cores, row.target_pool, row.gain, row.cost_ms, row.reason,
-            row.snapshot or {}, app=row.app, id=row.id, made_at=row.refreshed_at, first_made_at=row.created_at))
+    for r in conn.execute(db.query("requests_open"), {"apps": names}):
+        open_by_app.setdefault(r.app, []).append(Request(
+            r.stage_id, r.action, r.target_cores, r.target_pool, r.gain, r.cost_ms, r.reason,
+            r.snapshot or {}, app=r.app, id=r.id, made_at=r.refreshed_at, first_made_at=r.created_at))
     stages_now: dict[str, StageNow] = {}
     last_change: dict[str, LastChange] = {}
-    for row in conn.execute(db.query("stages_now"), {"apps": names}):
-        stages_now[row.stage_id] = StageNow(Current(row.cores, row.pool, row.state_partitions), row.in_flight,
-                                            row.settled_at)
-        if row.last_requested_at is not None:
-            last_change[row.stage_id] = LastChange(row.last_requested_at, row.last_action, row.last_from_cores,
-                                                   row.last_to_cores)
+    for s in conn.execute(db.query("stages_now"), {"apps": names}):
+        stages_now[s.stage_id] = StageNow(Current(s.cores, s.pool, s.state_partitions), s.in_flight, s.settled_at)
+        if s.last_requested_at is not None:
+            last_change[s.stage_id] = LastChange(s.last_requested_at, s.last_action, s.last_from_cores,
+                                                 s.last_to_cores)
+    return _OpenWork(saved, open_by_app, stages_now, last_change)
+
+
+@dataclass(frozen=True)
+class _AppDecided:
+    app: str
+    decisions: list[Decision]
+    state: AppState
+    response_ms: float | None
+    policy: str  # its label, as the decisions rows record it
+
+
+def _decide_app(a: Row, work: _OpenWork, app_windows: list[StageStats], now: datetime) -> _AppDecided:
+    """One Application Manager's cycle; requests plan.change refuses are declined before the
+    token bucket sees them, so no token is spent on them."""
+    opts = stored_control(a.control)
+    mw = stored(MaintenanceWindow, a.maintenance_window)
+    view = AppView(a.name, a.r_max_ms, mw.cron, mw.duration_min, mw.max_actions)
+    response = app_response_ms(app_windows)
+    growing = any(w.backlog_growth_rps > 0 for w in app_windows)
+    state = work.saved.get(a.name, AppState(tokens=opts.capacity))
+    refused: list[tuple[Request, str]] = []
+    asking: list[Request] = []
+    for req in work.open_by_app.get(a.name, []):
+        why = grant_refusal(req, work.stages_now.get(req.stage_id))
+        if why:
+            refused.append((req, why))
+        else:
+            asking.append(req)
+    facts = {w.stage_id: StageFacts(work.last_change.get(w.stage_id), draining(w.backlog_rows, w.input_rate, opts))
+             for w in app_windows}
+    facts.update({sid: StageFacts(lc) for sid, lc in work.last_change.items() if sid not in facts})
+    decisions, new_state = application_cycle(view, opts, state, asking, response, growing, now, facts)
+    declined = [Decision(req, "declined", why, new_state.tokens, new_state.tokens) for req, why in refused]
+    return _AppDecided(a.name, declined + decisions, new_state, response, _policy_label(opts))
+
+
+def _record(conn: Connection, decided: list[_AppDecided], now: datetime, dry_run: bool,
+            decided_by: str) -> dict[int | None, int]:
+    """The decisions written, and (unless `dry_run`) acted on: requests closed, replica counts
+    set, reconfigurations planned, tokens saved. Returns request id → planned reconfiguration id."""
+    decision_of = {req_id: did for did, req_id in db.bulk("decisions_insert", [
+        {**_fields(d), "app": o.app, "request_id": d.request.id, "stage_id": d.request.stage_id,
+         "action": d.request.action, "policy": o.policy, "response_ms": o.response_ms, "dry_run": dry_run,
+         "decided_by": decided_by} for o in decided for d in o.decisions], conn)}  # a request is decided once
+    if dry_run:
+        return {}
+    db.bulk("requests_close", [{"id": d.request.id, "status": d.outcome} for o in decided for d in o.decisions], conn)
+    granted = [(o.app, d.request) for o in decided for d in o.decisions if d.outcome == "granted"]
+    # A granted replica count is the stage's wanted count; the supervisor starts or stops replicas.
+    db.bulk("stage_replicas_set", [{"stage_id": r.stage_id, "replicas": int(r.snapshot["target_replicas"])}
+                                   for _, r in granted if r.action in REPLICA_ACTIONS], conn)
+    grants = [(app, r) for app, r in granted if r.action in RECONFIGURATIONS]
+    by_decision = {did: rid for rid, did in db.bulk("reconfigurations_plan", [
+        {**_fields(r), "app": app, "request_id": r.id, "decision_id": decision_of[r.id],
+         "state_bytes": int(r.snapshot.get("state_bytes") or 0)} for app, r in grants], conn)}
+    planned = {r.id: by_decision[decision_of[r.id]] for _, r in grants if decision_of[r.id] in by_decision}
+    for _, r in grants:
+        if r.id not in planned:
+            log.info("stage %s: grant %d is moot: a reconfiguration is already pending or running",
+                     r.stage_id, decision_of[r.id])
+    db.bulk("app_controls_save", [
+        {"app": o.app, "tokens": o.state.tokens, "window_start": o.state.window_start,
+         "window_actions": o.state.window_actions, "last_cycle_at": now, "last_response_ms": o.response_ms}
+        for o in decided], conn)
+    return planned
+
+
+def application_pass(conn: Connection, apps: Sequence[Row], now: datetime, windows: list[StageStats], dry_run: bool,
+                     decided_by: str) -> list[AppCycle]:
+    """Every Application Manager of `apps`: a fixed number of statements for any number of apps."""
+    names = [a.name for a in apps]
+    conn.execute(db.query("apps_lock"), {"apps": names})
+    work = _open_work(conn, names, now, dry_run)
     windows_by_app: dict[str, list[StageStats]] = {}
     for w in windows:
         windows_by_app.setdefault(w.app, []).append(w)
-
-    results, decision_rows, controls = [], [], []
-    for a in apps:
-        opts = AppOptions.from_params(a.control)
-        mw = a.maintenance_window
-        view = AppView(a.name, a.r_max_ms, mw["cron"], mw["duration_min"], mw.get("max_actions", 2))
-        app_windows = windows_by_app.get(a.name, [])
-        response = app_response_ms(app_windows)
-        growing = any(w.backlog_growth_rps > 0 for w in app_windows)
-        state = saved.get(a.name, AppState(tokens=opts.capacity))
-        # Refused before the token bucket sees them: no token is spent on them (plan.change).
-        refused: list[tuple[Request, str]] = []
-        asking: list[Request] = []
-        for req in open_by_app.get(a.name, []):
-            why = grant_refusal(req, stages_now.get(req.stage_id))
-            if why:
-                refused.append((req, why))
-            else:
-                asking.append(req)
-        facts = {w.stage_id: StageFacts(last_change.get(w.stage_id), draining(w.backlog_rows, w.input_rate, opts))
-                 for w in app_windows}
-        facts.update({sid: StageFacts(lc) for sid, lc in last_change.items() if sid not in facts})
-        decisions, new_state = application_cycle(view, opts, state, asking, response, growing, now, facts)
-        decisions = [Decision(req, "declined", why, new_state.tokens, new_state.tokens)
-                     for req, why in refused] + decisions
-        results.append(AppCycle(a.name, [(d, None) for d in decisions], new_state.tokens, response))
-        label = _policy_label(opts)
-        decision_rows += [{**_fields(d), "app": a.name, "request_id": d.request.id, "stage_id": d.request.stage_id,
-                           "action": d.request.action, "policy": label, "response_ms": response, "dry_run": dry_run,
-                           "decided_by": decided_by} for d in decisions]
-        controls.append({"app": a.name, "tokens": new_state.tokens, "window_start": new_state.window_start,
-                         "window_actions": new_state.window_actions, "last_cycle_at": now,
-                         "last_response_ms": response})
-
-    ids = [row[0] for row in db.bulk("decisions_insert", decision_rows, conn)]
-    flat = [(res, i) for res in results for i in range(len(res.decisions))]
-    if not dry_run:
-        db.bulk("requests_close", [{"id": res.decisions[i][0].request.id, "status": res.decisions[i][0].outcome}
-                                   for res, i in flat], conn)
-        # A granted replica count is the stage's wanted count; the supervisor starts or stops replicas.
-        db.bulk("stage_replicas_set", [
-            {"stage_id": d.request.stage_id, "replicas": int(d.request.snapshot["target_replicas"])}
-            for res in results for d, _ in res.decisions
-            if d.outcome == "granted" and d.request.action in REPLICA_ACTIONS], conn)
-        grants = [(res, i, ids[n]) for n, (res, i) in enumerate(flat)
-                  if res.decisions[i][0].outcome == "granted"
-                  and res.decisions[i][0].request.action in RECONFIGURATIONS]
-        planned = dict((did, rid) for rid, did in db.bulk("reconfigurations_plan", [
-            {**_fields(r), "app": res.app, "request_id": r.id, "decision_id": did,
-             "state_bytes": int(r.snapshot.get("state_bytes") or 0)}
-            for res, i, did in grants for r in [res.decisions[i][0].request]], conn))
-        for res, i, did in grants:
-            d = res.decisions[i][0]
-            res.decisions[i] = (d, planned.get(did))
-            if did not in planned:
-                log.info("stage %s: grant %d is moot: a reconfiguration is already pending or running",
-                         d.request.stage_id, did)
-        db.bulk("app_controls_save", controls, conn)
+    decided = [_decide_app(a, work, windows_by_app.get(a.name, []), now) for a in apps]
+    planned = _record(conn, decided, now, dry_run, decided_by)
+    results = [AppCycle(o.app, [(d, planned.get(d.request.id)) for d in o.decisions], o.state.tokens, o.response_ms)
+               for o in decided]
     for res in results:
         for d, reconf in res.decisions:
             log.info("app %s: action=decide %s %s %s%s: %s", res.app, d.request.stage_id, d.request.action, d.outcome,

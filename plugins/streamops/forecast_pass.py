@@ -27,6 +27,7 @@ from streamops.analyze.forecast import Forecaster, innovation_sd
 from streamops.analyze.season import SkillTracker, season_of
 from streamops.analyze.stats import StageStats
 from streamops.plan.options import OperatorOptions
+from streamops.registry import Policy
 from streamops.store import db
 
 log = logging.getLogger("streamops.forecast")
@@ -60,14 +61,11 @@ def _span(opts: OperatorOptions) -> int:
 
 
 def with_forecasts(conn: Connection, now: datetime,
-                   windows: list[tuple[StageStats, dict]]) -> list[tuple[StageStats, dict]]:
+                   windows: list[tuple[StageStats, Policy]]) -> list[tuple[StageStats, Policy]]:
     """`windows` with `forecast_rate`, `forecast_path` and `forecast_sd` set on the stages that ask
     for a forecast."""
-    asks = {}
-    for stats, policy in windows:
-        opts = OperatorOptions.from_params((policy or {}).get("params"))
-        if opts.forecast and stats.batches > 0:  # an empty window decides nothing
-            asks[stats.stage_id] = opts
+    asks = {stats.stage_id: policy.params for stats, policy in windows
+            if policy.params.forecast and stats.batches > 0}  # an empty window decides nothing
     if not asks:
         return windows
     with _LOCK:

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, RowMapping
 
 from streamops.plan.model import ADD_REPLICA, REMOVE_REPLICA, Request
-from streamops.plan.redundancy import Outlook, RedundancyOptions, RedundancyState, initial_state, replicas_for, step
+from streamops.plan.redundancy import Outlook, RedundancyState, initial_state, replicas_for, step
+from streamops.registry import Redundancy, stored
 from streamops.store import db
 
 log = logging.getLogger("streamops.redundancy")
 STARTUP_S = 10.0  # a new replica's start-up before the stage has a recovered failure to measure it by
 
 
-def _outlook(row: dict[str, Any], now: datetime, period_s: float) -> Outlook:
+def _outlook(row: RowMapping, now: datetime, period_s: float) -> Outlook:
     """The proactive rule's view of one stage, from its row of `redundancy_inputs` (no forecast
     here: utilization None, the stop alone)."""
     startup = row["mttr_ms"] / 1000.0 if row["mttr_ms"] is not None else STARTUP_S
@@ -37,21 +37,23 @@ def _outlook(row: dict[str, Any], now: datetime, period_s: float) -> Outlook:
 def redundancy_requests(conn: Connection, now: datetime) -> tuple[list[Request], list[dict]]:
     """(requests, `redundancy_state_save` rows) of every HA stage whose period has come."""
     requests, saved = [], []
-    for row in conn.execute(db.query("redundancy_inputs"), {"now": now}).mappings():
-        spec = row["redundancy"] or {}
-        if row["updated_at"] is not None and (now - row["updated_at"]).total_seconds() < row["period_s"]:
+    default = Redundancy()  # a spec stored without these reads as apps.yaml's default
+    for row in conn.execute(db.query("redundancy_inputs"), {
+            "now": now, "period_s": default.period_s, "enabled": default.enabled}).mappings():
+        spec = stored(Redundancy, row["redundancy"])
+        if row["updated_at"] is not None and (now - row["updated_at"]).total_seconds() < spec.period_s:
             continue
-        opts = RedundancyOptions.from_params(spec.get("params"))
+        opts = spec.params
         hold = row["hold_until"].timestamp() if row["hold_until"] is not None else None
         before = initial_state(opts) if row["r"] is None else RedundancyState(
             row["r"], row["direction"], row["last_delta_ms"], hold, bool(row["proactive"]))
-        bound = float(spec.get("bound_ms") or row["r_max_ms"])
-        after, decision = step(before, row["tail_ms"], bound, opts, _outlook(row, now, float(row["period_s"])))
+        bound = float(spec.bound_ms or row["r_max_ms"])
+        after, decision = step(before, row["tail_ms"], bound, opts, _outlook(row, now, spec.period_s))
         saved.append({"stage_id": row["stage_id"], "r": after.r, "direction": after.direction,
                       "last_delta_ms": after.last_delta_ms, "updated_at": now, "proactive": after.proactive,
                       "hold_until": None if after.hold_until_s is None
                       else datetime.fromtimestamp(after.hold_until_s, UTC)})
-        want = replicas_for(after.r, int(spec.get("max_replicas", 2)))
+        want = replicas_for(after.r, spec.max_replicas)
         log.info("stage %s: action=redundancy %s r=%.2f replicas %d→%d: %s", row["stage_id"], decision.action,
                  after.r, row["replicas"], want, decision.reason)
         if want == row["replicas"]:

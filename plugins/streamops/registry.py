@@ -7,13 +7,15 @@ Every error names the app, the stage and the field, and says what was expected, 
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # no stubs installed (types-PyYAML)
 from croniter import croniter
 from pydantic import (
     BaseModel,
@@ -28,6 +30,7 @@ from pydantic import (
 
 from streamops.paths import data_dir, registry_path
 from streamops.plan.model import stage_id as stage_id  # defined with the plan's plain data, used as registry.stage_id
+from streamops.plan.operator import POLICIES
 from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.plan.redundancy import RedundancyOptions
 from streamops.records import RecordSchema
@@ -40,6 +43,7 @@ IMPORT_PATH_RULE = "expected an import path 'package.module:function'"
 
 
 _O = TypeVar("_O")
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def _parsed(cls: type[_O]) -> Callable[[Any], _O]:
@@ -170,8 +174,15 @@ class ParquetSink(_Frozen):
 class Policy(_Frozen):
     """The stage's Operator Manager policy; `params` override plan.options.OperatorOptions."""
 
-    kind: Literal["edf", "threshold3", "ds2", "mpc"] = "threshold3"
+    kind: str = Field(default="threshold3", description="one of plan.operator.POLICIES")
     params: OperatorParams = Field(default_factory=OperatorOptions)
+
+    @field_validator("kind")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        if v not in POLICIES:  # a new policy is known by its entry there alone
+            raise ValueError(f"expected one of {', '.join(map(repr, POLICIES))}, got {v!r}")
+        return v
 
 
 FAULT_KINDS = ("slow_batch", "driver_kill", "executor_kill", "heartbeat_cut", "db_outage")
@@ -194,10 +205,10 @@ class Redundancy(_Frozen):
     """The redundancy manager for an HA stage (plan.redundancy): it moves the replica count
     between 1 and `max_replicas` and Spark's speculation against `bound_ms` (default: R_max)."""
 
-    enabled: bool = True
-    max_replicas: int = Field(default=2, ge=1, le=4)
+    enabled: bool = Field(default=True, description="false: the manager leaves the stage's replicas alone")
+    max_replicas: int = Field(default=2, ge=1, le=4, description="the most replicas it runs the stage with (1-4)")
     bound_ms: int | None = Field(default=None, gt=0, description="tail-latency bound; default the app's r_max_ms")
-    period_s: float = Field(default=60.0, gt=0, description="how often it steps")
+    period_s: float = Field(default=60.0, gt=0, description="how often it steps, seconds")
     params: RedundancyParams = Field(default_factory=RedundancyOptions, description="overrides of RedundancyOptions")
 
 
@@ -256,15 +267,6 @@ class App(_Frozen):
     description: str = ""
     control: AppParams = Field(default_factory=AppOptions, description="overrides of plan.options.AppOptions")
     stages: dict[str, Stage] = Field(min_length=1)
-
-    @field_validator("control")
-    @classmethod
-    def _known_control(cls, opts: AppOptions) -> AppOptions:
-        if opts.policy not in ("token_bucket", "accept_all"):
-            raise ValueError(f"control.policy must be token_bucket or accept_all, got {opts.policy!r}")
-        if opts.generator not in ("edf_step", "proportional"):
-            raise ValueError(f"control.generator must be edf_step or proportional, got {opts.generator!r}")
-        return opts
 
 
 class Registry(_Frozen):
@@ -431,3 +433,18 @@ def load(path: Path | None = None) -> Registry:
     except yaml.YAMLError as e:
         raise RegistryError(f"{path}: not valid YAML: {e}") from None
     return parse(data, path.name, path.resolve().parent)
+
+
+# The control loop reads options back from the stored spec through these models (defaults once).
+@functools.lru_cache(maxsize=4096)
+def _stored(model: type[BaseModel], key: str) -> Any:
+    return model.model_validate_json(key)
+
+
+def stored(model: type[_M], data: dict[str, Any] | None) -> _M:
+    """A fragment of a stored spec (`policy`, `redundancy`, `maintenance_window`) as `model`."""
+    return _stored(model, json.dumps(data or {}, sort_keys=True))
+
+
+def stored_control(data: dict[str, Any] | None) -> AppOptions:
+    return AppOptions.from_params(data)

@@ -9,10 +9,10 @@
 -- takes (NULL without a recovered failure).
 WITH ha AS (
     SELECT s.stage_id, s.app, s.replicas, s.spec -> 'redundancy' AS redundancy, a.r_max_ms,
-           COALESCE((s.spec -> 'redundancy' ->> 'period_s')::float8, 60) AS period_s
+           COALESCE((s.spec -> 'redundancy' ->> 'period_s')::float8, CAST(:period_s AS float8)) AS period_s
     FROM stages s JOIN apps a ON a.name = s.app
     WHERE s.health = 'ok' AND jsonb_typeof(s.spec -> 'redundancy') = 'object'
-      AND COALESCE((s.spec -> 'redundancy' ->> 'enabled')::boolean, true)
+      AND COALESCE((s.spec -> 'redundancy' ->> 'enabled')::boolean, CAST(:enabled AS boolean))
       AND EXISTS (SELECT 1 FROM deployments d WHERE d.stage_id = s.stage_id AND d.role = 'primary'
                   AND d.status = 'running')
 ),

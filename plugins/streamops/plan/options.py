@@ -1,57 +1,96 @@
-"""Every control option in one typed place, with its default and where the default comes from
-(POLICIES.md). A stage's `policy.params` and an app's `control` block override these."""
+"""Every control option declared once (POLICIES.md gives the defaults): its key, type, default,
+description and old spellings, in the manner of Flink's `ConfigOptions.key(..).withFallbackKeys(..)`.
+A stage's `policy.params` and an app's `control` block override these; docs/registry.md's option
+tables are generated from the declarations (`python -m streamops.registry_docs`)."""
 
 from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, fields, replace
+from collections.abc import Sequence
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, TypeVar
+
+
+def option(default: Any, description: str, *, old: Sequence[str] = (), choices: Sequence[str] = ()) -> Any:
+    """One option's declaration: `old` are its former keys, read when the key itself is absent."""
+    return field(default=default, metadata={"description": description, "old": tuple(old),
+                                            "choices": tuple(choices)})
+
+
+def declared(cls: type) -> list[Field[Any]]:
+    """The options of an options class, in declaration order (each field's metadata: description,
+    old, choices)."""
+    return list(fields(cls))
+
+
+def by_key(cls: type, params: dict[str, Any] | None) -> dict[str, Any]:
+    """`params` keyed by the declared keys: an old spelling stands in for an absent key, in the
+    order declared; any other key is refused, naming the valid ones."""
+    params = dict(params or {})
+    out: dict[str, Any] = {}
+    for f in declared(cls):
+        spelling = next((k for k in (f.name, *f.metadata.get("old", ())) if k in params), None)
+        if spelling is not None:
+            out[f.name] = params[spelling]
+        for k in (f.name, *f.metadata.get("old", ())):
+            params.pop(k, None)
+    if params:
+        known = sorted(f.name for f in declared(cls))
+        raise ValueError(f"unknown {cls.__name__} option(s) {sorted(params)}; valid: {known}")
+    return out
+
+
+def check_choices(opts: Any) -> None:
+    """A string option declared with choices takes one of them."""
+    for f in declared(type(opts)):
+        allowed = f.metadata.get("choices", ())
+        if allowed and getattr(opts, f.name) not in allowed:
+            raise ValueError(f"{f.name} must be {' or '.join(map(repr, allowed))}, got {getattr(opts, f.name)!r}")
 
 
 @dataclass(frozen=True)
 class OperatorOptions:
     """The Operator Manager: one per stage, fast local loop."""
 
-    local_period_s: float = 30.0  # [000]
-    window_s: float = 120.0  # ours
-    stabilization_s: float = 60.0  # ours: ignore the first minute after a (re)start
-    min_window_fill: float = 0.8  # decide only on a window at least this full
-    # EDF thresholds [000]
-    u_max: float = 0.7
-    s_out: float = 0.7
-    c: float = 0.75
-    # three thresholds on the bottleneck score [001]; values are ours (the paper gives none)
-    scale_in_threshold: float = 25.0
-    alarming_threshold: float = 65.0
-    scale_out_threshold: float = 80.0
-    release_hysteresis: float = 10.0  # release pre-staged resources only below alarming − this
-    # DS2-style sizing (goes beyond the papers)
-    catch_up_s: float = 60.0
-    target_utilization: float = 0.7
-    # scale in to the cores that keep utilization ≤ this (absolute), a band below target
-    ds2_scale_in_margin: float = 0.6
-    # Predictive input (docs/policies.md §4.1): demand = max(measured, forecast peak over the horizon)
-    forecast: bool = False
-    forecast_horizon_s: float = 600.0  # how far ahead to ask: a scale-out's restart + stabilization + window
-    forecast_season_s: float = 86400.0  # the candidate season (a day); Holt-Winters from two seasons of history
-    # issue 46: use the season only once the history shows it (analyze.season); false: assume it, as before
-    forecast_season_learn: bool = True
-    forecast_max_skill: float = 1.0  # mpc plans without a forecast whose recent error is above this × the naive one's
-    forecast_bucket_s: float = 60.0  # the forecaster's time step: input rate averaged per bucket
-    # Giving cores back (edf, threshold3): "one" core per scale-in, as the papers do, or "ds2": one
-    # scale-in straight to DS2's n* at ds2_scale_in_margin, asked whenever that is below n and the
-    # stage is not alarming. A window's budget then returns a burst's cores in one action per stage.
-    scale_in_to: str = "one"
-    # The receding-horizon controller (`mpc`, docs/policies.md §14.3). slo_price is its one knob: the
-    # core-seconds one second above the app's R_max is worth (each of its k stages prices its own
-    # with 1/k of it); the default is the one chosen on the suite's training seeds (bench/suite.py).
-    # The others are its model, not knobs to tune per app.
-    slo_price: float = 320.0  # bench/suite.py, training seeds: the lowest price that keeps goal A's 99.5 %
-    mpc_horizon_s: float = 600.0  # plan this far ahead: a restart, its catch-up and the forecast's reach
-    mpc_step_s: float = 60.0  # one step of the plan: the Application Manager's interval
-    mpc_max_utilization: float = 0.85  # above it a stage's queueing alone eats its share of R_max
-    mpc_rate_sd: float = 0.10  # the demand's relative spread when the forecast gives less (the suite's noise)
+    local_period_s: float = option(30.0, "seconds between two decisions of the stage's Operator Manager [000]")
+    window_s: float = option(120.0, "the metrics window a decision reads, seconds")
+    stabilization_s: float = option(60.0, "metrics this soon after a (re)start are ignored, seconds")
+    min_window_fill: float = option(0.8, "decide only on a window at least this full (a share of `window_s`)")
+    u_max: float = option(0.7, "EDF: migrate when the host's CPU utilization U_r is above this [000]")
+    s_out: float = option(0.7, "EDF: scale out by one when the stage's busy fraction S is above this [000]")
+    c: float = option(0.75, "EDF: scale in by one when sum(S)/(n−1) < c · s_out [000]")
+    scale_in_threshold: float = option(25.0, "threshold3: scale in below this bottleneck score [001]")
+    alarming_threshold: float = option(65.0, "threshold3: pre-stage above this bottleneck score [001]")
+    scale_out_threshold: float = option(80.0, "threshold3: scale out above this bottleneck score [001]")
+    release_hysteresis: float = option(10.0, "release what was pre-staged only below alarming_threshold − this")
+    catch_up_s: float = option(60.0, "DS2: the backlog is to be drained within this many seconds")
+    target_utilization: float = option(0.7, "DS2: size for this busy fraction per core")
+    ds2_scale_in_margin: float = option(0.6, (
+        "scale in to the cores that keep utilization ≤ this (absolute), a band below target_utilization"))
+    forecast: bool = option(False, (
+        "predictive input (docs/policies.md §4.1): demand = max(measured, forecast peak over the horizon)"))
+    forecast_horizon_s: float = option(600.0, (
+        "how far ahead the forecast is asked: a scale-out's restart + stabilization + window, seconds"))
+    forecast_season_s: float = option(86400.0, (
+        "the candidate season (a day), seconds; Holt-Winters from two seasons of history; 0: none"))
+    forecast_season_learn: bool = option(True, (
+        "use the season only once the history shows it (analyze.season); false: assume it"))
+    forecast_max_skill: float = option(1.0, (
+        "mpc plans without a forecast whose recent error is above this × the naive one's"))
+    forecast_bucket_s: float = option(60.0, "the forecaster's time step: input rate averaged per bucket, seconds")
+    scale_in_to: str = option("one", (
+        "edf, threshold3: give cores back one per scale-in, as the papers do, or `ds2`: straight to DS2's n* "
+        "at ds2_scale_in_margin whenever that is below n and the stage is not alarming"), choices=("one", "ds2"))
+    # The receding-horizon controller (`mpc`, docs/policies.md §14.3). slo_price is its one knob;
+    # the others are its model, not knobs to tune per app.
+    slo_price: float = option(320.0, (
+        "mpc: the core-seconds one second above the app's R_max is worth (each of its k stages prices its "
+        "own with 1/k); bench/suite.py's training seeds: the lowest price that keeps goal A's 99.5 %"))
+    mpc_horizon_s: float = option(600.0, "mpc: plan this far ahead (a restart, its catch-up, the forecast's reach)")
+    mpc_step_s: float = option(60.0, "mpc: one step of the plan, seconds (the Application Manager's interval)")
+    mpc_max_utilization: float = option(0.85, "mpc: above this busy fraction a stage's queueing alone eats R_max")
+    mpc_rate_sd: float = option(0.10, "mpc: the demand's relative spread when the forecast gives less")
 
     def __post_init__(self) -> None:
         # The bottleneck score lives in [13.3, 86.7] (analyze.fuzzy): thresholds outside never fire.
@@ -69,8 +108,7 @@ class OperatorOptions:
             raise ValueError("expected slo_price >= 0, 0 < mpc_max_utilization <= 1 and mpc_rate_sd >= 0")
         if self.mpc_step_s <= 0 or self.mpc_horizon_s < self.mpc_step_s:
             raise ValueError("expected mpc_step_s > 0 and mpc_horizon_s >= mpc_step_s")
-        if self.scale_in_to not in ("one", "ds2"):
-            raise ValueError(f"scale_in_to must be 'one' or 'ds2', got {self.scale_in_to!r}")
+        check_choices(self)
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> OperatorOptions:
@@ -81,21 +119,23 @@ class OperatorOptions:
 class AppOptions:
     """The Application Manager: one per app, slow loop (Airflow's re-plan)."""
 
-    policy: str = "token_bucket"  # token_bucket | accept_all
-    control_interval_s: float = 60.0  # [000] used 30 s
-    capacity: float = 1.0  # B [000]
-    beta: float = 0.75  # [000]
-    generator: str = "edf_step"  # edf_step | proportional
-    urgent_needs_growth: bool = True  # urgent = response > R_max and backlog growing
-    # What holding a core costs, in gain units per core-hour (0: cores are free, as in [000]).
-    # Cores added now can next be given back in the maintenance window after the one that is
-    # open or next: a scale-out's gain is net of holding its new cores until then, one that
-    # gains nothing net is declined unless urgent, and a scale-in's gain adds the holding it saves.
-    core_hour_cost: float = 0.0
-    # No flip-flops, no scale-in while catching up (plan/stability.py, docs/policies.md §7.1).
-    scale_down_delay_s: float = 3600.0  # a scale-in is granted once asked for this long (Flink: scale-down.interval)
-    reversal_interval_s: float = 900.0  # a change reversing one granted less than this ago is declined
-    drain_backlog_s: float = 10.0  # more than this many seconds of input queued: draining, no scale-in
+    policy: str = option("token_bucket", "grant by the token bucket [000], or every request",
+                         choices=("token_bucket", "accept_all"))
+    control_interval_s: float = option(60.0, "seconds between two cycles of the Application Manager ([000] used 30)")
+    capacity: float = option(1.0, "B [000]: the most tokens the bucket holds; below 1 it never grants")
+    beta: float = option(0.75, "β [000]: tokens are added once the app's response time is above β · R_max")
+    generator: str = option("edf_step", (
+        "tokens added per interval: one above β · R_max (edf_step), or in proportion from β · R_max to R_max"),
+        choices=("edf_step", "proportional"))
+    urgent_needs_growth: bool = option(True, (
+        "a request is urgent when the response time is above R_max and the backlog grows (false: the first alone)"))
+    core_hour_cost: float = option(0.0, (
+        "what holding a core costs, in gain units per core-hour (0: cores are free, as in [000]); a scale-out's "
+        "gain is net of holding its cores until the maintenance window after next, a scale-in's adds what it saves"))
+    scale_down_delay_s: float = option(3600.0, (
+        "a scale-in is granted once asked for this long, seconds (Flink: scale-down.interval; §7.1)"))
+    reversal_interval_s: float = option(900.0, "a change reversing one granted less than this ago is declined, seconds")
+    drain_backlog_s: float = option(10.0, "more than this many seconds of input queued: draining, no scale-in")
 
     def __post_init__(self) -> None:
         if min(self.scale_down_delay_s, self.reversal_interval_s, self.drain_backlog_s) < 0:
@@ -106,6 +146,7 @@ class AppOptions:
             raise ValueError(f"expected capacity >= 0 tokens, got {self.capacity}")
         if self.core_hour_cost < 0:
             raise ValueError(f"expected core_hour_cost >= 0, got {self.core_hour_cost}")
+        check_choices(self)
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> AppOptions:
@@ -135,10 +176,6 @@ def _from_params(cls: type[_Options], params: dict[str, Any] | None) -> _Options
 
 @functools.lru_cache(maxsize=4096)
 def _parsed(cls: type[Any], key: str) -> Any:
-    params = json.loads(key)
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} option(s) {unknown}; valid: {sorted(known)}")
+    params = by_key(cls, json.loads(key))
     base = cls()
     return replace(base, **{k: _coerce(getattr(base, k), v) for k, v in params.items()})

@@ -48,6 +48,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from streamops.plan.options import by_key, option
+
 INCREASE, DECREASE, HOLD = "increase", "decrease", "hold"
 
 # α is in percentage points of r (the thesis's unit); r is a fraction. See the module docstring.
@@ -74,29 +76,24 @@ class RedundancyOptions:
     """The redundancy manager's knobs. r, δ_min, r_min and r_max are fractions of one full
     extra copy (1.0 = 100 %); α is in percentage points per 1× of |Δl|/bound."""
 
-    delta_min: float = 0.10  # [002] δ_min = 10 %: the smallest step that the feedback can see
-    alpha_increase: float = 5.0  # [002] α_i
-    alpha_decrease: float = 5.0  # [002] α_d
-    perf_margin: float = 0.10  # ours: [002] has perfMargin but gives no value
-    r_min: float = 0.0  # [002] suggests a floor when faults are infrequent (§4.2.1)
-    r_max: float = 1.0  # ours: one full extra replica (the thesis reached 1.97)
+    delta_min: float = option(0.10, "δ_min [002]: the smallest step of r that the feedback can see (10 %)")
+    alpha_increase: float = option(5.0, "α_i [002]: percentage points of r per 1× of |Δl|/bound, increasing")
+    alpha_decrease: float = option(5.0, "α_d [002]: the same, decreasing")
+    perf_margin: float = option(0.10, "hold while the bound is met with less slack than this share of it (ours)")
+    r_min: float = option(0.0, "the floor of r ([002] §4.2.1 suggests one when faults are infrequent)")
+    r_max: float = option(1.0, "the ceiling of r: one full extra replica (the thesis reached 1.97)")
     # --- proactive redundancy (ours, issue 29 item 4): read only when step() gets an Outlook ---
-    # The trailing window of the fault-rate estimate λ̂. Two default periods: long enough that a
-    # burst of faults every ~20-30 s never shows an empty window (P ≈ e^-4 at 30 s), short enough
-    # that the replica is given back about two minutes after the last fault.
-    fault_window_s: float = 120.0
-    # The price of a replica: a replica-second is worth this many violated seconds saved. The
-    # extra replica is asked for when λ̂·v (the expected violated seconds per second without it)
-    # reaches it: 0.05 = a replica running all the time is worth it if it would save 5 % of the
-    # seconds. One fault of ~15 violated seconds in two minutes (0.12) is enough; a fault an hour
-    # (0.004) is not. 0 turns the proactive rule off.
-    add_violation_rate: float = 0.05
-    # Give the replica back below this (hysteresis, ≤ add_violation_rate): with the defaults,
-    # once the window holds no fault that stopped a replica.
-    give_back_violation_rate: float = 0.01
-    # After a step that adds a whole replica: no decrease for its start-up plus this many periods.
-    # One period: the first period that sees the new replica running. 0 turns the hold off.
-    hold_periods: float = 1.0
+    # Two default periods: a burst of faults every ~20-30 s never shows an empty window (P ≈ e^-4
+    # at 30 s), and the replica is given back about two minutes after the last fault.
+    fault_window_s: float = option(120.0, "proactive: the trailing window of the fault-rate estimate λ̂, seconds")
+    # A fault of ~15 violated seconds in two minutes (0.12) is enough; a fault an hour (0.004) is not.
+    add_violation_rate: float = option(0.05, (
+        "proactive: ask for a whole extra replica when λ̂·v (violated seconds per second without it) reaches "
+        "this, the price of a replica-second; 0: off"))
+    give_back_violation_rate: float = option(0.01, (
+        "proactive: give that replica back below this (hysteresis, ≤ add_violation_rate)"))
+    hold_periods: float = option(1.0, (
+        "after a step that adds a whole replica, no decrease for its start-up plus this many periods; 0: off"))
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -128,11 +125,7 @@ class RedundancyOptions:
     def from_params(cls, params: dict[str, Any] | None) -> RedundancyOptions:
         """Overrides from a stage's `policy.params` (or an app's `control` block): unknown keys
         and values that are not numbers are refused, naming the field."""
-        params = params or {}
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} option(s) {unknown}; valid: {sorted(known)}")
+        params = by_key(cls, params)
         values = {}
         for k, v in params.items():
             if isinstance(v, bool):  # float(True) is 1.0: almost certainly a mistake here

@@ -25,7 +25,7 @@ import jinja2
 from sqlalchemy import Connection, Engine
 
 from streamops.paths import REPO_ROOT
-from streamops.plan.options import AppOptions
+from streamops.registry import App, stored_control
 from streamops.report import charts
 from streamops.store import db
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 HA_VIEWS = ("ha_cost_daily", "ha_failures_daily", "ha_windows_daily")  # sql/reports/60_ha.sql
 VIEWS = ("sla_daily", "downtime_daily", "reconfigurations", "cost_daily", *HA_VIEWS)
-DEFAULT_SLO_TARGET = 0.99
+DEFAULT_SLO_TARGET: float = App.model_fields["slo_target"].default  # apps.yaml's
 BUCKET_S = 10  # chart resolution: 8 640 points per app for a whole day
 HA_CHART_STAGES = 25  # the high-availability chart shows at most this many stages, the most eventful
 
@@ -89,7 +89,7 @@ def summarize(apps: list[dict], sla: list[dict], down: list[dict], cost: list[di
         target = a.get("slo_target") or DEFAULT_SLO_TARGET
         dn, cs = d.get(s["app"], {}), c.get(s["app"], {})
         out.append(AppSummary(
-            app=s["app"], r_max_ms=s["r_max_ms"], beta=AppOptions.from_params(a.get("control")).beta,
+            app=s["app"], r_max_ms=s["r_max_ms"], beta=stored_control(a.get("control")).beta,
             slo_target=target, slo_met=s["share_within_rmax"] >= target,
             share_within_rmax=s["share_within_rmax"], observed_s=s["observed_s"], measured_s=s["measured_s"],
             violated_windows=s["violated_windows"], response_p95_ms=s["response_p95_ms"],
@@ -223,6 +223,56 @@ def _template() -> jinja2.Template:
     return env.get_template("report.html.j2")
 
 
+@dataclass
+class _Day:
+    """What one report reads, in one transaction: the apps, each view's rows and columns, the
+    response series, the failures, the quarantine and the data-quality results."""
+
+    apps: list[dict]
+    views: dict[str, tuple[list[dict], list[str]]]
+    series: list[dict]
+    failures: list[dict]
+    quarantined: list[dict]
+    dq: list[dict]
+
+
+def _read_day(conn: Connection, day: date, app: str | None) -> _Day:
+    p = {"day": day, "app": app}
+    conn.execute(db.query("report_tuning"))
+    apps = _rows(conn, "report_apps", app=app)
+    if app and not apps:
+        raise ValueError(f"no app {app!r} in the database; known: run `streamops deploy` first")
+    views = {}
+    for v in VIEWS:
+        res = conn.execute(db.query(f"report_{v}"), p)
+        views[v] = ([dict(r._mapping) for r in res], list(res.keys()))
+    return _Day(apps, views, _rows(conn, "report_response_series", bucket_s=BUCKET_S, **p),
+                _rows(conn, "report_failures", **p), _rows(conn, "report_quarantine", **p),
+                _dq_view(_rows(conn, "report_dq_results", **p)))
+
+
+def _app_sections(summary: list[AppSummary], d: _Day, day: date) -> list[dict]:
+    sections = []
+    for s in summary:
+        app_reconfigs = [{**r, "chart_no": i + 1}
+                         for i, r in enumerate(x for x in d.views["reconfigurations"][0] if x["app"] == s.app)]
+        failures = [f for f in d.failures if f["app"] == s.app]
+        sections.append({
+            "app": s, "reconfigurations": app_reconfigs, "failures": failures,
+            "quarantine": [q for q in d.quarantined if q["app"] == s.app],
+            "chart": _app_chart(s, [x for x in d.series if x["app"] == s.app], app_reconfigs, failures, day)})
+    return sections
+
+
+def _summary_record(summary: list[AppSummary], dq: list[dict], ha: dict) -> dict[str, Any]:
+    """The `reports` row's summary: per app, the data-quality counts and the HA figures."""
+    return {"apps": {s.app: asdict(s) for s in summary},
+            "dq": {"results": len(dq), "failed": sum(1 for r in dq if not r["success"])},
+            "ha": {"replica_hours": sum(c["replica_hours"] for c in ha["cost"]),
+                   **{f"failures_{cause}": sum(f["failures"] for f in ha["failures"] if f["cause"] == cause)
+                      for cause in ("real", "injected")}}}
+
+
 def build_report(day: date | None = None, app: str | None = None, out_dir: Path | None = None,
                  engine: Engine | None = None) -> Path:
     """Write `<out_dir or reports/>/D[/app]/index.html` and the CSVs of the day's views, record the
@@ -232,55 +282,30 @@ def build_report(day: date | None = None, app: str | None = None, out_dir: Path 
     scope = app or "all apps"
     target = report_dir(day, app, out_dir)
     target.mkdir(parents=True, exist_ok=True)
-    p = {"day": day, "app": app}
     with db.transaction(engine) as conn:
-        conn.execute(db.query("report_tuning"))
-        apps = _rows(conn, "report_apps", app=app)
-        if app and not apps:
-            raise ValueError(f"no app {app!r} in the database; known: run `streamops deploy` first")
-        views = {}
-        for v in VIEWS:
-            res = conn.execute(db.query(f"report_{v}"), p)
-            views[v] = ([dict(r._mapping) for r in res], list(res.keys()))
-        series = _rows(conn, "report_response_series", bucket_s=BUCKET_S, **p)
-        failures = _rows(conn, "report_failures", **p)
-        quarantined = _rows(conn, "report_quarantine", **p)
-        dq = _dq_view(_rows(conn, "report_dq_results", **p))
+        d = _read_day(conn, day, app)
     log.info("report %s (%s): queries done in %.2f s", day, scope, time.monotonic() - t0)
 
-    for v, (rows, cols) in views.items():
+    for v, (rows, cols) in d.views.items():
         _write_csv(target / f"{v}.csv", rows, cols)
-    summary = summarize(apps, views["sla_daily"][0], views["downtime_daily"][0], views["cost_daily"][0])
-    reconfigs = views["reconfigurations"][0]
-    sections = []
-    for s in summary:
-        app_reconfigs = [{**r, "chart_no": i + 1} for i, r in enumerate(x for x in reconfigs if x["app"] == s.app)]
-        sections.append({
-            "app": s, "reconfigurations": app_reconfigs,
-            "failures": [f for f in failures if f["app"] == s.app],
-            "quarantine": [q for q in quarantined if q["app"] == s.app],
-            "chart": _app_chart(s, [x for x in series if x["app"] == s.app], app_reconfigs,
-                                [f for f in failures if f["app"] == s.app], day)})
+    summary = summarize(d.apps, d.views["sla_daily"][0], d.views["downtime_daily"][0], d.views["cost_daily"][0])
     downtime_png = _data_uri(charts.downtime_chart(
         [s.app for s in summary], [s.downtime_reconfig_s for s in summary], [s.downtime_failure_s for s in summary],
         title=f"downtime on {day}: reconfigurations and failures")) if summary else None
-    ha = ha_section(*(views[v][0] for v in HA_VIEWS), day=day)
-    generated = datetime.now(UTC)
+    cost, ha_failures, ha_windows = (d.views[v][0] for v in HA_VIEWS)
+    ha = ha_section(cost, ha_failures, ha_windows, day=day)
     html = _template().render(
-        day=day, app=app, generated=generated, summary=summary, sections=sections, downtime_chart=downtime_png,
-        ha=ha, dq=dq, csvs=[f"{v}.csv" for v in VIEWS], bucket_s=BUCKET_S, default_target=DEFAULT_SLO_TARGET)
+        day=day, app=app, generated=datetime.now(UTC), summary=summary, sections=_app_sections(summary, d, day),
+        downtime_chart=downtime_png, ha=ha, dq=d.dq, csvs=[f"{v}.csv" for v in VIEWS], bucket_s=BUCKET_S,
+        default_target=DEFAULT_SLO_TARGET)
     index = target / "index.html"
     index.write_text(html)
 
     elapsed_ms = (time.monotonic() - t0) * 1000
-    record = {"apps": {s.app: asdict(s) for s in summary},
-              "dq": {"results": len(dq), "failed": sum(1 for r in dq if not r["success"])},
-              "ha": {"replica_hours": sum(c["replica_hours"] for c in ha["cost"]),
-                     **{f"failures_{cause}": sum(f["failures"] for f in ha["failures"] if f["cause"] == cause)
-                        for cause in ("real", "injected")}}}
     with db.transaction(engine) as conn:
         conn.execute(db.query("report_insert"), {"day": day, "app": app, "path": str(index.resolve()),
-                                                 "duration_ms": elapsed_ms, "summary": json.dumps(record)})
+                                                 "duration_ms": elapsed_ms,
+                                                 "summary": json.dumps(_summary_record(summary, d.dq, ha))})
     met = sum(s.slo_met for s in summary)
     log.info("report %s (%s): wrote %s and %d CSV files in %.2f s; SLO met by %d of %d apps", day, scope, index,
              len(VIEWS), elapsed_ms / 1000, met, len(summary))
