@@ -7,9 +7,9 @@ import io
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import matplotlib.dates as mdates
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 # Colours by reconfiguration action; anything else is grey.
@@ -17,6 +17,9 @@ ACTION_COLOURS = {"scale_out": "#2a7ab0", "scale_in": "#7a4fb0", "migrate": "#c7
 FAILURE_COLOUR = "#d62728"
 CLIP_ABOVE = 1.5  # a peak this far above the axis's 98th-percentile top is clipped and annotated
 LOG_SCALE_ABOVE = 20  # response peaks beyond 20 × R_max switch the chart to a log scale
+# A matplotlib Axes over a time axis: its stubs type x values as floats, where its date unit
+# converter takes the datetimes given here.
+DateAxes = Any
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def _scale_response_axis(top: Axes, ts: list[datetime], resp: list[float], worst: list[float], r_max_ms: float,
+def _scale_response_axis(top: DateAxes, ts: list[datetime], resp: list[float], worst: list[float], r_max_ms: float,
                          beta: float) -> None:
     """The response axis's scale: logarithmic past LOG_SCALE_ABOVE × R_max, else linear up to the
     98th percentile with a higher peak clipped and said."""
@@ -72,7 +75,7 @@ def _scale_response_axis(top: Axes, ts: list[datetime], resp: list[float], worst
     top.set_ylabel("response time (ms)")
 
 
-def _plot_response(top: Axes, ts: list[datetime], response_ms: list[float | None], worst_ms: list[float | None],
+def _plot_response(top: DateAxes, ts: list[datetime], response_ms: list[float | None], worst_ms: list[float | None],
                    r_max_ms: float, beta: float) -> None:
     """Response time and each bucket's worst batch against R_max and β·R_max."""
     nan = float("nan")
@@ -86,14 +89,14 @@ def _plot_response(top: Axes, ts: list[datetime], response_ms: list[float | None
     _scale_response_axis(top, ts, resp, worst, r_max_ms, beta)
 
 
-def _plot_cores(bottom: Axes, ts: list[datetime], cores: list[int | None]) -> None:
+def _plot_cores(bottom: DateAxes, ts: list[datetime], cores: list[int | None]) -> None:
     bottom.step(ts, [float("nan") if c is None else c for c in cores], where="post", color="#238b45", linewidth=1.4)
     bottom.set_ylabel("cores")
     bottom.set_ylim(0, max([1, *(c for c in cores if c is not None)]) + 1)
     bottom.yaxis.get_major_locator().set_params(integer=True)
 
 
-def _mark_changes(top: Axes, bottom: Axes, markers: list[Marker], spans: list[Span]) -> None:
+def _mark_changes(top: DateAxes, bottom: DateAxes, markers: list[Marker], spans: list[Span]) -> None:
     """Reconfigurations as vertical lines through both axes, failures as shaded gaps, and their
     labels above the plot."""
     for ax in (top, bottom):
