@@ -356,29 +356,9 @@ def start_query(
     a run do not share a cold executor's cores."""
     spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
     records = _read_records(which, spark, stage, input_dir, exclude_files)
-
-    def trigger(writer, interval_ms: int = ctx.trigger_interval_ms):
-        if once:
-            return writer.trigger(once=True)
-        if available_now:
-            return writer.trigger(availableNow=True)
-        return writer.trigger(processingTime=f"{interval_ms} milliseconds")
-
     if which == "quarantine":
-        # The side query runs less often: its lines wait (nothing downstream waits for them), and
-        # on one core its batches would otherwise take turns with every batch of the main query.
-        side = ctx.trigger_interval_ms * QUARANTINE_TRIGGER_FACTOR
-        quarantine = QuarantineSink(ctx.stage_id, ctx.deployment_id, abort)
-        return trigger(
-            records.where(F.col("reason").isNotNull())
-            .select("source_file", "raw", "reason_kind", "reason")
-            .writeStream.queryName(f"{ctx.stage_id}#quarantine")
-            .foreachBatch(quarantine if hold_until is None else
-                          _held_first(quarantine, hold_until, side / 1000, abort))
-            .option("checkpointLocation", str(query_checkpoint(which, checkpoint))),
-            side,
-        ).start()
-
+        return _start_quarantine(records, ctx, query_checkpoint(which, checkpoint), abort=abort,
+                                 hold_until=hold_until, once=once, available_now=available_now)
     counted = records.observe(
         "input_quality",
         F.count(F.lit(1)).alias("rows"),
@@ -389,11 +369,40 @@ def start_query(
     sink = _main_sink(stage, output, ctx, on_commit=on_commit, abort=abort, fault=fault, discard=discard)
     if pause is not None:  # the fault injector's slow batches
         sink = _paused(sink, pause)
-    return trigger(
+    return _triggered(
         output.writeStream.queryName(ctx.stage_id)
         .outputMode(stage.output_mode)
         .foreachBatch(sink)
-        .option("checkpointLocation", str(query_checkpoint(which, checkpoint)))
+        .option("checkpointLocation", str(query_checkpoint(which, checkpoint))),
+        ctx.trigger_interval_ms, once=once, available_now=available_now,
+    ).start()
+
+
+def _triggered(writer, interval_ms: int, *, once: bool, available_now: bool):
+    """The writer with its trigger: one batch (`once`), the input there now (`available_now`), or
+    a batch every `interval_ms`."""
+    if once:
+        return writer.trigger(once=True)
+    if available_now:
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=f"{interval_ms} milliseconds")
+
+
+def _start_quarantine(records, ctx: StageContext, checkpoint: Path, *, abort: threading.Event | None,
+                      hold_until: threading.Event | None, once: bool, available_now: bool) -> StreamingQuery:
+    """The side query: the lines that are not records, with why, into `quarantine`."""
+    # The side query runs less often: its lines wait (nothing downstream waits for them), and
+    # on one core its batches would otherwise take turns with every batch of the main query.
+    side = ctx.trigger_interval_ms * QUARANTINE_TRIGGER_FACTOR
+    quarantine = QuarantineSink(ctx.stage_id, ctx.deployment_id, abort)
+    return _triggered(
+        records.where(F.col("reason").isNotNull())
+        .select("source_file", "raw", "reason_kind", "reason")
+        .writeStream.queryName(f"{ctx.stage_id}#quarantine")
+        .foreachBatch(quarantine if hold_until is None else
+                      _held_first(quarantine, hold_until, side / 1000, abort))
+        .option("checkpointLocation", str(checkpoint)),
+        side, once=once, available_now=available_now,
     ).start()
 
 
