@@ -168,6 +168,8 @@ class _Placement:
 
 def _place(ref: str, reg: Registry, cores: int | None, state_partitions: int | None, pool: str | None,
            checkpoint_path: str | None, role: str, sized_for_input: bool, progress: Progress) -> _Placement:
+    """The start's placement, the app's registry synced first; unless the stage runs already, its
+    torn checkpoint is repaired and (`sized_for_input`, no cores asked) its size chosen."""
     from streamops.execute import checkpoint
 
     app, name, st = reg.stage(ref)
