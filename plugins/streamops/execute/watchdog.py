@@ -13,7 +13,7 @@ The restart reuses the last run's cores, pool and checkpoint, so the replayable 
 idempotent sink make the output the same as a failure-free run's. After `max_restarts` failed
 restarts in a row the stage is marked `failed` and `WatchdogAlert` is raised. A given-up stage is
 still watched: a failure of its run is recorded, not restarted, until a start clears the give-up.
-The limits (silence, stall, launch, the backoff between restarts) are execute/failure_limits'.
+Its limits (silence, stall, launch, the backoff between restarts) are in execute/failure_limits.
 """
 
 from __future__ import annotations
