@@ -7,6 +7,7 @@ query also counts malformed records (`observe`) so that its metrics row carries 
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from spark_apps.job_runtime import build_output, ensure_table, shaped, sink_shape, user_sink
 from spark_apps.parse import burn_cpu, parse_records, read_kafka, read_lines, write_sample
@@ -91,7 +92,16 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.adaptive.enabled": "false",  # not supported in streaming; silences a warning per query
         "spark.driver.memory": "1g",
+        **jvm_conf(),
     }
+    if master:
+        conf.update(cluster_conf(master, cores, executor_cores, executor_memory, max_cores, initial_executors))
+    return conf
+
+
+def jvm_conf() -> dict[str, str]:
+    """The jars and JVM options of every session's driver and executors."""
+    conf = {}
     # Spark's Kafka connector, local files (never fetched at run time), on every session: a warm
     # spare does not know its stage's source yet, and ~10 MB of jars a Kafka-less run never opens.
     jars = kafka_jars()
@@ -103,37 +113,41 @@ def session_conf(cores: int, state_partitions: int, master: str | None = None, e
     if java_options:
         conf["spark.driver.extraJavaOptions"] = java_options
         conf["spark.executor.extraJavaOptions"] = java_options
-    if master:
-        from streamops.paths import REPO_ROOT
-
-        driver_host = os.environ.get(DRIVER_HOST_ENV, "127.0.0.1")
-        conf.update({
-            "spark.master": master,
-            # Executors connect back to the driver: loopback on one machine; in containers the
-            # driver's own hostname (docker/compose.yaml sets it).
-            "spark.driver.host": driver_host,
-            "spark.driver.bindAddress": "127.0.0.1" if driver_host == "127.0.0.1" else "0.0.0.0",
-            # spark.cores.max caps the live scale-outs. Without dynamic allocation the master
-            # would grant all of it at registration, more than the ledger admitted (issue 26 item
-            # 8). With it on, the application registers with an executor limit of 0 and the
-            # allocation manager's first request is `initialExecutors`, the admitted count;
-            # build_session then stops that manager, so the platform's policies, not task
-            # backlogs, decide the count from there (executors.scale_to).
-            "spark.cores.max": str(max_cores or cores),
-            "spark.executor.cores": str(executor_cores),
-            "spark.executor.memory": executor_memory,
-            "spark.dynamicAllocation.enabled": "true",
-            "spark.dynamicAllocation.shuffleTracking.enabled": "true",  # no external shuffle service
-            "spark.dynamicAllocation.minExecutors": "0",
-            "spark.dynamicAllocation.initialExecutors": str(
-                max(1, cores // executor_cores) if initial_executors is None else initial_executors),
-            "spark.dynamicAllocation.maxExecutors": str(max(1, (max_cores or cores) // executor_cores)),
-            # Executors start Python workers in their own work directory: this venv's interpreter,
-            # with streamops and spark_apps importable.
-            "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
-            "spark.executorEnv.PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT)]),
-        })
     return conf
+
+
+def cluster_conf(master: str, cores: int, executor_cores: int, executor_memory: str, max_cores: int | None,
+                 initial_executors: int | None) -> dict[str, str]:
+    """On a standalone cluster: where its executors reach the driver, and how many they are."""
+    from streamops.paths import REPO_ROOT
+
+    driver_host = os.environ.get(DRIVER_HOST_ENV, "127.0.0.1")
+    return {
+        "spark.master": master,
+        # Executors connect back to the driver: loopback on one machine; in containers the
+        # driver's own hostname (docker/compose.yaml sets it).
+        "spark.driver.host": driver_host,
+        "spark.driver.bindAddress": "127.0.0.1" if driver_host == "127.0.0.1" else "0.0.0.0",
+        # spark.cores.max caps the live scale-outs. Without dynamic allocation the master
+        # would grant all of it at registration, more than the ledger admitted (issue 26 item
+        # 8). With it on, the application registers with an executor limit of 0 and the
+        # allocation manager's first request is `initialExecutors`, the admitted count;
+        # build_session then stops that manager, so the platform's policies, not task
+        # backlogs, decide the count from there (executors.scale_to).
+        "spark.cores.max": str(max_cores or cores),
+        "spark.executor.cores": str(executor_cores),
+        "spark.executor.memory": executor_memory,
+        "spark.dynamicAllocation.enabled": "true",
+        "spark.dynamicAllocation.shuffleTracking.enabled": "true",  # no external shuffle service
+        "spark.dynamicAllocation.minExecutors": "0",
+        "spark.dynamicAllocation.initialExecutors": str(
+            max(1, cores // executor_cores) if initial_executors is None else initial_executors),
+        "spark.dynamicAllocation.maxExecutors": str(max(1, (max_cores or cores) // executor_cores)),
+        # Executors start Python workers in their own work directory: this venv's interpreter,
+        # with streamops and spark_apps importable.
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.executorEnv.PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT)]),
+    }
 
 
 def kafka_jars() -> str | None:
@@ -180,7 +194,7 @@ def _discard(df, batch_id: int) -> None:
 
 
 def _consume(rows) -> None:
-    import psycopg2  # noqa: F401 - the sink's import, once per Python worker
+    importlib.import_module("psycopg2")  # the sink's import, once per Python worker
 
     for _ in rows:
         pass
@@ -341,37 +355,10 @@ def start_query(
     most QUARANTINE_HOLD_TRIGGERS of its own trigger intervals, so that the two first batches of
     a run do not share a cold executor's cores."""
     spark.conf.set("spark.sql.shuffle.partitions", str(ctx.state_partitions))
-    if input_dir is None:  # the stage's Kafka topic
-        assert isinstance(stage.source, KafkaSource), "only a Kafka stage runs without an input directory"
-        lines = read_kafka(spark, stage.source, files_per_trigger(stage, which))
-    else:
-        Path(input_dir).mkdir(parents=True, exist_ok=True)
-        lines = read_lines(spark, stage.record_schema, str(input_dir), streaming=True,
-                           max_files=files_per_trigger(stage, which))
-    records = parse_records(lines, stage.record_schema, stage.max_record_bytes, exclude_files)
-
-    def trigger(writer, interval_ms: int = ctx.trigger_interval_ms):
-        if once:
-            return writer.trigger(once=True)
-        if available_now:
-            return writer.trigger(availableNow=True)
-        return writer.trigger(processingTime=f"{interval_ms} milliseconds")
-
+    records = _read_records(which, spark, stage, input_dir, exclude_files)
     if which == "quarantine":
-        # The side query runs less often: its lines wait (nothing downstream waits for them), and
-        # on one core its batches would otherwise take turns with every batch of the main query.
-        side = ctx.trigger_interval_ms * QUARANTINE_TRIGGER_FACTOR
-        quarantine = QuarantineSink(ctx.stage_id, ctx.deployment_id, abort)
-        return trigger(
-            records.where(F.col("reason").isNotNull())
-            .select("source_file", "raw", "reason_kind", "reason")
-            .writeStream.queryName(f"{ctx.stage_id}#quarantine")
-            .foreachBatch(quarantine if hold_until is None else
-                          _held_first(quarantine, hold_until, side / 1000, abort))
-            .option("checkpointLocation", str(query_checkpoint(which, checkpoint))),
-            side,
-        ).start()
-
+        return _start_quarantine(records, ctx, query_checkpoint(which, checkpoint), abort=abort,
+                                 hold_until=hold_until, once=once, available_now=available_now)
     counted = records.observe(
         "input_quality",
         F.count(F.lit(1)).alias("rows"),
@@ -379,25 +366,72 @@ def start_query(
     )
     valid = burn_cpu(counted.where(F.col("reason").isNull()), int(stage.params.get("cpu_cost", 0)))
     output = build_output(stage, valid)
-
-    # Faults wrap the sink itself: on the upsert sink they see its key/value rows.
-    faulty = SINK_FAULTS.get(fault, lambda s: s)
-    if discard:  # a warm-up: the same plan, nothing written
-        sink = _discard
-    elif stage.sink.kind == "parquet":
-        sink = faulty(ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit,
-                                  abort))
-    elif stage.sink.kind == "foreach_batch":
-        sink = faulty(user_sink(stage, output, ctx.stage_id, ctx.deployment_id, on_commit=on_commit, abort=abort))
-    else:
-        shape = sink_shape(stage, output)
-        ensure_table(stage, output, ctx.stage_id)
-        sink = shaped(faulty(PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)), shape)
+    sink = _main_sink(stage, output, ctx, on_commit=on_commit, abort=abort, fault=fault, discard=discard)
     if pause is not None:  # the fault injector's slow batches
         sink = _paused(sink, pause)
-    return trigger(
+    return _triggered(
         output.writeStream.queryName(ctx.stage_id)
         .outputMode(stage.output_mode)
         .foreachBatch(sink)
-        .option("checkpointLocation", str(query_checkpoint(which, checkpoint)))
+        .option("checkpointLocation", str(query_checkpoint(which, checkpoint))),
+        ctx.trigger_interval_ms, once=once, available_now=available_now,
     ).start()
+
+
+def _triggered(writer, interval_ms: int, *, once: bool, available_now: bool):
+    """The writer with its trigger: one batch (`once`), the input there now (`available_now`), or
+    a batch every `interval_ms`."""
+    if once:
+        return writer.trigger(once=True)
+    if available_now:
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=f"{interval_ms} milliseconds")
+
+
+def _start_quarantine(records, ctx: StageContext, checkpoint: Path, *, abort: threading.Event | None,
+                      hold_until: threading.Event | None, once: bool, available_now: bool) -> StreamingQuery:
+    """The side query: the lines that are not records, with why, into `quarantine`."""
+    # The side query runs less often: its lines wait (nothing downstream waits for them), and
+    # on one core its batches would otherwise take turns with every batch of the main query.
+    side = ctx.trigger_interval_ms * QUARANTINE_TRIGGER_FACTOR
+    quarantine = QuarantineSink(ctx.stage_id, ctx.deployment_id, abort)
+    return _triggered(
+        records.where(F.col("reason").isNotNull())
+        .select("source_file", "raw", "reason_kind", "reason")
+        .writeStream.queryName(f"{ctx.stage_id}#quarantine")
+        .foreachBatch(quarantine if hold_until is None else
+                      _held_first(quarantine, hold_until, side / 1000, abort))
+        .option("checkpointLocation", str(checkpoint)),
+        side, once=once, available_now=available_now,
+    ).start()
+
+
+def _read_records(which: str, spark: SparkSession, stage: Stage, input_dir: Path | None,
+                  exclude_files: list[str] | None):
+    """The query's input (the files of `input_dir`, or the stage's Kafka topic), parsed: a record
+    or the reason it is not one."""
+    if input_dir is None:  # the stage's Kafka topic
+        assert isinstance(stage.source, KafkaSource), "only a Kafka stage runs without an input directory"
+        lines = read_kafka(spark, stage.source, files_per_trigger(stage, which))
+    else:
+        Path(input_dir).mkdir(parents=True, exist_ok=True)
+        lines = read_lines(spark, stage.record_schema, str(input_dir), streaming=True,
+                           max_files=files_per_trigger(stage, which))
+    return parse_records(lines, stage.record_schema, stage.max_record_bytes, exclude_files)
+
+
+def _main_sink(stage: Stage, output, ctx: StageContext, *, on_commit: Callable[[SinkStats], None] | None,
+               abort: threading.Event | None, fault: str | None, discard: bool):
+    """The main query's foreachBatch sink, by the stage's sink kind; nothing written for a warm-up."""
+    # Faults wrap the sink itself: on the upsert sink they see its key/value rows.
+    faulty = SINK_FAULTS.get(fault or "", lambda s: s)
+    if discard:  # a warm-up: the same plan, nothing written
+        return _discard
+    if stage.sink.kind == "parquet":
+        return faulty(ParquetSink(str(resolve_path(stage.sink.path)), ctx.stage_id, ctx.deployment_id, on_commit,
+                                  abort))
+    if stage.sink.kind == "foreach_batch":
+        return faulty(user_sink(stage, output, ctx.stage_id, ctx.deployment_id, on_commit=on_commit, abort=abort))
+    shape = sink_shape(stage, output)
+    ensure_table(stage, output, ctx.stage_id)
+    return shaped(faulty(PostgresUpsertSink(ctx.stage_id, ctx.deployment_id, on_commit, abort)), shape)

@@ -147,6 +147,94 @@ def restart_cores(last: int | None, st) -> int:
     return min(max(last, st.cores.min), st.cores.max)
 
 
+@dataclass(frozen=True)
+class _Placement:
+    """Where and at what size a start runs: the request's settings, else the latest run's, else
+    the registry's."""
+
+    app: str
+    name: str
+    sid: str
+    st: Any  # the registry's stage
+    pool_name: str
+    pool_spec: Any
+    ckpt: str
+    cores: int
+    partitions: int
+    sized: Any  # plan.start_size's choice, or None
+    repaired: str | None
+    launcher: Any
+
+
+def _place(ref: str, reg: Registry, cores: int | None, state_partitions: int | None, pool: str | None,
+           checkpoint_path: str | None, role: str, sized_for_input: bool, progress: Progress) -> _Placement:
+    """The start's placement, the app's registry synced first; unless the stage runs already, its
+    torn checkpoint is repaired and (`sized_for_input`, no cores asked) its size chosen."""
+    from streamops.execute import checkpoint
+
+    app, name, st = reg.stage(ref)
+    sid = stage_id(app, name)
+    sync_registry(reg, [app])
+    # A replica restarts as itself (its own checkpoint and pool); an active backup is always told.
+    last_cores, last_pool, last_ckpt = current_config(sid, role if role.startswith("replica-") else "primary")
+    pool_name = pool or last_pool or st.pool
+    if pool_name not in reg.pools:
+        raise registry.RegistryError(f"no pool {pool_name!r}; known pools: {', '.join(reg.pools)}")
+    ckpt = checkpoint_path or last_ckpt or checkpoint_for(sid)
+    pool_spec = reg.pools[pool_name]
+    # A new stage on a cluster starts with key groups for live scaling up to its max cores: whether
+    # its query keeps state is known only once it ran, and a stateless query ignores them.
+    first_partitions = key_groups(st.state_partitions, st.cores.max, True) if pool_spec.kind == "standalone" \
+        else st.state_partitions
+    running = _runs(sid, role)  # being launched by another caller, or running: the start changes nothing
+    repaired = None if running else _repair_checkpoint(sid, ckpt, progress)
+    sized = _size_for_input(sid, st, pool_name, pool_spec, ckpt, role, progress) \
+        if cores is None and sized_for_input and not running else None
+    cores = cores or (sized.cores if sized else restart_cores(last_cores, st))
+    partitions = state_partitions or checkpoint.state_partitions(Path(ckpt)) or first_partitions
+    return _Placement(app, name, sid, st, pool_name, pool_spec, ckpt, cores, partitions, sized, repaired,
+                      launcher_for(pool_spec.master))
+
+
+def _run_spec(p: _Placement, *, reconfiguration_id: int | None, fault: str | None, warm_up: bool,
+              as_run) -> RunSpec:
+    """The run's contract with its driver: the stage's spec and code (`as_run`'s, for a rollback),
+    refused when the checkpoint holds another source."""
+    from streamops.execute import checkpoint
+
+    st, sid, ckpt = p.st, p.sid, p.ckpt
+    code = package_code(st.code)  # once per run: the hash says which code the run ran
+    if as_run is not None:
+        old = RunSpec.of(as_run.config)
+        st, code = old.spec, CodeBundle(old.code_archive, old.code_sha256)
+    if (changed := checkpoint.source_change(Path(ckpt), st.source.kind, getattr(st.source, "topic", None))) is not None:
+        raise registry.RegistryError(f"stage {sid}: {changed}. Deploy the new source as a new stage (its own "
+                                     f"checkpoint), or move {ckpt} aside to start it from its starting offsets")
+    return RunSpec(app=p.app, stage=p.name, spec=st, pool=p.pool_spec, reconfiguration_id=reconfiguration_id,
+                   fault=fault, speculation=_speculation(sid, st, p.pool_spec), warm_up=warm_up,
+                   operator_manager=OPERATOR_MANAGER, code_archive=code.archive, code_sha256=code.sha256,
+                   checkpoint_repair=p.repaired, start_size=p.sized.reason if p.sized else None)
+
+
+def _launch(p: _Placement, dep_id: int, spare):
+    """The admitted run's driver: the warm `spare` when its cores and launcher match, else a new
+    process. A launch that fails is recorded (the run `failed`) and raised as LaunchFailed."""
+    env = {"STREAMOPS_DATABASE_URL": db.database_url()}
+    try:
+        if spare is not None and spare.ready and spare.cores == p.cores and launcher_for(spare.master) is p.launcher:
+            launched = p.launcher.adopt(spare, dep_id)
+            log.info("stage %s: deployment %d handed to the warm spare pid %s", p.sid, dep_id, launched.pid)
+            return launched
+        return p.launcher.launch(dep_id, p.sid, env, spark_ui=p.pool_spec.spark_ui)
+    except Exception as e:
+        # The run would otherwise stay `starting` with no pid, its cores reserved, unseen: record it
+        # failed, with why; the supervisor and the watchdog retry it as a `launch_failed` failure.
+        why = f"{LAUNCH_FAILED}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ledger.finish(dep_id, "failed", why, 1)
+        log.error("stage %s: action=launch failed deployment=%d: %s", p.sid, dep_id, why)
+        raise LaunchFailed(f"stage {p.sid}: {why} (deployment {dep_id})") from e
+
+
 def start_stage(
     ref: str,
     reg: Registry | None = None,
@@ -176,73 +264,26 @@ def start_stage(
     upgrade restores the old code). A start that names no cores is sized for its input
     (`size_for_input`, plan.start_size: its backlog, rate and last size, `cores.initial` the floor);
     without it (a restart after a failure) it gets the cores the stage last ran at."""
-    from streamops.execute import checkpoint
-
-    reg = reg or registry.load()
-    app, name, st = reg.stage(ref)
-    sid = stage_id(app, name)
-    sync_registry(reg, [app])
-    # A replica restarts as itself (its own checkpoint and pool); an active backup is always told.
-    last_cores, last_pool, last_ckpt = current_config(sid, role if role.startswith("replica-") else "primary")
-    pool_name = pool or last_pool or st.pool
-    if pool_name not in reg.pools:
-        raise registry.RegistryError(f"no pool {pool_name!r}; known pools: {', '.join(reg.pools)}")
-    ckpt = checkpoint_path or last_ckpt or checkpoint_for(sid)
-    pool_spec = reg.pools[pool_name]
-    # A new stage on a cluster starts with key groups for live scaling up to its max cores: whether
-    # its query keeps state is known only once it ran, and a stateless query ignores them.
-    first_partitions = key_groups(st.state_partitions, st.cores.max, True) if pool_spec.kind == "standalone" \
-        else st.state_partitions
-    running = _runs(sid, role)  # being launched by another caller, or running: the start changes nothing
-    repaired = None if running else _repair_checkpoint(sid, ckpt, progress)
-    sized = _size_for_input(sid, st, pool_name, pool_spec, ckpt, role, progress) \
-        if cores is None and size_for_input and reconfiguration_id is None and not running else None
-    cores = cores or (sized.cores if sized else restart_cores(last_cores, st))
-    partitions = state_partitions or checkpoint.state_partitions(Path(ckpt)) or first_partitions
-    launcher = launcher_for(pool_spec.master)
-
-    code = package_code(st.code)  # once per run: the hash says which code the run ran
-    if as_run is not None:
-        old = RunSpec.of(as_run.config)
-        st, code = old.spec, CodeBundle(old.code_archive, old.code_sha256)
-    if (changed := checkpoint.source_change(Path(ckpt), st.source.kind, getattr(st.source, "topic", None))) is not None:
-        raise registry.RegistryError(f"stage {sid}: {changed}. Deploy the new source as a new stage (its own "
-                                     f"checkpoint), or move {ckpt} aside to start it from its starting offsets")
-    spec = RunSpec(app=app, stage=name, spec=st, pool=pool_spec, reconfiguration_id=reconfiguration_id, fault=fault,
-                   speculation=_speculation(sid, st, pool_spec), warm_up=warm_up, operator_manager=OPERATOR_MANAGER,
-                   code_archive=code.archive, code_sha256=code.sha256, checkpoint_repair=repaired,
-                   start_size=sized.reason if sized else None)
-    adm = ledger.admit(sid, role, pool_name, pool_spec.cores, cores, is_alive, state_partitions=partitions,
-                       checkpoint=ckpt, launcher=launcher.kind, config=spec.model_dump(mode="json"))
+    p = _place(ref, reg or registry.load(), cores, state_partitions, pool, checkpoint_path, role,
+               size_for_input and reconfiguration_id is None, progress)
+    spec = _run_spec(p, reconfiguration_id=reconfiguration_id, fault=fault, warm_up=warm_up, as_run=as_run)
+    adm = ledger.admit(p.sid, role, p.pool_name, p.pool_spec.cores, p.cores, is_alive, state_partitions=p.partitions,
+                       checkpoint=p.ckpt, launcher=p.launcher.kind, config=spec.model_dump(mode="json"))
     if adm.live is not None:
-        return StartResult(sid, adm.live.id, adm.live.pid, True, adm.live.log_path)
+        return StartResult(p.sid, adm.live.id, adm.live.pid, True, adm.live.log_path)
     dep_id = adm.deployment_id
     if adm.refused:
-        log.warning("stage %s: start refused: %s", sid, adm.refused)
-        raise AdmissionRefused(f"start of {sid} refused: {adm.refused} (recorded as deployment {dep_id})")
-
-    env = {"STREAMOPS_DATABASE_URL": db.database_url()}
-    try:
-        if spare is not None and spare.ready and spare.cores == cores and launcher_for(spare.master) is launcher:
-            launched = launcher.adopt(spare, dep_id)
-            log.info("stage %s: deployment %d handed to the warm spare pid %s", sid, dep_id, launched.pid)
-        else:
-            launched = launcher.launch(dep_id, sid, env, spark_ui=pool_spec.spark_ui)
-    except Exception as e:
-        # The run would otherwise stay `starting` with no pid, its cores reserved, unseen: record it
-        # failed, with why; the supervisor and the watchdog retry it as a `launch_failed` failure.
-        why = f"{LAUNCH_FAILED}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        ledger.finish(dep_id, "failed", why, 1)
-        log.error("stage %s: action=launch failed deployment=%d: %s", sid, dep_id, why)
-        raise LaunchFailed(f"stage {sid}: {why} (deployment {dep_id})") from e
+        log.warning("stage %s: start refused: %s", p.sid, adm.refused)
+        raise AdmissionRefused(f"start of {p.sid} refused: {adm.refused} (recorded as deployment {dep_id})")
+    launched = _launch(p, dep_id, spare)
     ledger.mark_launched(dep_id, launched.pid, launched.driver_id, launched.log_path, socket.gethostname(),
                          processes.started_at(launched.pid), launched.ui_url)
     log.info("stage %s: launched deployment %d (pid %s, %d cores, %d partitions, pool %s)",
-             sid, dep_id, launched.pid, cores, partitions, pool_name)
-    progress(f"{sid}: driver pid {launched.pid} starting (log {launched.log_path})")
+             p.sid, dep_id, launched.pid, p.cores, p.partitions, p.pool_name)
+    progress(f"{p.sid}: driver pid {launched.pid} starting (log {launched.log_path})")
     if wait_s > 0:
-        _wait_running(sid, dep_id, launched.pid, launcher, wait_s, progress)
-    return StartResult(sid, dep_id, launched.pid, False, launched.log_path, repaired)
+        _wait_running(p.sid, dep_id, launched.pid, p.launcher, wait_s, progress)
+    return StartResult(p.sid, dep_id, launched.pid, False, launched.log_path, p.repaired)
 
 
 def _size_for_input(sid: str, st, pool_name: str, pool_spec, ckpt: str, role: str, progress: Progress):

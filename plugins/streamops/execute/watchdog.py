@@ -13,12 +13,12 @@ The restart reuses the last run's cores, pool and checkpoint, so the replayable 
 idempotent sink make the output the same as a failure-free run's. After `max_restarts` failed
 restarts in a row the stage is marked `failed` and `WatchdogAlert` is raised. A given-up stage is
 still watched: a failure of its run is recorded, not restarted, until a start clears the give-up.
+Its limits (silence, stall, launch, the backoff between restarts) are in execute/failure_limits.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -27,6 +27,15 @@ from pathlib import Path
 from streamops import checkpoint_repair, processes, registry, spark_cluster
 from streamops.agent import data_loss, state_schema
 from streamops.execute import broker_heal, gaps, mechanisms, pending, reconfigure, replicas, stages, stops
+from streamops.execute.failure_limits import (
+    LAUNCH_LIMIT_S,
+    LAUNCH_RETRIES,
+    RESTART_BACKOFF_S,
+    STALL_S,
+    restart_delay,
+    silent_too_long,
+    stalled_for,
+)
 from streamops.execute.gaps import WRITE_PROBE_S, write_gap
 from streamops.execute.launcher import launcher_for
 from streamops.store import db, failures, ledger
@@ -78,38 +87,6 @@ class WatchdogReport:
     @property
     def gave_up(self) -> list[Recovery]:
         return [r for r in self.recoveries if r.status == "gave_up"]
-
-
-# A run still `starting` this long after it was admitted (no pid: its launch never completed; a
-# pid: its driver never came up) has failed to launch.
-LAUNCH_LIMIT_S = 300.0
-LAUNCH_RETRIES = 10  # with the backoff, about six minutes of a master or a worker away
-# Restarts of a stage that fails by itself: 2, 4, 8, ... s apart (jittered), at most 30 s.
-RESTART_BACKOFF_S, RESTART_BACKOFF_CAP_S = 2.0, 30.0
-
-
-def silent_too_long(silent_s: float | None, server_up_s: float | None, stale_s: float) -> bool:
-    """Is a heartbeat this old a hung driver? Not within `stale_s` of a database restart: the
-    restart silenced every driver at once, and each needs a beat's time to reconnect."""
-    return silent_s is not None and silent_s > stale_s and (server_up_s is None or server_up_s > stale_s)
-
-
-# A beating driver that has committed nothing for this long while input waits is stalled (a batch
-# blocked in the sink, a wedged query): well past a slow batch, and under the 5 min statement
-# timeout that would end a blocked sink write anyway.
-STALL_S = 180.0
-
-
-def stalled_for(beat_info: dict | None, silent_s: float | None, stall_s: float | None) -> float | None:
-    """Seconds without progress while input waits, by the driver's last beat (plus the beat's own
-    age), when past `stall_s`; else None. Not while the run is stopping."""
-    info = beat_info or {}
-    # input waits: files, or a Kafka stage's lag in records
-    if not stall_s or info.get("stop_requested") or not (info.get("backlog_files") or info.get("backlog_rows")) \
-            or info.get("since_progress_s") is None:
-        return None
-    idle = float(info["since_progress_s"]) + float(silent_s or 0)
-    return idle if idle > stall_s else None
 
 
 def detect(stale_s: float = 60.0, seen_alive: dict[int, datetime] | None = None,
@@ -201,19 +178,6 @@ def still_failed(f: Failure, stale_s: float, stall_s: float | None = STALL_S,
     return silent_too_long(now.silent_s, now.server_up_s, stale_s) and write_gap(probe_s) is None
 
 
-def restart_delay(kind: str, attempts: int, base_s: float = RESTART_BACKOFF_S,
-                  rng: random.Random | None = None) -> float:
-    """Seconds to wait before restart number `attempts + 1` of the same failure: none for the
-    first, then doubling (base_s, 2 base_s, ...) up to a cap, drawn from the upper half of the step
-    so that stages failing together do not restart in step. A launch failure (the infrastructure)
-    waits longer."""
-    if attempts <= 0:
-        return 0.0
-    base, cap = (5.0, 60.0) if kind == "launch_failed" else (base_s, RESTART_BACKOFF_CAP_S)
-    step = min(base * 2 ** (attempts - 1), cap)
-    return step / 2 + (rng or random).uniform(0, step / 2)
-
-
 def repair_checkpoint(fid: int, ckpt: str, who: str, progress=lambda _: None) -> None:
     """Before a restart, with the failed run gone: move a torn checkpoint's newest entries aside
     (checkpoint_repair) and name them on the failure. Raises CheckpointTorn when it must not."""
@@ -241,32 +205,9 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     if f.kind == "stale_heartbeat" and (gap := write_gap(probe_s)) is not None:
         return _withdraw(f, fid, new, attempts, gap, progress)
     dep = ledger.deployment(f.deployment_id)
-    if f.kind in ("stale_heartbeat", "stopped", "stalled", "launch_failed") and dep.pid is not None:
-        # a hung, stopped or stalled driver must not keep writing beside its successor: SIGKILL
-        # to its process group (its JVM too) reaches a stopped process as well; only our own
-        # host's, still the recorded process: another host's is fenced by its successor
-        if (why := stages.not_ours_to_kill(dep)) is None:
-            launcher_for(dep.master).terminate(dep.pid, dep.driver_id, force=True)
-        else:
-            log.warning("stage %s: action=no-kill failure=%d: %s", f.stage_id, fid, why)
-            failures.note(fid, f"not killed: {why}")
-    ledger.finish(f.deployment_id, "failed", f"watchdog: {f.detail}")
-    if f.given_up is not None:
-        return _recorded_only(f, fid, attempts, progress)
-    # A restart reads the same missing offsets, or the same state with the same code: the operator's move.
-    if f.kind == "data_lost" or state_schema.MARKER in (f.detail or ""):
-        failures.give_up(fid, f.detail)
-        log.error("stage %s: action=give-up failure=%d kind=%s: %s", f.stage_id, fid, f.kind, f.detail)
-        progress(f"{f.who}: {f.detail}")
-        return Recovery(f.stage_id, fid, f.kind, "gave_up", attempts, detail=f.detail)
-    if f.role != replicas.PRIMARY and replicas.index(f.role) >= replicas.wanted(f.stage_id):
-        # A replica no longer wanted (the redundancy manager gave it back): not restarted; the
-        # failure ends with the stage's next output from the others.
-        # closed with no run of its own: the store writes NULLs, its annotation says datetime and int
-        row = failures.recovered(fid, None, None)  # type: ignore[arg-type]
-        progress(f"{f.who}: not restarted, no longer wanted")
-        return Recovery(f.stage_id, fid, f.kind, "recovered", attempts, row.mttr_ms / 1000 if row else None,
-                        row.downtime_ms / 1000 if row else None, "replica no longer wanted")
+    _end_run(f, fid, dep)
+    if (final := _not_restarted(f, fid, attempts, progress)) is not None:
+        return final
     if f.kind == "launch_failed":
         # The infrastructure (a master, a worker, a spare) is what failed, not the stage: retry
         # for longer than a stage that fails by itself.
@@ -283,6 +224,49 @@ def recover(f: Failure, app: str, reg: registry.Registry, *, max_restarts: int =
     failures.count_attempt(fid)
     attempts += 1
     progress(f"{f.who}: {f.kind}: {f.detail}; restart {attempts} of {max_restarts} from its checkpoint")
+    return _restart(f, fid, attempts, max_restarts, reg, wait_s=wait_s, progress=progress, spare=spare)
+
+
+def _end_run(f: Failure, fid: int, dep) -> None:
+    """The failed run ends: killed first when its driver may still be there, then `failed`."""
+    if f.kind in ("stale_heartbeat", "stopped", "stalled", "launch_failed") and dep.pid is not None:
+        # a hung, stopped or stalled driver must not keep writing beside its successor: SIGKILL
+        # to its process group (its JVM too) reaches a stopped process as well; only our own
+        # host's, still the recorded process: another host's is fenced by its successor
+        if (why := stages.not_ours_to_kill(dep)) is None:
+            launcher_for(dep.master).terminate(dep.pid, dep.driver_id, force=True)
+        else:
+            log.warning("stage %s: action=no-kill failure=%d: %s", f.stage_id, fid, why)
+            failures.note(fid, f"not killed: {why}")
+    ledger.finish(f.deployment_id, "failed", f"watchdog: {f.detail}")
+
+
+def _not_restarted(f: Failure, fid: int, attempts: int, progress) -> Recovery | None:
+    """The failures no restart is for: a stage given up on, a loss of input or a state schema
+    change (a restart meets them again), a replica no longer wanted. None: restart it."""
+    if f.given_up is not None:
+        return _recorded_only(f, fid, attempts, progress)
+    # A restart reads the same missing offsets, or the same state with the same code: the operator's move.
+    if f.kind == "data_lost" or state_schema.MARKER in (f.detail or ""):
+        failures.give_up(fid, f.detail)
+        log.error("stage %s: action=give-up failure=%d kind=%s: %s", f.stage_id, fid, f.kind, f.detail)
+        progress(f"{f.who}: {f.detail}")
+        return Recovery(f.stage_id, fid, f.kind, "gave_up", attempts, detail=f.detail)
+    if f.role != replicas.PRIMARY and replicas.index(f.role) >= replicas.wanted(f.stage_id):
+        # A replica no longer wanted (the redundancy manager gave it back): not restarted; the
+        # failure ends with the stage's next output from the others.
+        # closed with no run of its own: the store writes NULLs, its annotation says datetime and int
+        row = failures.recovered(fid, None, None)  # type: ignore[arg-type]
+        progress(f"{f.who}: not restarted, no longer wanted")
+        return Recovery(f.stage_id, fid, f.kind, "recovered", attempts, row.mttr_ms / 1000 if row else None,
+                        row.downtime_ms / 1000 if row else None, "replica no longer wanted")
+    return None
+
+
+def _restart(f: Failure, fid: int, attempts: int, max_restarts: int, reg: registry.Registry, *, wait_s: float,
+             progress, spare) -> Recovery:
+    """Restart attempt `attempts` of `max_restarts`: the stage (or its replica) started again from
+    its checkpoint, recovered at its first output; else retried by the next cycle, or given up."""
     why = None
     try:
         if f.role == "primary":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -116,6 +116,67 @@ def _stable(reconfigs: list[Request], facts: Mapping[str, StageFacts], now: date
     return kept
 
 
+@dataclass
+class _Ledger:
+    """A cycle's decisions so far, and the stages granted an action (one each per cycle)."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    granted_stages: set[str] = field(default_factory=set)
+
+    def grant(self, r: Request, reason: str, before: float, after: float, **kw: Any) -> None:
+        self.decisions.append(_decide(r, "granted", reason, before, after, **kw))
+        self.granted_stages.add(r.stage_id)
+
+    def add(self, r: Request, outcome: str, reason: str, tokens: float, **kw: Any) -> None:
+        """A decision that spends no token."""
+        self.decisions.append(_decide(r, outcome, reason, tokens, tokens, **kw))
+
+    def stage_taken(self, r: Request, tokens: float) -> bool:
+        """Whether another action of r's stage was granted this cycle (then r is declined)."""
+        if r.stage_id not in self.granted_stages:
+            return False
+        self.add(r, "declined", "another action for this stage was granted", tokens)
+        return True
+
+
+def _spend_tokens(ledger: _Ledger, reconfigs: list[Request], tokens: float, net: dict[int, float], hold_h: float,
+                  urgent: bool, opt: AppOptions) -> float:
+    """Scale-outs and new replicas (which cost cores like one), best net gain/cost first: a token
+    each while the bucket has one. Returns the tokens left."""
+    for r in (r for r in reconfigs if r.action in (SCALE_OUT, ADD_REPLICA)):
+        if ledger.stage_taken(r, tokens):
+            continue
+        if opt.core_hour_cost and net[id(r)] <= 0 and not urgent:
+            ledger.add(r, "declined", f"holding its cores {hold_h:.1f} h until the next window costs "
+                                      f"more than the risk it removes (net gain {net[id(r)]:.3g})", tokens)
+        elif tokens >= 1.0:
+            ledger.grant(r, f"{'urgent: response > R_max and backlog growing; ' if urgent else ''}"
+                            f"best gain/cost {net[id(r)] / max(r.cost_ms / 1000.0, 0.001):.3g}, token spent",
+                         tokens, tokens - 1.0, urgent=urgent)
+            tokens -= 1.0
+        else:
+            ledger.add(r, "declined", f"no token ({tokens:.2f} < 1); re-proposed while the condition lasts",
+                       tokens, urgent=urgent)
+    return tokens
+
+
+def _in_window(ledger: _Ledger, reconfigs: list[Request], tokens: float, app: AppView, window: WindowState,
+               used: int) -> int:
+    """Disruptive actions: granted while the maintenance window is open and its budget lasts,
+    deferred to its next opening otherwise. Returns the window's actions used."""
+    for r in (r for r in reconfigs if r.action in DISRUPTIVE):
+        if ledger.stage_taken(r, tokens):
+            continue
+        if window.open and used < app.window_max_actions:
+            used += 1
+            ledger.grant(r, f"maintenance window open since {window.start:%H:%M}; "
+                            f"action {used} of {app.window_max_actions}", tokens, tokens)
+        else:
+            why = "window budget spent" if window.open else "disruptive action waits for the maintenance window"
+            ledger.add(r, "deferred", why, tokens, defer_until=window.next_open)
+    return used
+
+
 def application_cycle(
     app: AppView,
     opt: AppOptions,
@@ -132,17 +193,11 @@ def application_cycle(
     window = maintenance_window(app, now)
     used = state.window_actions if window.start is not None and window.start == state.window_start else 0
     urgent = response_ms is not None and response_ms > app.r_max_ms and (backlog_growing or not opt.urgent_needs_growth)
-    decisions: list[Decision] = []
-    granted_stages: set[str] = set()
-
-    def grant(r: Request, reason: str, before: float, after: float, **kw: Any) -> None:
-        decisions.append(_decide(r, "granted", reason, before, after, **kw))
-        granted_stages.add(r.stage_id)
-
+    ledger = _Ledger()
     for r in (r for r in requests if r.action in LOCAL):
-        decisions.append(_decide(r, "granted", "local action: no restart, no token", tokens, tokens))
+        ledger.add(r, "granted", "local action: no restart, no token", tokens)
     for r in (r for r in requests if r.action == REMOVE_REPLICA):
-        decisions.append(_decide(r, "granted", "a replica given back: no outage, no token", tokens, tokens))
+        ledger.add(r, "granted", "a replica given back: no outage, no token", tokens)
 
     # Cores added now can be given back at the next window's opening at the earliest.
     hold_h = max(0.0, (window.next_open - now).total_seconds() / 3600.0)
@@ -150,43 +205,14 @@ def application_cycle(
     reconfigs = sorted((r for r in requests if r.action not in LOCAL and r.action != REMOVE_REPLICA),
                        key=lambda r: net[id(r)] / max(r.cost_ms / 1000.0, 0.001), reverse=True)
     if facts is not None:  # refused before the bucket or the window's budget sees them: nothing spent
-        reconfigs = _stable(reconfigs, facts, now, opt, tokens, decisions)
+        reconfigs = _stable(reconfigs, facts, now, opt, tokens, ledger.decisions)
     if opt.policy == "accept_all":
         for r in reconfigs:
-            if r.stage_id in granted_stages:
-                decisions.append(_decide(r, "declined", "another action for this stage was granted", tokens, tokens))
-            else:
-                grant(r, "accept_all grants every request", tokens, tokens)
-        return decisions, replace(state, tokens=tokens)
+            if not ledger.stage_taken(r, tokens):
+                ledger.grant(r, "accept_all grants every request", tokens, tokens)
+        return ledger.decisions, replace(state, tokens=tokens)
 
-    # A new replica costs cores like a scale-out and is granted from the same bucket.
-    for r in (r for r in reconfigs if r.action in (SCALE_OUT, ADD_REPLICA)):
-        if r.stage_id in granted_stages:
-            decisions.append(_decide(r, "declined", "another action for this stage was granted", tokens, tokens))
-        elif opt.core_hour_cost and net[id(r)] <= 0 and not urgent:
-            decisions.append(_decide(r, "declined", f"holding its cores {hold_h:.1f} h until the next window costs "
-                                                    f"more than the risk it removes (net gain {net[id(r)]:.3g})",
-                                     tokens, tokens))
-        elif tokens >= 1.0:
-            grant(r, f"{'urgent: response > R_max and backlog growing; ' if urgent else ''}"
-                     f"best gain/cost {net[id(r)] / max(r.cost_ms / 1000.0, 0.001):.3g}, token spent",
-                  tokens, tokens - 1.0, urgent=urgent)
-            tokens -= 1.0
-        else:
-            decisions.append(_decide(r, "declined",
-                                     f"no token ({tokens:.2f} < 1); re-proposed while the condition lasts",
-                                     tokens, tokens, urgent=urgent))
-
-    for r in (r for r in reconfigs if r.action in DISRUPTIVE):
-        if r.stage_id in granted_stages:
-            decisions.append(_decide(r, "declined", "another action for this stage was granted", tokens, tokens))
-        elif window.open and used < app.window_max_actions:
-            used += 1
-            grant(r, f"maintenance window open since {window.start:%H:%M}; action {used} of {app.window_max_actions}",
-                  tokens, tokens)
-        else:
-            why = "window budget spent" if window.open else "disruptive action waits for the maintenance window"
-            decisions.append(_decide(r, "deferred", why, tokens, tokens, defer_until=window.next_open))
-
+    tokens = _spend_tokens(ledger, reconfigs, tokens, net, hold_h, urgent, opt)
+    used = _in_window(ledger, reconfigs, tokens, app, window, used)
     new_state = AppState(tokens=tokens, window_start=window.start or state.window_start, window_actions=used)
-    return decisions, new_state
+    return ledger.decisions, new_state

@@ -7,6 +7,7 @@ import io
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import matplotlib.dates as mdates
 from matplotlib.figure import Figure
@@ -16,6 +17,9 @@ ACTION_COLOURS = {"scale_out": "#2a7ab0", "scale_in": "#7a4fb0", "migrate": "#c7
 FAILURE_COLOUR = "#d62728"
 CLIP_ABOVE = 1.5  # a peak this far above the axis's 98th-percentile top is clipped and annotated
 LOG_SCALE_ABOVE = 20  # response peaks beyond 20 × R_max switch the chart to a log scale
+# A matplotlib Axes over a time axis: its stubs type x values as floats, where its date unit
+# converter takes the datetimes given here.
+DateAxes = Any
 
 
 @dataclass(frozen=True)
@@ -43,14 +47,37 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def response_chart(app: str, ts: list[datetime], response_ms: list[float | None], worst_ms: list[float | None],
-                   cores: list[int | None], r_max_ms: float, beta: float, markers: list[Marker], spans: list[Span],
-                   title: str) -> bytes:
-    """EDF's Fig. 4 for one app and day: response time against R_max and β·R_max above, the cores
-    (replicas) below, on one time axis; reconfigurations as vertical lines through both, failures
-    as shaded gaps. `None` in `response_ms` (a bucket missing a stage) breaks the line."""
-    fig = Figure(figsize=(11, 5.2), layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1.3])
+def _scale_response_axis(top: DateAxes, ts: list[datetime], resp: list[float], worst: list[float], r_max_ms: float,
+                         beta: float) -> None:
+    """The response axis's scale: logarithmic past LOG_SCALE_ABOVE × R_max, else linear up to the
+    98th percentile with a higher peak clipped and said."""
+    finite = [v for v in resp + worst if not math.isnan(v)]
+    peak = max([r_max_ms * 1.25, *finite])
+    if peak > LOG_SCALE_ABOVE * r_max_ms:
+        # a catch-up of minutes would flatten R_max and everything near it to the axis
+        top.set_yscale("log")
+        top.set_ylim(min([beta * r_max_ms, *(v for v in finite if v > 0)]) / 2, peak * 2)
+        top.set_ylabel("response time (ms, log)")
+        return
+    # A cold start's first batches (tens of seconds once) would stretch the axis until the
+    # steady response reads as a flat band: the axis ends at the 98th percentile, and what
+    # lies above is clipped and said.
+    ordered = sorted(finite)
+    typical = ordered[int(0.98 * (len(ordered) - 1))] if ordered else 0.0
+    top_ms = max(r_max_ms * 1.25, typical) * 1.1
+    if peak > top_ms * CLIP_ABOVE:
+        at = ts[max(range(len(resp)), key=lambda i: max(-1.0 if math.isnan(v) else v for v in (resp[i], worst[i])))]
+        top.set_ylim(0, top_ms)
+        top.annotate(f"↑ clipped: peak {peak:,.0f} ms at {at:%H:%M} UTC", (0.99, 0.97), xycoords="axes fraction",
+                     ha="right", va="top", fontsize=8, color="#555555")
+    else:
+        top.set_ylim(0, peak * 1.05)
+    top.set_ylabel("response time (ms)")
+
+
+def _plot_response(top: DateAxes, ts: list[datetime], response_ms: list[float | None], worst_ms: list[float | None],
+                   r_max_ms: float, beta: float) -> None:
+    """Response time and each bucket's worst batch against R_max and β·R_max."""
     nan = float("nan")
     resp = [nan if v is None else v for v in response_ms]
     worst = [nan if v is None else v for v in worst_ms]
@@ -59,34 +86,19 @@ def response_chart(app: str, ts: list[datetime], response_ms: list[float | None]
     top.axhline(r_max_ms, color=FAILURE_COLOUR, linestyle="--", linewidth=1.2, label=f"R_max = {r_max_ms:,.0f} ms")
     top.axhline(beta * r_max_ms, color="#ff7f0e", linestyle=":", linewidth=1.2,
                 label=f"β·R_max = {beta * r_max_ms:,.0f} ms (β = {beta:g})")
-    finite = [v for v in resp + worst if not math.isnan(v)]
-    peak = max([r_max_ms * 1.25, *finite])
-    if peak > LOG_SCALE_ABOVE * r_max_ms:
-        # a catch-up of minutes would flatten R_max and everything near it to the axis
-        top.set_yscale("log")
-        top.set_ylim(min([beta * r_max_ms, *(v for v in finite if v > 0)]) / 2, peak * 2)
-        top.set_ylabel("response time (ms, log)")
-    else:
-        # A cold start's first batches (tens of seconds once) would stretch the axis until the
-        # steady response reads as a flat band: the axis ends at the 98th percentile, and what
-        # lies above is clipped and said.
-        ordered = sorted(finite)
-        typical = ordered[int(0.98 * (len(ordered) - 1))] if ordered else 0.0
-        top_ms = max(r_max_ms * 1.25, typical) * 1.1
-        if peak > top_ms * CLIP_ABOVE:
-            at = ts[max(range(len(resp)), key=lambda i: max(-1.0 if math.isnan(v) else v for v in (resp[i], worst[i])))]
-            top.set_ylim(0, top_ms)
-            top.annotate(f"↑ clipped: peak {peak:,.0f} ms at {at:%H:%M} UTC", (0.99, 0.97), xycoords="axes fraction",
-                         ha="right", va="top", fontsize=8, color="#555555")
-        else:
-            top.set_ylim(0, peak * 1.05)
-        top.set_ylabel("response time (ms)")
-    # pad: the reconfiguration and failure labels above the plot stay clear of the title
-    top.set_title(title, loc="left", fontsize=11, pad=24)
-    bottom.step(ts, [nan if c is None else c for c in cores], where="post", color="#238b45", linewidth=1.4)
+    _scale_response_axis(top, ts, resp, worst, r_max_ms, beta)
+
+
+def _plot_cores(bottom: DateAxes, ts: list[datetime], cores: list[int | None]) -> None:
+    bottom.step(ts, [float("nan") if c is None else c for c in cores], where="post", color="#238b45", linewidth=1.4)
     bottom.set_ylabel("cores")
     bottom.set_ylim(0, max([1, *(c for c in cores if c is not None)]) + 1)
     bottom.yaxis.get_major_locator().set_params(integer=True)
+
+
+def _mark_changes(top: DateAxes, bottom: DateAxes, markers: list[Marker], spans: list[Span]) -> None:
+    """Reconfigurations as vertical lines through both axes, failures as shaded gaps, and their
+    labels above the plot."""
     for ax in (top, bottom):
         for m in markers:
             ax.axvline(m.at, color=ACTION_COLOURS.get(m.action, "grey"), linestyle="-.", linewidth=1.1)
@@ -103,6 +115,21 @@ def response_chart(app: str, ts: list[datetime], response_ms: list[float | None]
         top.annotate(label, (mdates.date2num(at), 1.0), xycoords=("data", "axes fraction"),
                      xytext=(0, 2 + 9 * (i % 2)), textcoords="offset points", ha="center", va="bottom",
                      fontsize=8, fontweight="bold", color=colour, annotation_clip=False)
+
+
+def response_chart(app: str, ts: list[datetime], response_ms: list[float | None], worst_ms: list[float | None],
+                   cores: list[int | None], r_max_ms: float, beta: float, markers: list[Marker], spans: list[Span],
+                   title: str) -> bytes:
+    """EDF's Fig. 4 for one app and day: response time against R_max and β·R_max above, the cores
+    (replicas) below, on one time axis; reconfigurations as vertical lines through both, failures
+    as shaded gaps. `None` in `response_ms` (a bucket missing a stage) breaks the line."""
+    fig = Figure(figsize=(11, 5.2), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1.3])
+    _plot_response(top, ts, response_ms, worst_ms, r_max_ms, beta)
+    # pad: the reconfiguration and failure labels above the plot stay clear of the title
+    top.set_title(title, loc="left", fontsize=11, pad=24)
+    _plot_cores(bottom, ts, cores)
+    _mark_changes(top, bottom, markers, spans)
     handles, labels = top.get_legend_handles_labels()
     # Below the chart: inside it, a legend covers the latest data, where a reader looks first.
     fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=8, frameon=False)

@@ -171,11 +171,9 @@ def _batch_cap(run: RunData, skip: set[int], overhead: float, rate_per_core: flo
     return round(float(x * overhead / (1.0 - x / cap)), 1) if x < cap else float(np.mean(n))
 
 
-def model_of(run: RunData, cal: dict[str, Any], own_gaps: bool = False) -> tuple[SimConfig, list[dict[str, Any]]]:
-    """The calibrated SimConfig for replaying `run`, and its scripted changes as dicts (ScriptedChange's
-    fields, `downtime_source`, `downtime_detail`, `own_gap_s`): each reconfiguration's and failure's
-    outage at its measured start, lasting what `restart_cost` predicts (`own_gaps`: its own gap, the
-    accounting check), then any change of cores the batches show that no outage explains (a live one)."""
+def _calibrated_config(run: RunData, cal: dict[str, Any]) -> SimConfig:
+    """The one-stage SimConfig with the fitted stage, no noise and no downtime spread: it starts on
+    the run's first cores and may reach any it ever had."""
     first_cores = int(run.metrics[0]["cores"] or run.stage.get("cores") or 1)
     seen = [int(m["cores"]) for m in run.metrics if m.get("cores")] + \
         [int(r["target_cores"]) for r in run.reconfigs if r.get("target_cores")]
@@ -185,9 +183,14 @@ def model_of(run: RunData, cal: dict[str, Any], own_gaps: bool = False) -> tuple
                      state_partitions=int(run.stage.get("state_partitions") or 1),
                      trigger_interval_s=cal["trigger_interval_s"], batch_overhead_ms=cal["batch_overhead_ms"],
                      max_batch_rows=cal["max_batch_rows"])
-    cfg = SimConfig(app=run.stage_id.partition(".")[0] or "calibration", stages=(spec,), arrival_noise=0.0,
-                    capacity_noise=0.0, downtime_sigma=0.0, plot=False)
-    state_s = cal["state_bytes"] / 1e6 * cfg.state_s_per_mb  # pause-resume's offline state cost
+    return SimConfig(app=run.stage_id.partition(".")[0] or "calibration", stages=(spec,), arrival_noise=0.0,
+                     capacity_noise=0.0, downtime_sigma=0.0, plot=False)
+
+
+def _outage_script(run: RunData, cal: dict[str, Any], cfg: SimConfig, state_s: float,
+                   own_gaps: bool) -> list[dict[str, Any]]:
+    """Each reconfiguration's and failure's outage at its measured start, lasting what
+    `restart_cost` predicts (`own_gaps`: its own gap), sorted by time."""
     script: list[dict[str, Any]] = []
     gaps = {g[2]: g for g in rundata.outage_gaps(run)}
 
@@ -205,7 +208,7 @@ def model_of(run: RunData, cal: dict[str, Any], own_gaps: bool = False) -> tuple
         c = restart_cost(run, cal, kind, change, state_s, float(default if default is not None else own))
         return c["downtime_s"], (c["source"], c["detail"])
 
-    cores = first_cores
+    cores = cfg.stages[0].cores
     for r in run.reconfigs:
         mech, gap = r.get("mechanism") or "pause_resume", gaps.get(f"reconfiguration {r['id']}")
         done = r["status"] == "done" and r.get("target_cores")
@@ -223,7 +226,12 @@ def model_of(run: RunData, cal: dict[str, Any], own_gaps: bool = False) -> tuple
         down, source = cost("failure", f, "recovery", b - a)
         outage(a, a, down, cores, "recovery", "restart", source, b - a)
     script.sort(key=lambda c: c["t_s"])
-    for m in run.metrics:  # live changes: the batches' cores where no outage explains them
+    return script
+
+
+def _add_live_changes(run: RunData, script: list[dict[str, Any]], first_cores: int) -> None:
+    """Add to `script` the changes of cores the batches show that no outage explains (live ones)."""
+    for m in run.metrics:
         t, c = run.sec(m["ts"]), int(m.get("cores") or 0)
         if not c or any(x["t_s"] - 1 <= t <= x["down_start_s"] + max(x["downtime_s"], x["own_gap_s"]) + 1
                         for x in script):
@@ -235,13 +243,29 @@ def model_of(run: RunData, cal: dict[str, Any], own_gaps: bool = False) -> tuple
                            "downtime_s": 0.0, "downtime_source": "none", "downtime_detail": "a live change",
                            "own_gap_s": 0.0})
             script.sort(key=lambda x: x["t_s"])
-    # the replayed outages as the per-mechanism restart cost too (less the state's part), for run_simulation
-    over: dict[str, Any] = {}  # SimConfig field → value
+
+
+def _replayed_restart_costs(script: list[dict[str, Any]], state_s: float) -> dict[str, Any]:
+    """The replayed outages as the per-mechanism restart cost too (less the state's part), for
+    run_simulation: SimConfig field → value."""
+    over: dict[str, Any] = {}
     for mech, fld in MECHANISM_FIELDS.items():
         downs = [x["downtime_s"] for x in script if x["mechanism"] == mech and x["downtime_source"] != "none"]
         if downs:
             over[fld] = round(max(0.0, float(np.median(downs)) - (state_s if mech == "pause_resume" else 0.0)), 3)
-    cfg = replace(cfg, **over)
+    return over
+
+
+def model_of(run: RunData, cal: dict[str, Any], own_gaps: bool = False) -> tuple[SimConfig, list[dict[str, Any]]]:
+    """The calibrated SimConfig for replaying `run`, and its scripted changes as dicts (ScriptedChange's
+    fields, `downtime_source`, `downtime_detail`, `own_gap_s`): each reconfiguration's and failure's
+    outage at its measured start, lasting what `restart_cost` predicts (`own_gaps`: its own gap, the
+    accounting check), then any change of cores the batches show that no outage explains (a live one)."""
+    cfg = _calibrated_config(run, cal)
+    state_s = cal["state_bytes"] / 1e6 * cfg.state_s_per_mb  # pause-resume's offline state cost
+    script = _outage_script(run, cal, cfg, state_s, own_gaps)
+    _add_live_changes(run, script, cfg.stages[0].cores)
+    cfg = replace(cfg, **_replayed_restart_costs(script, state_s))
     keys = ScriptedChange.__dataclass_fields__
     return replace(cfg, scripted=tuple(ScriptedChange(**{k: v for k, v in c.items() if k in keys})
                                        for c in script)), script
@@ -310,53 +334,75 @@ def fit_base_latency(run: RunData, cal: dict[str, Any], seed: int = 1) -> dict[s
             "base_latency_ms": round(max(0.0, _median(res, cal["base_latency_ms"])), 1)}
 
 
-def replay(run: RunData, cal: dict[str, Any], seed: int = 1) -> dict[str, Any]:
-    """Simulate the run with the calibrated model; the comparison and the per-second series."""
-    sim, cfg, script = _simulate(run, cal, seed)
-    spec = cfg.stages[0]
-    st = sim.stages[0]
-    m_resp, s_resp = rundata.response_windows(run), simulated_windows(sim, spec)
-    mv, sv = list(m_resp.values()), list(s_resp.values())
-    def pct(v: list[float], q: float) -> float | None:
-        return float(np.percentile(v, q)) if v else None  # linear: percentile_cont
+def _pct(v: list[float], q: float) -> float | None:
+    return float(np.percentile(v, q)) if v else None  # linear: percentile_cont
 
+
+def _mean(v: list[float]) -> float | None:
+    return float(np.mean(v)) if v else None
+
+
+def _comparison(run: RunData, cal: dict[str, Any], sim: Any, own: Any, cfg: SimConfig, own_cfg: SimConfig,
+                m_resp: dict[Any, float], s_resp: dict[Any, float], m_bl: list[float],
+                s_bl: list[float]) -> dict[str, Any]:
+    """Measured against simulated: response, availability, backlog, catch-up, rows; the `_accounting`
+    rows from the replay `own` whose outages last their own measured gaps."""
+    mv, sv = list(m_resp.values()), list(s_resp.values())
     observed = (run.t_to - run.t_from).total_seconds()
     r_max = float(run.stage.get("r_max_ms") or cfg.r_max_ms)  # the app's bound (10_sla.sql: share_within_rmax)
     m_avail, m_down = rundata.availability(run)
     s_down = float(sim.down.sum())
-    s_avail = 1.0 - s_down / observed
-    # the accounting check: each outage its own measured gap (circular: both sides count alike)
-    own, own_cfg, _ = _simulate(run, cal, seed, own_gaps=True)
-    a_avail = 1.0 - float(own.down.sum()) / observed
     a_resp = list(simulated_windows(own, own_cfg.stages[0]).values())
-    samples = rundata.backlog_samples(run)
-    m_bl = [v for _, v in samples]
-    s_at = simulated_backlog(sim, spec)  # at the simulated batches' ends
-    s_bl, a_bl = [v for _, v in s_at], [v for _, v in simulated_backlog(own, own_cfg.stages[0])]
-    m_catch = _median([r["catch_up_s"] for r in cal["reconfigurations"]])
-    s_catch = _median([c for c in catch_up(sim) if c is not None])
+    a_bl = [v for _, v in simulated_backlog(own, own_cfg.stages[0])]
     common = sorted(set(m_resp) & set(s_resp))
     rel = [abs(s_resp[w] - m_resp[w]) / m_resp[w] for w in common if m_resp[w] > 0]
-    comparison = {
-        "response_p95_ms": _row(pct(mv, 95), pct(sv, 95)),
-        "response_p95_ms_accounting": _row(pct(mv, 95), pct(a_resp, 95)),
-        "response_mean_ms": _row(float(np.mean(mv)) if mv else None, float(np.mean(sv)) if sv else None),
-        "response_p50_ms": _row(pct(mv, 50), pct(sv, 50)),
-        "availability": _row(m_avail, s_avail, 5),
-        "availability_accounting": _row(m_avail, a_avail, 5),
+    return {
+        "response_p95_ms": _row(_pct(mv, 95), _pct(sv, 95)),
+        "response_p95_ms_accounting": _row(_pct(mv, 95), _pct(a_resp, 95)),
+        "response_mean_ms": _row(_mean(mv), _mean(sv)),
+        "response_p50_ms": _row(_pct(mv, 50), _pct(sv, 50)),
+        "availability": _row(m_avail, 1.0 - s_down / observed, 5),
+        "availability_accounting": _row(m_avail, 1.0 - float(own.down.sum()) / observed, 5),
         "share_within_rmax": _row(sum(v <= r_max for v in mv) / observed, sum(v <= r_max for v in sv) / observed, 4),
         "downtime_s": _row(m_down, s_down, 2),
-        "backlog_mean_rows": _row(float(np.mean(m_bl)) if m_bl else None, float(np.mean(s_bl)) if s_bl else None),
+        "backlog_mean_rows": _row(_mean(m_bl), _mean(s_bl)),
         "backlog_max_rows": _row(max(m_bl) if m_bl else None, max(s_bl) if s_bl else None),
-        "backlog_mean_rows_accounting": _row(float(np.mean(m_bl)) if m_bl else None,
-                                             float(np.mean(a_bl)) if a_bl else None),
+        "backlog_mean_rows_accounting": _row(_mean(m_bl), _mean(a_bl)),
         "backlog_max_rows_accounting": _row(max(m_bl) if m_bl else None, max(a_bl) if a_bl else None),
-        "catch_up_s": _row(m_catch, s_catch, 2),
-        "rows_in": _row(float(sum(m["input_rows"] for m in run.metrics)), float(st.processed.sum()), 0),
+        "catch_up_s": _row(_median([r["catch_up_s"] for r in cal["reconfigurations"]]),
+                           _median([c for c in catch_up(sim) if c is not None]), 2),
+        "rows_in": _row(float(sum(m["input_rows"] for m in run.metrics)), float(sim.stages[0].processed.sum()), 0),
         "windows_measured": _row(len(mv), len(sv), 0),
         "response_series_mape": {"measured": None, "simulated": round(float(np.mean(rel)), 4) if rel else None,
                                  "error": None},
     }
+
+
+def _replayed_model(sim: Any, cfg: SimConfig, script: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the replay assumed: the scripted changes, the restart costs and where they came from,
+    the stage and the overrides, and the reconfigurations as simulated."""
+    sources = sorted({c["downtime_source"] for c in script if c["downtime_source"] != "none"})
+    return {"scripted": script, "restart_cost_source": ",".join(sources) or None,
+            "restart_costs_replayed": [
+                {k: (round(v, 2) if k == "t_s" else v) for k, v in c.items() if k not in ("stage", "down_start_s")}
+                for c in script if c["downtime_source"] != "none"],
+            "stage_spec": {k: v for k, v in asdict(cfg.stages[0]).items() if k not in ("faults", "redundancy")},
+            "sim_overrides": {k: getattr(cfg, k) for k in ("arrival_noise", "capacity_noise", "downtime_sigma",
+                                                           *MECHANISM_FIELDS.values())},
+            "simulated_reconfigurations": [rc.as_dict() for rc in sim.reconfigs]}
+
+
+def replay(run: RunData, cal: dict[str, Any], seed: int = 1) -> dict[str, Any]:
+    """Simulate the run with the calibrated model; the comparison and the per-second series."""
+    sim, cfg, script = _simulate(run, cal, seed)
+    # the accounting check: each outage its own measured gap (circular: both sides count alike)
+    own, own_cfg, _ = _simulate(run, cal, seed, own_gaps=True)
+    spec, st = cfg.stages[0], sim.stages[0]
+    m_resp, s_resp = rundata.response_windows(run), simulated_windows(sim, spec)
+    samples = rundata.backlog_samples(run)
+    s_at = simulated_backlog(sim, spec)  # at the simulated batches' ends
+    comparison = _comparison(run, cal, sim, own, cfg, own_cfg, m_resp, s_resp, [v for _, v in samples],
+                             [v for _, v in s_at])
     series = {
         "measured_response": [[w, round(v, 1)] for w, v in m_resp.items()],
         "simulated_response": [[w, round(v, 1)] for w, v in s_resp.items()],
@@ -366,16 +412,7 @@ def replay(run: RunData, cal: dict[str, Any], seed: int = 1) -> dict[str, Any]:
         "input_rows": [round(float(v), 1) for v in st.arrivals],
         "cores": [int(c) for c in st.cores],
     }
-    sources = sorted({c["downtime_source"] for c in script if c["downtime_source"] != "none"})
-    return {"comparison": comparison, "series": series, "scripted": script,
-            "restart_cost_source": ",".join(sources) or None,
-            "restart_costs_replayed": [
-                {k: (round(v, 2) if k == "t_s" else v) for k, v in c.items() if k not in ("stage", "down_start_s")}
-                for c in script if c["downtime_source"] != "none"],
-            "stage_spec": {k: v for k, v in asdict(spec).items() if k not in ("faults", "redundancy")},
-            "sim_overrides": {k: getattr(cfg, k) for k in ("arrival_noise", "capacity_noise", "downtime_sigma",
-                                                           *MECHANISM_FIELDS.values())},
-            "simulated_reconfigurations": [rc.as_dict() for rc in sim.reconfigs]}
+    return {"comparison": comparison, "series": series, **_replayed_model(sim, cfg, script)}
 
 
 def calibrate_and_replay(run: RunData, out_dir: Path | None = None, seed: int = 1) -> dict[str, Any]:

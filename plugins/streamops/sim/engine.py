@@ -3,7 +3,7 @@
 `plan.application.application_cycle` per app every `control_interval_s`, through in-memory
 stores (open requests, operator and app state, the cost model's history).
 
-One simulated second, stage by stage along the chain (stage k+1 receives what stage k processed):
+One simulated second (sim/stage_second.py), stage by stage along the chain (stage k+1 receives what stage k processed):
     capacity  = cores × rate_per_core × (1 + N(0, capacity_noise)) × up_fraction
     available = backlog + arrivals
     processed = min(available, capacity);  backlog' = available − processed
@@ -45,7 +45,8 @@ from streamops.plan.options import AppOptions, OperatorOptions
 from streamops.plan.stability import LastChange, StageFacts, draining
 from streamops.sim import ha as ha_mod
 from streamops.sim import mechanism as sim_mechanism
-from streamops.sim.model import SimConfig, batch_capacity
+from streamops.sim.model import SimConfig
+from streamops.sim.stage_second import stage_second
 from streamops.sim.stagerun import Reconfig, StageRun, apply_scripted
 from streamops.sim.traces import SimTrace
 
@@ -59,10 +60,6 @@ def _slope(y: np.ndarray) -> float:
     x = np.arange(len(y), dtype=float)
     x -= x.mean()
     return float((x * (y - y.mean())).sum() / (x * x).sum())
-
-
-def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
-    return max(0.0, min(a1, b1) - max(a0, b0))
 
 
 class Simulation:
@@ -121,81 +118,11 @@ class Simulation:
         self.response[t], self.response_p90[t], self.down[t] = total_resp, total_p90, app_down
 
     def _stage_second(self, st: StageRun, t: int, inflow: float, noise0: float) -> tuple[float, float, float, float]:
-        """One second of a stage, every replica: returns the stage's output (rows written), up share,
-        latency and p90 latency."""
-        cfg, sp, p, reps = self.cfg, st.spec, st.pending, st.ha.replicas
-        nominal = (p.to_cores if p else st.n) * sp.rate_per_core
-        if p is not None:  # old cores until the stop, nothing while down, new cores after
-            old0 = _overlap(t, t + 1, -math.inf, p.down_start)
-            new0 = _overlap(t, t + 1, p.down_end, math.inf)
-            rem0 = max(0.0, p.down_end - (t + 1)) if p.down_start < t + 1 else 0.0
-            rem_t0 = max(0.0, p.down_end - t) if p.down_start <= t else 0.0
-        else:
-            old0 = new0 = rem0 = rem_t0 = 0.0
-        rows = []  # per replica: (q', written, lat, lat90, lat at t, busy, up)
-        for i, rp in enumerate(reps):
-            noise = noise0 if i == 0 else max(0.0, 1.0 + self.ha_rng.gauss(0.0, cfg.capacity_noise))
-            blocks, remaining, rem_t = rp.blocks, rem0, rem_t0
-            if p is not None:
-                old_frac, new_frac = old0, new0
-                if blocks:
-                    old_frac -= blocks.overlap(t, min(t + 1, p.down_start))
-                    new_frac -= blocks.overlap(max(t, p.down_end), t + 1)
-                eff_cores = st.n * old_frac + p.to_cores * new_frac
-                up = old_frac + new_frac
-            else:
-                eff_cores, up = float(st.n), 1.0
-                if blocks:
-                    up = 1.0 - blocks.overlap(t, t + 1)
-                    eff_cores = st.n * up
-            if blocks:
-                remaining, rem_t = max(remaining, blocks.remaining(t + 1.0)), max(rem_t, blocks.remaining(float(t)))
-            if rp.degraded:
-                eff_cores = max(0.0, eff_cores - rp.lost_cores(t))
-            avail = rp.q + inflow
-            cap, dur = batch_capacity(sp, eff_cores * sp.rate_per_core * noise, avail, inflow)  # fluid: dur = 0
-            if sp.micro_batch and (p.down_end < t + 1 if p else st.restart_t == t):  # a restart's first batch lands
-                cap += sp.max_batch_rows or avail
-            processed = min(avail, cap)
-            backlog = avail - processed
-            util = min(1.0, avail / cap) if cap > 0 else 0.0
-            # latency: the delay of a record arriving now
-            rho = min(util, cfg.rho_cap)
-            queue = sp.base_latency_ms + (1000.0 * dur if sp.micro_batch else cfg.queue_ms * rho / (1.0 - rho))
-            base = queue + 1000.0 * remaining
-            lat = base + 1000.0 * backlog / nominal
-            b90 = rp.q + 0.9 * (backlog - rp.q)
-            lat90 = base + 1000.0 * b90 / nominal
-            lat_t = queue + 1000.0 * rem_t + 1000.0 * rp.q / nominal
-            rows.append((backlog, processed, lat, lat90, lat_t, util * up, up))
-        pending = st.backlog_now
-        if len(rows) == 1:
-            lead = fast = rows[0]
-            q_lead, lat90, lat_t, up = reps[0].q, lead[3], lead[4], lead[6]
-        else:
-            lead = min(rows, key=lambda r: r[0])  # the furthest ahead
-            q_lead = reps[rows.index(lead)].q
-            fast = min(rows, key=lambda r: r[2])  # the lowest latency
-            lat90, lat_t, up = min(r[3] for r in rows), min(r[4] for r in rows), max(r[6] for r in rows)
-        # the frontier: what the furthest-ahead replica has written (it never moves back)
-        if lead[0] < pending + inflow:
-            out, backlog = max(0.0, lead[1] + (pending - q_lead)), lead[0]
-        else:
-            out, backlog = 0.0, pending + inflow
-        for rp, r in zip(reps, rows, strict=True):
-            rp.q = r[0]
-        lat = fast[2]
-        st.arrivals[t], st.processed[t], st.busy[t], st.up[t] = inflow, out, fast[5], up
-        st.backlog[t], st.latency[t], st.latency_p90[t] = backlog, lat, lat90
-        st.cores[t] = st.n
-        extra = p.to_cores if (p and p.mechanism == "active_backup" and t < st.overlap_until) else 0
-        h, k = st.ha, len(reps)
-        self.core_seconds += (st.n + extra) * k
-        h.core_seconds += (st.n + extra) * k
-        h.n_replicas[t], h.stall[t], h.tail[t] = k, 1.0 - up, max(lat, lat_t)
-        h.stalled[t] = out <= 0.0 and pending + inflow > 1e-9
-        st.backlog_now = backlog
-        return out, up, lat, lat90
+        """One second of a stage, every replica (sim/stage_second.py): returns the stage's output
+        (rows written), up share, latency and p90 latency."""
+        second = stage_second(self.cfg, st, t, inflow, noise0, self.ha_rng)
+        self.core_seconds += second.core_seconds
+        return second.out, second.up, second.latency, second.latency_p90
 
     def _caught_up(self, st: StageRun, p: Reconfig, t: int) -> None:
         """The cost model learns change `p`'s output gap plus its catch-up, as production does
