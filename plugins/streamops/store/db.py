@@ -178,7 +178,7 @@ def rows(name: str, **params: Any) -> list[Row]:
     """Every row of the named query."""
     check_outage()
     with engine().connect() as conn:
-        return conn.execute(query(name), params).all()
+        return list(conn.execute(query(name), params).all())
 
 
 def row(name: str, **params: Any) -> Row | None:
@@ -186,6 +186,13 @@ def row(name: str, **params: Any) -> Row | None:
     check_outage()
     with engine().connect() as conn:
         return conn.execute(query(name), params).first()
+
+
+def one(name: str, **params: Any) -> Row:
+    """The row of the named query that must exist (a row by its id); LookupError when it does not."""
+    if (r := row(name, **params)) is None:
+        raise LookupError(f"{name}: no row for {params}")
+    return r
 
 
 def value(name: str, **params: Any) -> Any:
@@ -217,9 +224,16 @@ def write(name: str, **params: Any) -> Row | None:
         return res.first() if res.returns_rows else None
 
 
+def write_returning(name: str, **params: Any) -> Row:
+    """Run the named statement (an INSERT ... RETURNING) in its own transaction; the row it returns."""
+    if (r := write(name, **params)) is None:
+        raise LookupError(f"{name}: returned no row for {params}")
+    return r
+
+
 def explain(name: str, params: dict[str, Any], conn: Connection) -> list[str]:
     """EXPLAIN (ANALYZE, BUFFERS) of the named query, run in `conn`: the plan's lines (benchmarks)."""
-    return conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + query(name).text), params).scalars().all()
+    return list(conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + query(name).text), params).scalars().all())
 
 
 # -- many rows at once ----------------------------------------------------------------------------

@@ -349,7 +349,7 @@ def up() -> tuple[Cluster, bool]:
         trust = False
     else:
         trust = c.passfile is None
-        if not trust and not Path(c.passfile).exists():
+        if c.passfile is not None and not Path(c.passfile).exists():
             raise EmbeddedPgError(f"the embedded PostgreSQL's password file {c.passfile} is missing: restore it, or "
                                   f"remove {Path(c.datadir).parent} and {_record_path()} "
                                   "to start from an empty cluster")

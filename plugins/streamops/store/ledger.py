@@ -68,7 +68,7 @@ def stage_row(stage_id: str) -> Row | None:
 
 
 def deployment(dep_id: int) -> Row:
-    return db.row("deployment_get", id=dep_id)
+    return db.one("deployment_get", id=dep_id)
 
 
 def beat_source(dep_id: int) -> Row | None:
@@ -186,12 +186,12 @@ def send_command(stage_id: str, dep_id: int, command: str, args: CommandArgs, re
     typed arguments the driver validates again (run_spec.COMMANDS)."""
     if not isinstance(args, COMMANDS[command]):
         raise TypeError(f"command {command!r} takes {COMMANDS[command].__name__}, got {type(args).__name__}")
-    return db.write("command_insert", stage_id=stage_id, deployment_id=dep_id, command=command,
+    return db.write_returning("command_insert", stage_id=stage_id, deployment_id=dep_id, command=command,
                     args=args.model_dump_json(exclude_none=True), requested_by=requested_by).id
 
 
 def command(command_id: int) -> Row:
-    return db.row("command_get", id=command_id)
+    return db.one("command_get", id=command_id)
 
 
 def record_partitions(dep_id: int, state_partitions: int) -> bool:

@@ -110,7 +110,7 @@ def _engine(url: str, page: bool = False) -> Engine:
 def rows(name: str, **params: Any) -> list[Row]:
     """Every row of the named query, on the observability engine."""
     with db.connection(engine()) as conn:
-        return conn.execute(db.query(name), params).all()
+        return list(conn.execute(db.query(name), params).all())
 
 
 def row(name: str, **params: Any) -> Row | None:

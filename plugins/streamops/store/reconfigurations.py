@@ -104,7 +104,7 @@ def cancel_pending(rid: int, outcome: str) -> bool:
 def cancel_all_pending(outcome: str) -> list[Row]:
     """Cancel every reconfiguration that has not started, with why; the rows cancelled."""
     with db.transaction() as conn:
-        return conn.execute(db.query("reconfigurations_cancel_all_pending"), {"outcome": outcome}).all()
+        return list(conn.execute(db.query("reconfigurations_cancel_all_pending"), {"outcome": outcome}).all())
 
 
 def link(rid: int, *, old_deployment_id: int | None = None, new_deployment_id: int | None = None,
@@ -179,7 +179,7 @@ def staged_ready(stage_id: str) -> Staged | None:
 
 
 def staged_insert(stage_id: str, source: str, path: str, as_of_batch: int, partitions: int) -> Staged:
-    r = db.write("staged_insert", stage_id=stage_id, source=source, path=path, as_of_batch=as_of_batch,
+    r = db.write_returning("staged_insert", stage_id=stage_id, source=source, path=path, as_of_batch=as_of_batch,
                  partitions=partitions)
     return Staged(r.id, r.path, r.as_of_batch, r.partitions, r.source)
 
