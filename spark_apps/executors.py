@@ -16,11 +16,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from pyspark import SparkContext
 
 from streamops.run_spec import CommandOutcome, ScaleArgs
 from streamops.waiting import wait_until
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streamops.agent.agent import StageAgent
 
 log = logging.getLogger("streamops.executors")
 
@@ -110,14 +116,12 @@ def kill_one(sc: SparkContext) -> str:
 SCALING = threading.Lock()
 
 
-def scale_executors(spark, agent, args: ScaleArgs, executor_cores: int) -> CommandOutcome:
+def scale_executors(spark: SparkSession, agent: StageAgent, args: ScaleArgs, executor_cores: int) -> CommandOutcome:
     """A `scale` command: the run's cores become `args.cores` (in executors) while its queries
-    keep running; later metrics rows carry the new cores (`agent.ctx`)."""
-    from dataclasses import replace
-
+    keep running; later metrics rows carry the new cores (`agent.state`)."""
     with SCALING:
         outcome = scale_to(spark.sparkContext, args.cores // executor_cores, args.timeout_s)
-        agent.ctx = replace(agent.ctx, cores=args.cores)
+        agent.state.change(cores=args.cores)
     return CommandOutcome(status="done", detail=outcome)
 
 

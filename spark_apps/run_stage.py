@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import pkgutil
 import signal
 import socket
 import sys
@@ -22,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from spark_apps.executors import ExecutorKeeper, scale_executors
 from spark_apps.fault_actions import fault_actions
@@ -37,8 +35,9 @@ from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import PoisonBook
 from streamops.agent.sinks import retry_idempotent
 from streamops.checkpoint_layout import QUERIES
+from streamops.plan.model import Request
 from streamops.registry import Pool, input_dir
-from streamops.run_spec import CommandOutcome, RunSpec
+from streamops.run_spec import CommandHandlers, CommandOutcome, RunSpec
 from streamops.spark_cluster import RUN_MASTER_ENV
 from streamops.store import ledger
 from streamops.waiting import wait_until
@@ -46,7 +45,7 @@ from streamops.waiting import wait_until
 log = logging.getLogger("streamops.run_stage")
 
 # stage id → the reconfiguration requests it made this period (`control.request_for_stage`)
-OperatorManager = Callable[[str], Iterable[Any]]
+OperatorManager = Callable[[str], Iterable[Request]]
 
 
 def quiesce(spark, timeout_s: float = 10.0) -> None:
@@ -69,9 +68,15 @@ def mark_running(deployment_id: int, driver_id: str, pid: int, host: str, ui_url
                      "marking the run running", START_DB_BUDGET_S)
 
 
-def resolve_operator_manager(name: str | None) -> OperatorManager | None:
-    """`module:function`, as the run's row names it; None: this run makes no requests."""
-    return pkgutil.resolve_name(name) if name else None
+def operator_manager_for(spec: RunSpec) -> OperatorManager | None:
+    """The control plane's Operator Manager when the run's row asks for it; None: this run makes no requests."""
+    if not spec.operator_manager:
+        return None
+    # The one import of the control plane by driver code (pyproject.toml, [tool.importlinter]);
+    # imported here, so that a run without requests does not load it.
+    from streamops.control import request_for_stage
+
+    return request_for_stage
 
 
 class StageDriver:
@@ -175,17 +180,18 @@ class StageDriver:
         log.info("action=warm-up took %.1fs on %d sample lines", time.monotonic() - started, lines)
 
     def _agent(self) -> StageAgent:
-        handlers = {"repartition": lambda args: self.in_driver(args),
-                    "fault": lambda args: CommandOutcome(status="done", detail=self.injector.inject(
-                        args.kind, args.magnitude_s, args.source))}
-        if self.master:
-            handlers["scale"] = lambda args: scale_executors(self.spark, self.agent, args, self.executor_cores)
+        handlers = CommandHandlers(
+            repartition=lambda args: self.in_driver(args),
+            fault=lambda args: CommandOutcome(status="done", detail=self.injector.inject(
+                args.kind, args.magnitude_s, args.source)),
+            scale=(lambda args: scale_executors(self.spark, self.agent, args, self.executor_cores))
+            if self.master else None)
         periodic = []
         if self.operator_manager is not None:
             period_s = self.stage.policy.params.local_period_s
             periodic.append(("Operator Manager", period_s, self._ask_operator_manager))
         else:
-            log.warning("action=start no Operator Manager named in the run's row: this run makes no requests")
+            log.warning("action=start the run's row asks for no Operator Manager: this run makes no requests")
         source = self.stage.source
         landing = Landing(self.input_dir, source.landing_quiet_s, source.landing_markers) \
             if source.kind == "files" and self.input_dir is not None else None
@@ -242,7 +248,7 @@ class StageDriver:
         checkpoint_repair.repair_stage(self.ckpt)
         prepare_state(self.spark, self.stage, self.ctx, self.ckpt, self.agent, self.supervisor.excluded,
                       self.dep.state_partitions, rid)
-        self.agent.queries = [self.restart(q, self.supervisor.excluded[q]) for q in QUERIES]
+        self.agent.state.change(queries=[self.restart(q, self.supervisor.excluded[q]) for q in QUERIES])
         self.agent.queries_started()
         if rid:
             stamp(rid, "restarted")
@@ -258,8 +264,10 @@ class StageDriver:
         while not self.agent.stop_requested.wait(1.0):
             if keeper is not None:
                 keeper.check()
-            with self.in_driver.lock:
-                why = self.supervisor.check(self.agent.queries)
+            with self.in_driver.lock:  # the only other writer of the queries holds it too
+                queries = list(self.agent.queries)
+                why = self.supervisor.check(queries)  # restarts a dead query in place
+                self.agent.state.change(queries=queries)
             if why:
                 log.error("action=failed %s", why)
                 return "failed", why, 1
@@ -288,8 +296,8 @@ class StageDriver:
 
 def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
     """Run deployment `deployment_id` with the Operator Manager its row names."""
-    name = RunSpec.of(ledger.deployment(deployment_id).config).operator_manager
-    return StageDriver(deployment_id, operator_manager=resolve_operator_manager(name), stop_deadline_s=stop_deadline_s,
+    spec = RunSpec.of(ledger.deployment(deployment_id).config)
+    return StageDriver(deployment_id, operator_manager=operator_manager_for(spec), stop_deadline_s=stop_deadline_s,
                        spark=spark).run()
 
 

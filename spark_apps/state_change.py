@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from spark_apps.executors import SCALING
@@ -117,10 +116,11 @@ class InDriverChange:
             took = prepare_state(self.spark, self.stage, self.agent.ctx, self.ckpt, self.agent,
                                  self.supervisor.excluded, partitions, rid)
             ledger.record_partitions(self.deployment_id, partitions)
-            self.agent.ctx = replace(self.agent.ctx, cores=cores, state_partitions=partitions)
+            # the paused queries produce no progress: their listener reads the new context from now
+            self.agent.state.change(cores=cores, state_partitions=partitions)
             if cores < before:  # now, while no task runs: nothing re-runs, and no wait for the removal
                 executors.append(self._executors(cores, timeout_s, wait=False))
-            self.agent.queries = [self.restart(q, self.supervisor.excluded[q]) for q in QUERIES]
+            self.agent.state.change(queries=[self.restart(q, self.supervisor.excluded[q]) for q in QUERIES])
             if rid:
                 stamp(rid, "restarted")
             restarted_in = time.monotonic() - paused

@@ -16,22 +16,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Row
 from sqlalchemy.exc import DBAPIError
 
 from streamops.agent.fencing import exit_fenced
 from streamops.agent.input_watch import InputAudit, Landing
 from streamops.agent.kafka_lag import TopicBacklog
 from streamops.agent.metrics import ClockOffset, SinkStats, StageContext, progress_to_metrics, state_operators
+from streamops.agent.run_state import RunState
 from streamops.agent.writer import BufferedWriter
 from streamops.checkpoint_layout import FileSourceBacklog, quarantine_checkpoint
-from streamops.run_spec import CommandOutcome, StopArgs, command_args
+from streamops.run_spec import CommandHandlers, CommandOutcome, StopArgs, command_args
 from streamops.store import db
 from streamops.waiting import wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("streamops.agent")
 
@@ -82,19 +83,20 @@ class StageAgent:
         heartbeat_s: float = 5.0,
         poll_s: float = 1.0,
         periodic: list[tuple[str, float, Callable[[], None]]] | None = None,
-        handlers: dict[str, Callable[[dict], str]] | None = None,
+        handlers: CommandHandlers | None = None,
         landing: Landing | None = None,
         audit_s: float = 10.0,
     ):
-        self.spark, self.ctx = spark, ctx
+        self.spark = spark
+        # the context and the queries, replaced by the command thread and read by the listener
+        self.state = RunState(ctx)
         self.engine = engine  # None: the process's database
         self.heartbeat_s, self.poll_s = heartbeat_s, poll_s
         self.heartbeat_cut_until = 0.0  # monotonic: the fault injector silences the heartbeat until then
         # (name, period, callback) run on threads of their own: the driver wires in the stage's
         # Operator Manager here; the agent itself only reports and obeys.
         self.periodic = periodic or []
-        # command → handler(args) → outcome, for commands other than `stop` (e.g. `scale`)
-        self.handlers = handlers or {}
+        self.handlers = handlers or CommandHandlers()  # for the commands other than `stop`
         self.main_query_name = ctx.stage_id
         self.checkpoint = Path(checkpoint)
         # No input directory: a Kafka topic, whose backlog is its lag, from the query's progress.
@@ -117,7 +119,6 @@ class StageAgent:
         self.stop_command_id: int | None = None
         self.stop_deadline_s: float | None = None  # from the stop command: the launcher escalates after it
         self.last_batch_id: int | None = None
-        self.queries: list[StreamingQuery] = []
         self._sink_stats: dict[int, SinkStats] = {}
         self._rows_per_file: float | None = None
         # files an earlier run's source log holds: a restarted run's rows-per-file starts from its own batches
@@ -126,6 +127,16 @@ class StageAgent:
         self._threads: list[threading.Thread] = []
         self._closing = threading.Event()
         self._stopping_queries = threading.Event()  # set while stop_at_batch_boundary stops them
+
+    @property
+    def ctx(self) -> StageContext:
+        """The run's context now (`state.change` replaces it)."""
+        return self.state.view.ctx
+
+    @property
+    def queries(self) -> tuple[StreamingQuery, ...]:
+        """The run's queries now, in QUERIES order (`state.change` replaces them)."""
+        return self.state.view.queries
 
     # -- lifecycle -------------------------------------------------------------------------
     def attach(self) -> None:
@@ -246,7 +257,7 @@ class StageAgent:
     def _report_last_batch(self) -> None:
         """The last batch before a stop: its progress event may still be on Spark's listener bus when
         the listener goes, and the batch would have no stage_metrics row. The query keeps it."""
-        main = self.queries[0] if self.queries else None
+        main = next(iter(self.queries), None)  # one read: the view may be replaced meanwhile
         try:
             last = main.lastProgress if main is not None else None
             if last is not None and not wait_until(lambda: self.last_batch_id == last.batchId, 2.0, interval_s=0.05):
@@ -313,7 +324,7 @@ class StageAgent:
         writer, whose backoff after a database outage would silence the beat past the
         supervisor's limit (every driver killed at once when the database comes back). A beat
         that fails is not kept: the next one says the same, newer."""
-        main = self.queries[0] if self.queries else None
+        main = next(iter(self.queries), None)  # one read: the view may be replaced meanwhile
         params = {
             "deployment_id": self.ctx.deployment_id, "stage_id": self.ctx.stage_id,
             "query_active": bool(main and main.isActive),
@@ -376,13 +387,11 @@ class StageAgent:
             except Exception:
                 log.exception("stage %s: %s failed", self.ctx.stage_id, name)
 
-    def _obey(self, cmd) -> None:
+    def _obey(self, cmd: Row) -> None:
         """Run the handler the driver registered for `cmd.command` with its typed arguments; its
         `CommandOutcome` (refused for arguments that do not validate, failed for an error) closes it."""
-        handler = self.handlers.get(cmd.command)
         try:
-            args = command_args(cmd.command, cmd.args)
-            outcome = handler(args) if handler else \
+            outcome = self.handlers.run(command_args(cmd.command, cmd.args)) or \
                 CommandOutcome(status="refused", detail=f"this run has no {cmd.command!r} handler")
         except ValueError as e:  # pydantic's ValidationError too: the sender's mistake, not the run's
             outcome = CommandOutcome(status="refused", detail=f"bad arguments: {str(e).splitlines()[0]}")

@@ -29,11 +29,6 @@ log = logging.getLogger("streamops.execute")
 Progress = Callable[[str], None]
 
 
-# The stage's Operator Manager, which its driver runs every local period. Named, not imported:
-# driver code imports nothing of the control plane; the run's row tells it what to call.
-OPERATOR_MANAGER = "streamops.control:request_for_stage"
-
-
 class AdmissionRefused(RuntimeError):
     """The pool has too few free cores; the refusal is recorded in `deployments`."""
 
@@ -209,7 +204,7 @@ def start_stage(
         raise registry.RegistryError(f"stage {sid}: {changed}. Deploy the new source as a new stage (its own "
                                      f"checkpoint), or move {ckpt} aside to start it from its starting offsets")
     spec = RunSpec(app=app, stage=name, spec=st, pool=pool_spec, reconfiguration_id=reconfiguration_id, fault=fault,
-                   speculation=_speculation(sid, st, pool_spec), warm_up=warm_up, operator_manager=OPERATOR_MANAGER,
+                   speculation=_speculation(sid, st, pool_spec), warm_up=warm_up, operator_manager=True,
                    code_archive=code.archive, code_sha256=code.sha256, checkpoint_repair=repaired,
                    start_size=sized.reason if sized else None)
     adm = ledger.admit(sid, role, pool_name, pool_spec.cores, cores, is_alive, state_partitions=partitions,
