@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark import SparkContext
 
@@ -37,12 +37,18 @@ def executor_ids(sc: SparkContext) -> list[str]:
     return sorted((i for i in ids.split(",") if i), key=lambda i: int(i) if i.isdigit() else 0)
 
 
-def _seq(sc: SparkContext, items: list[str]):
+def _jvm(sc: SparkContext) -> Any:
+    """The context's JVM view (pyspark types it optional: it is None only before the context starts)."""
+    assert sc._jvm is not None
+    return sc._jvm
+
+
+def _seq(sc: SparkContext, items: list[str]) -> Any:
     """A Scala Seq of strings, for the JVM methods that take one."""
-    java_list = sc._jvm.java.util.ArrayList()
+    java_list = _jvm(sc).java.util.ArrayList()
     for i in items:
         java_list.add(i)
-    return sc._jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_list)
+    return _jvm(sc).org.apache.spark.api.python.PythonUtils.toSeq(java_list)
 
 
 def _count_settled(sc: SparkContext, at_least: int, timeout_s: float, quiet_s: float = 2.0) -> None:
@@ -61,8 +67,9 @@ def _count_settled(sc: SparkContext, at_least: int, timeout_s: float, quiet_s: f
 
 def request_total(sc: SparkContext, executors: int) -> None:
     """Set the application's executor limit at the master (it launches up to it)."""
-    sc._jsc.sc().requestTotalExecutors(executors, 0, sc._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
-        sc._jvm.java.util.HashMap()))
+    jvm = _jvm(sc)
+    sc._jsc.sc().requestTotalExecutors(executors, 0, jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
+        jvm.java.util.HashMap()))
 
 
 def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: bool = False,

@@ -85,6 +85,8 @@ class StageDriver:
     Operator Manager, the query supervisor and the in-driver change. `run` starts the queries,
     supervises them until told to stop, and stops at a batch boundary."""
 
+    agent: StageAgent  # built after the fault injector, which reaches it through a lambda
+
     def __init__(self, deployment_id: int, *, operator_manager: OperatorManager | None = None,
                  stop_deadline_s: float = 30.0, spark=None):
         self.deployment_id, self.stop_deadline_s = deployment_id, stop_deadline_s
@@ -186,7 +188,7 @@ class StageDriver:
                 args.kind, args.magnitude_s, args.source)),
             scale=(lambda args: scale_executors(self.spark, self.agent, args, self.executor_cores))
             if self.master else None)
-        periodic = []
+        periodic: list[tuple[str, float, Callable[[], object]]] = []
         if self.operator_manager is not None:
             period_s = self.stage.policy.params.local_period_s
             periodic.append(("Operator Manager", period_s, self._ask_operator_manager))
@@ -201,6 +203,7 @@ class StageDriver:
     def _ask_operator_manager(self) -> None:
         """Every local period: analyze the stage's window and *request*; the Application Manager
         decides at the next re-plan."""
+        assert self.operator_manager is not None  # scheduled only when the run has one
         for r in self.operator_manager(self.sid):
             log.info("action=request %s target=%s gain=%.3g cost=%.0fms (%s)",
                      r.action, r.target_cores or r.target_pool, r.gain, r.cost_ms, r.reason)

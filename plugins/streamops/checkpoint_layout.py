@@ -237,7 +237,9 @@ class SourceLog:
         if whole is not None:
             return whole
         own = self._count(str(batch_id))
-        rest = None if own is None or depth > 100 else self._upto(batch_id - 1, depth + 1)
+        if own is None or depth > 100:
+            return None
+        rest = self._upto(batch_id - 1, depth + 1)
         return None if rest is None else own + rest
 
     def files_of(self, batch_id: int) -> int | None:

@@ -105,6 +105,7 @@ def _train(dump_to: Path) -> None:
                  .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                  .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
                  .getOrCreate())
+        assert spark.sparkContext._gateway is not None  # a started session has one
         gateway = spark.sparkContext._gateway.proc
 
         @F.udf("string")

@@ -22,6 +22,7 @@ generated password: the broker half is its only client. No ACLs: an authenticate
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -346,7 +347,7 @@ def _start(b: Broker, timeout_s: float) -> Broker:
     """Start the broker on `b`'s ports (formatting a new log directory first), record it, and
     wait until it answers an authenticated request."""
     for port, host in ((b.port, b.host), (b.controller_port, LOOPBACK)):  # after a kill: the old sockets let go
-        if not wait_until(lambda p=port, h=host: _port_free(p, h), 30.0, interval_s=0.5):
+        if not wait_until(functools.partial(_port_free, port, host), 30.0, interval_s=0.5):
             raise KafkaBrokerError(f"port {port}, recorded for the embedded Kafka broker, is held by another process "
                                    f"(`ss -ltnp 'sport = :{port}'` names it); every client uses it, so the broker "
                                    f"does not move: free it and run `streamops kafka up` again")

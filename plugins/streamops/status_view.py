@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -19,7 +20,7 @@ from rich.text import Text
 @dataclass(frozen=True)
 class Column:
     header: str
-    justify: str
+    justify: Literal["left", "right"]
     keep: int          # lower is kept longer when the terminal is narrow
     explain: str = ""  # for the caption
 

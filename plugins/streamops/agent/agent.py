@@ -7,6 +7,7 @@ absent database delays reports instead of stalling Spark's listener bus or killi
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -82,7 +83,7 @@ class StageAgent:
         engine: Engine | None = None,
         heartbeat_s: float = 5.0,
         poll_s: float = 1.0,
-        periodic: list[tuple[str, float, Callable[[], None]]] | None = None,
+        periodic: list[tuple[str, float, Callable[[], object]]] | None = None,
         handlers: CommandHandlers | None = None,
         landing: Landing | None = None,
         audit_s: float = 10.0,
@@ -100,8 +101,9 @@ class StageAgent:
         self.main_query_name = ctx.stage_id
         self.checkpoint = Path(checkpoint)
         # No input directory: a Kafka topic, whose backlog is its lag, from the query's progress.
-        self.topic = TopicBacklog() if input_dir is None else None
-        self.backlog: FileSourceBacklog | TopicBacklog = self.topic or FileSourceBacklog(input_dir, checkpoint)
+        self.backlog: FileSourceBacklog | TopicBacklog = \
+            TopicBacklog() if input_dir is None else FileSourceBacklog(input_dir, checkpoint)
+        self.topic = self.backlog if isinstance(self.backlog, TopicBacklog) else None
         self.quarantine_backlog = None if input_dir is None else \
             FileSourceBacklog(input_dir, quarantine_checkpoint(checkpoint))
         # Progress, for the supervisor's liveness check: the last commit, or the last time the
@@ -146,14 +148,14 @@ class StageAgent:
         self.writer.start()
         if self.ctx.deployment_id is None:  # an in-process run (tests): no run row to beat for or command
             return
-        loops = [(self._heartbeat_loop, "heartbeat"), (self._command_loop, "commands")]
+        loops: list[tuple[Callable[[], None], str]] = [(self._heartbeat_loop, "heartbeat"),
+                                                       (self._command_loop, "commands")]
         periodic = list(self.periodic)
         if self.audit is not None:
             periodic.append(("input audit", self.audit_s, self._audit_input))
         if self.landing is not None:
             periodic.append(("landing", 1.0, self.landing.move_ready))
-        loops += [(lambda name=name, period=period, fn=fn: self._every(name, period, fn), name)
-                  for name, period, fn in periodic]
+        loops += [(functools.partial(self._every, name, period, fn), name) for name, period, fn in periodic]
         for target, name in loops:
             t = threading.Thread(target=target, name=f"{name}-{self.ctx.stage_id}", daemon=True)
             t.start()
@@ -239,6 +241,7 @@ class StageAgent:
         """Stopping a query mid-batch cancels its job; a shuffle fetch cut off by that cancel logs
         an ERROR in the JVM for what is our own interrupt (named in one warning instead)."""
         jvm = self.spark.sparkContext._jvm
+        assert jvm is not None  # a running session's
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             "org.apache.spark.storage.ShuffleBlockFetcherIterator", jvm.org.apache.logging.log4j.Level.OFF)
 
@@ -352,7 +355,7 @@ class StageAgent:
         """Live executors on a cluster pool (the status page and /metrics show them); None in
         local mode, where the driver runs the tasks itself."""
         sc = self.spark.sparkContext
-        if sc.master.startswith("local"):
+        if str(sc.master).startswith("local"):
             return None
         try:
             return int(sc._jsc.sc().getExecutorIds().size())
@@ -380,7 +383,7 @@ class StageAgent:
             if self._closing.wait(self.heartbeat_s):
                 return
 
-    def _every(self, name: str, period_s: float, fn: Callable[[], None]) -> None:
+    def _every(self, name: str, period_s: float, fn: Callable[[], object]) -> None:
         while not self._closing.wait(period_s):
             try:
                 fn()

@@ -95,9 +95,10 @@ def java_chain(e: Any, limit: int = 20) -> list[JavaLink]:
 
 
 def _throwables(t: Any, limit: int) -> list[JavaLink]:
-    out = []
+    out: list[JavaLink] = []
     while t is not None and len(out) < limit:
-        classes, c = [], t.getClass()
+        classes: list[str] = []
+        c = t.getClass()
         while c is not None and len(classes) < 12:
             classes.append(str(c.getName()))
             c = c.getSuperclass()

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from streamops.agent import dir_swap
 from streamops.agent.errors import TransientError, is_transient, tag_sqlstate
@@ -51,6 +51,14 @@ def _chunks(rows: Iterable, size: int, weigh: Callable[[Any], int] | None = None
 # psycopg2 refuses a NUL character in any string, UTF-8 cannot encode a lone surrogate, and jsonb
 # refuses the escape \u0000. The parser quarantines records holding them (streamops.records);
 # these are the sinks' own guard, so no value can ever fail a batch.
+
+@overload
+def pg_text(s: str) -> str: ...
+
+
+@overload
+def pg_text(s: None) -> None: ...
+
 
 def pg_text(s: str | None) -> str | None:
     if s is None:
@@ -164,6 +172,7 @@ def _event_time_stats(df: DataFrame) -> tuple[int, float | None, float | None, f
         F.percentile_approx(ms, [0.05, 0.5], 1000).alias("q"),
         F.min(ms).alias("lo"),
     ).first()
+    assert r is not None  # an aggregate without grouping has one row
     q = r["q"] or [None, None]
     return int(r["n"]), q[0], q[1], r["lo"]
 
@@ -187,6 +196,12 @@ def retry_idempotent(action: Callable[[], Any], what: str, budget_s: float = 300
         db.check_outage()  # an injected outage reaches the executors' writes through here
         return action()
 
+    def sleep(seconds: float) -> None:  # an abort ends the wait early
+        if abort is not None:
+            abort.wait(seconds)
+        else:
+            time.sleep(seconds)
+
     def warn(state) -> None:
         e = state.outcome.exception()
         first = next((line for line in str(e).splitlines() if "Error" in line), str(e)[:200])
@@ -197,7 +212,7 @@ def retry_idempotent(action: Callable[[], Any], what: str, budget_s: float = 300
         # 1, 2, 4, then 5 s: a database back after 30 s is used within 5 s, not 30
         wait=wait_exponential(multiplier=1, max=5),
         stop=stop_before_delay(budget_s) | (stop_when_event_set(abort) if abort is not None else stop_never),
-        sleep=abort.wait if abort is not None else time.sleep,
+        sleep=sleep,
         before_sleep=warn, reraise=True,
     )(attempt)
 

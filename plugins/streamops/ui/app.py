@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 from fastapi import FastAPI, HTTPException, Request
@@ -63,7 +63,7 @@ async def _caller(request: Request):
                           if token else None)
 
 
-def _may(user, method: str, dag_id: str) -> bool:
+def _may(user, method: Literal["GET", "POST"], dag_id: str) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
@@ -111,7 +111,7 @@ def _database_down(e: BaseException) -> HTTPException:
     what = observe.reason(e)
     driver_error = getattr(e, "orig", None) or e
     limit = {"55P03": f"a table it reads is locked: lock_timeout {observe.timeout_s():g} s",
-             "57014": f"statement_timeout {observe.page_timeout_s():g} s"}.get(getattr(driver_error, "pgcode", None))
+             "57014": f"statement_timeout {observe.page_timeout_s():g} s"}.get(getattr(driver_error, "pgcode", ""))
     log.warning("action=read-streams the database is not answering: %s%s", what, f" ({limit})" if limit else "")
     return HTTPException(503, f"PostgreSQL is not answering ({type(driver_error).__name__}: {what}"
                               f"{f'; {limit}' if limit else ''}); the page comes back with it")

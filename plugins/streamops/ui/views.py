@@ -17,7 +17,7 @@ from streamops.store import db, observe
 
 def _rows(name: str, **params: Any) -> list[Row]:
     with db.connection(observe.page_engine()) as conn:
-        return conn.execute(db.query(name), params).all()
+        return list(conn.execute(db.query(name), params).all())
 
 
 @dataclass(frozen=True)
