@@ -142,7 +142,7 @@ class ExecutorKeeper:
     and still there (a stage that is behind keeps every executor busy), they are killed, and
     their tasks re-run."""
 
-    def __init__(self, spark, agent, executor_cores: int, every_s: float = 5.0):
+    def __init__(self, spark: SparkSession, agent: StageAgent, executor_cores: int, every_s: float = 5.0) -> None:
         self.spark, self.agent, self.executor_cores, self.every_s = spark, agent, executor_cores, every_s
         self._next, self._over, self._asked, self._short = time.monotonic() + every_s, 0, 0, 0
 

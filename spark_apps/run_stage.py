@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spark_apps.executors import ExecutorKeeper, scale_executors
 from spark_apps.fault_actions import fault_actions
@@ -42,13 +43,17 @@ from streamops.spark_cluster import RUN_MASTER_ENV
 from streamops.store import ledger
 from streamops.waiting import wait_until
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
 log = logging.getLogger("streamops.run_stage")
 
 # stage id → the reconfiguration requests it made this period (`control.request_for_stage`)
 OperatorManager = Callable[[str], Iterable[Request]]
 
 
-def quiesce(spark, timeout_s: float = 10.0) -> None:
+def quiesce(spark: SparkSession, timeout_s: float = 10.0) -> None:
     """Cancel the jobs a stop past its deadline left running and wait for them to end: stopping
     the context under running tasks makes Spark log ERRORs (a task result arriving at a closed
     pool, a shuffle fetch cut off) for what is a planned stop."""
@@ -88,7 +93,7 @@ class StageDriver:
     agent: StageAgent  # built after the fault injector, which reaches it through a lambda
 
     def __init__(self, deployment_id: int, *, operator_manager: OperatorManager | None = None,
-                 stop_deadline_s: float = 30.0, spark=None):
+                 stop_deadline_s: float = 30.0, spark: SparkSession | None = None) -> None:
         self.deployment_id, self.stop_deadline_s = deployment_id, stop_deadline_s
         self.dep = retry_idempotent(lambda: ledger.deployment(deployment_id), "reading the run's row",
                                     START_DB_BUDGET_S)
@@ -132,7 +137,7 @@ class StageDriver:
                             format=f"%(asctime)s %(levelname)s {where} %(name)s: %(message)s")
         logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per listener callback otherwise
 
-    def _session(self, pool: Pool):
+    def _session(self, pool: Pool) -> SparkSession:
         # Imported here: the JVM start is the slow part and is logged as such.
         from spark_apps.stage import build_session, ui_port
 
@@ -208,7 +213,7 @@ class StageDriver:
             log.info("action=request %s target=%s gain=%.3g cost=%.0fms (%s)",
                      r.action, r.target_cores or r.target_pool, r.gain, r.cost_ms, r.reason)
 
-    def restart(self, which: str, excluded: list[str]):
+    def restart(self, which: str, excluded: list[str]) -> StreamingQuery:
         """Start query `which` (agent.ctx: an in-driver change updates cores and partitions)."""
         from spark_apps.stage import start_query
 
@@ -297,7 +302,7 @@ class StageDriver:
         self.spark.stop()
 
 
-def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
+def run(deployment_id: int, stop_deadline_s: float = 30.0, spark: SparkSession | None = None) -> int:
     """Run deployment `deployment_id` with the Operator Manager its row names."""
     spec = RunSpec.of(ledger.deployment(deployment_id).config)
     return StageDriver(deployment_id, operator_manager=operator_manager_for(spec), stop_deadline_s=stop_deadline_s,

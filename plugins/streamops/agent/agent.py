@@ -33,6 +33,13 @@ from streamops.waiting import wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.listener import (
+        QueryIdleEvent,
+        QueryProgressEvent,
+        QueryStartedEvent,
+        QueryTerminatedEvent,
+        StreamingQueryListener,
+    )
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("streamops.agent")
@@ -44,28 +51,28 @@ _INTERRUPTED = ("java.lang.InterruptedException", "java.io.InterruptedIOExceptio
                 "java.nio.channels.ClosedByInterruptException")
 
 
-def _listener_class():
+def _listener_class() -> Callable[[StageAgent], StreamingQueryListener]:
     # Imported lazily: `streamops` never imports pyspark at module import time.
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class MetricsListener(StreamingQueryListener):
-        def __init__(self, agent: StageAgent):
+        def __init__(self, agent: StageAgent) -> None:
             self.agent = agent
 
-        def onQueryStarted(self, event) -> None:
+        def onQueryStarted(self, event: QueryStartedEvent) -> None:
             log.info("stage %s: query %s started (run %s)", self.agent.ctx.stage_id, event.name, event.runId)
 
-        def onQueryProgress(self, event) -> None:
+        def onQueryProgress(self, event: QueryProgressEvent) -> None:
             if event.progress.name == self.agent.main_query_name:
                 try:
                     self.agent.on_progress(json.loads(event.progress.json))
                 except Exception:  # a report must never break the stage
                     log.exception("stage %s: could not record progress", self.agent.ctx.stage_id)
 
-        def onQueryIdle(self, event) -> None:
+        def onQueryIdle(self, event: QueryIdleEvent) -> None:
             pass
 
-        def onQueryTerminated(self, event) -> None:
+        def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
             if event.exception:
                 log.error("stage %s: query %s failed: %s", self.agent.ctx.stage_id, event.id,
                           event.exception.splitlines()[0])
@@ -390,7 +397,7 @@ class StageAgent:
             except Exception:
                 log.exception("stage %s: %s failed", self.ctx.stage_id, name)
 
-    def _obey(self, cmd: Row) -> None:
+    def _obey(self, cmd: Row[Any]) -> None:
         """Run the handler the driver registered for `cmd.command` with its typed arguments; its
         `CommandOutcome` (refused for arguments that do not validate, failed for an error) closes it."""
         try:

@@ -144,7 +144,7 @@ def sqlstate(e: Any) -> str | None:
         for err in (e, getattr(e, "orig", None)):
             code = getattr(err, "pgcode", None)
             if code:
-                return code
+                return str(code)
     m = _TAG.search(e if isinstance(e, str) else str(e))
     return m.group(1) if m and m.group(1) != "none" else None
 

@@ -211,7 +211,7 @@ class _OverBudget(Exception):
     pass
 
 
-def _lines(path: Path):
+def _lines(path: Path) -> list[bytes]:
     """The lines of an input file as Spark's text source splits them (\\n, \\r\\n or \\r)."""
     try:
         data = path.read_bytes()

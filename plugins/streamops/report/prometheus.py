@@ -141,7 +141,7 @@ def _histogram(rows: Sequence[Any]) -> Metric:
 
 def _le(bound: float) -> str:
     """A bucket's bound as Prometheus client libraries spell it (1.0, 2.5)."""
-    return str(floatToGoString(float(bound)))
+    return str(floatToGoString(float(bound)))  # type: ignore[no-untyped-call]  # the library leaves it unannotated
 
 
 def families(s: Snapshot, database_up: bool = True, age_s: float | None = None) -> list[Metric]:
