@@ -165,7 +165,8 @@ def _credentials() -> dict[str, str]:
         creds = {"username": USER, "password": secrets.token_urlsafe(24),
                  "controller_password": secrets.token_urlsafe(24)}
         write_private(path, json.dumps(creds, indent=2) + "\n")
-    return json.loads(path.read_text())
+    stored: dict[str, str] = json.loads(path.read_text())
+    return stored
 
 
 def client_settings(bootstrap: str | None = None) -> ClientSettings:
@@ -303,7 +304,8 @@ def _new_cluster_id() -> str:
 def free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _port_free(port: int, host: str = LOOPBACK) -> bool:
