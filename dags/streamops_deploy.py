@@ -42,6 +42,7 @@ def streamops_deploy():
     def deploy(params: dict | None = None) -> dict:
         from streamops.orchestrate import tasks
 
+        assert params is not None  # Airflow passes the run's Params (the None default marks it as context)
         replicas = params.get("replicas")
         return tasks.deploy(params["app"], bool(params["restart"]),
                             replicas_override=None if replicas in (None, "") else int(replicas))

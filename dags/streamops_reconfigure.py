@@ -57,6 +57,7 @@ def streamops_reconfigure():
     def reconfigure(params: dict | None = None, dag_run=None) -> dict:
         from streamops.orchestrate import tasks
 
+        assert params is not None  # Airflow passes the run's Params (the None default marks it as context)
         user = getattr(dag_run, "triggering_user_name", None) or "airflow"
         return tasks.reconfigure(params["stage"], params["action"], params["cores"], params["partitions"],
                                  params["pool"], params["mechanism"], requested_by=f"user:{user} (airflow)",

@@ -45,6 +45,7 @@ def streamops_watchdog():
     def recover(params: dict | None = None) -> dict:
         from streamops.orchestrate import tasks
 
+        assert params is not None  # Airflow passes the run's Params (the None default marks it as context)
         return tasks.watchdog(max_restarts=int(params["max_restarts"]), stale_s=float(params["stale_s"]))
 
     recover()

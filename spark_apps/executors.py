@@ -16,11 +16,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from pyspark import SparkContext
 
 from streamops.run_spec import CommandOutcome, ScaleArgs
 from streamops.waiting import wait_until
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streamops.agent.agent import StageAgent
 
 log = logging.getLogger("streamops.executors")
 
@@ -31,12 +37,18 @@ def executor_ids(sc: SparkContext) -> list[str]:
     return sorted((i for i in ids.split(",") if i), key=lambda i: int(i) if i.isdigit() else 0)
 
 
-def _seq(sc: SparkContext, items: list[str]):
+def _jvm(sc: SparkContext) -> Any:
+    """The context's JVM view (pyspark types it optional: it is None only before the context starts)."""
+    assert sc._jvm is not None
+    return sc._jvm
+
+
+def _seq(sc: SparkContext, items: list[str]) -> Any:
     """A Scala Seq of strings, for the JVM methods that take one."""
-    java_list = sc._jvm.java.util.ArrayList()
+    java_list = _jvm(sc).java.util.ArrayList()
     for i in items:
         java_list.add(i)
-    return sc._jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_list)
+    return _jvm(sc).org.apache.spark.api.python.PythonUtils.toSeq(java_list)
 
 
 def _count_settled(sc: SparkContext, at_least: int, timeout_s: float, quiet_s: float = 2.0) -> None:
@@ -55,8 +67,9 @@ def _count_settled(sc: SparkContext, at_least: int, timeout_s: float, quiet_s: f
 
 def request_total(sc: SparkContext, executors: int) -> None:
     """Set the application's executor limit at the master (it launches up to it)."""
-    sc._jsc.sc().requestTotalExecutors(executors, 0, sc._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
-        sc._jvm.java.util.HashMap()))
+    jvm = _jvm(sc)
+    sc._jsc.sc().requestTotalExecutors(executors, 0, jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
+        jvm.java.util.HashMap()))
 
 
 def scale_to(sc: SparkContext, executors: int, timeout_s: float = 60.0, settle: bool = False,
@@ -110,14 +123,12 @@ def kill_one(sc: SparkContext) -> str:
 SCALING = threading.Lock()
 
 
-def scale_executors(spark, agent, args: ScaleArgs, executor_cores: int) -> CommandOutcome:
+def scale_executors(spark: SparkSession, agent: StageAgent, args: ScaleArgs, executor_cores: int) -> CommandOutcome:
     """A `scale` command: the run's cores become `args.cores` (in executors) while its queries
-    keep running; later metrics rows carry the new cores (`agent.ctx`)."""
-    from dataclasses import replace
-
+    keep running; later metrics rows carry the new cores (`agent.state`)."""
     with SCALING:
         outcome = scale_to(spark.sparkContext, args.cores // executor_cores, args.timeout_s)
-        agent.ctx = replace(agent.ctx, cores=args.cores)
+        agent.state.change(cores=args.cores)
     return CommandOutcome(status="done", detail=outcome)
 
 
@@ -131,7 +142,7 @@ class ExecutorKeeper:
     and still there (a stage that is behind keeps every executor busy), they are killed, and
     their tasks re-run."""
 
-    def __init__(self, spark, agent, executor_cores: int, every_s: float = 5.0):
+    def __init__(self, spark: SparkSession, agent: StageAgent, executor_cores: int, every_s: float = 5.0) -> None:
         self.spark, self.agent, self.executor_cores, self.every_s = spark, agent, executor_cores, every_s
         self._next, self._over, self._asked, self._short = time.monotonic() + every_s, 0, 0, 0
 

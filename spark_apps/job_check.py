@@ -15,11 +15,15 @@ import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from streamops.jobs import JobError
 from streamops.plan.mechanism import repartition_refusal
 from streamops.records import check_line
 from streamops.registry import RegistryError, Stage, load
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 @dataclass
@@ -68,6 +72,10 @@ def check(stage_ref: str, registry_path: Path | None, sample: int) -> JobReport:
     return report
 
 
+def _count_batch(df: DataFrame, _batch_id: int) -> None:
+    df.count()  # runs the batch; its output is looked at, kept nowhere
+
+
 def _run(st: Stage, pool_kind: str, sample: int, report: JobReport) -> None:
     from spark_apps.job_runtime import build_output, check_output, ship_code
     from spark_apps.parse import parse_records, read_lines, write_sample
@@ -78,7 +86,7 @@ def _run(st: Stage, pool_kind: str, sample: int, report: JobReport) -> None:
     lines = warm_up_sample(st, sample)
     report.sample_lines = len(lines)
     verdicts = [check_line(st.record_schema, ln.encode("utf-8"), st.max_record_bytes) for ln in lines]
-    report.quarantined = dict(Counter(v.kind for v in verdicts if not v.valid))
+    report.quarantined = dict(Counter(v.kind for v in verdicts if v.kind is not None))  # None: valid
     spark = build_session("streamops-job-check", 1, st.state_partitions)
     ship_code(spark, package_code(st.code).archive)  # its Python workers import the job's UDFs too
     tmp = Path(tempfile.mkdtemp(prefix="streamops-job-check-"))
@@ -89,12 +97,13 @@ def _run(st: Stage, pool_kind: str, sample: int, report: JobReport) -> None:
         output = build_output(st, records.where("reason IS NULL"))
         report.output_schema = [[f.name, f.dataType.simpleString()] for f in output.schema.fields]
         check_output(st, output)
-        q = (output.writeStream.outputMode(st.output_mode).foreachBatch(lambda df, _: df.count())
+        q = (output.writeStream.outputMode(st.output_mode).foreachBatch(_count_batch)
              .option("checkpointLocation", str(tmp / "ckpt")).trigger(availableNow=True).start())
         q.awaitTermination(300)
         if q.exception() is not None:
             raise RuntimeError(str(q.exception()))
-        ops = [p.get("operatorName", "?") for p in (q.lastProgress or {}).get("stateOperators", [])]
+        last: dict[str, Any] = q.lastProgress or {}
+        ops = [p.get("operatorName", "?") for p in last.get("stateOperators", [])]
         report.stateful, report.state_operators = bool(ops), ops
         report.mechanisms = mechanisms_for(pool_kind, ops)
     finally:

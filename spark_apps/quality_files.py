@@ -78,18 +78,19 @@ def file_suites(v, targets: list[dict], day: date, spark: SparkSession | None, m
     if not work:
         return []
     own = spark is None
-    if own:
+    if spark is None:
         from spark_apps.stage import build_session
 
         spark = build_session("streamops-data-quality", cores=1, state_partitions=1)
-    validate = {suites.INPUT_RECORDS: lambda w: validate_input_files(v, spark, w.files, w.source),
-                suites.SINK_PARQUET: lambda w: validate_parquet_sink(v, spark, w.directory, w.files)}
+    session = spark
+    validate = {suites.INPUT_RECORDS: lambda w: validate_input_files(v, session, w.files, w.source),
+                suites.SINK_PARQUET: lambda w: validate_parquet_sink(v, session, w.directory, w.files)}
     try:
         return [runner.guard(w.suite, w.target, w.app, day, lambda w=w: runner.to_result(
                     validate[w.suite](w), w.suite, w.target, w.app, day)) for w in work]
     finally:
         if own:
-            spark.stop()
+            session.stop()
 
 
 def main(argv: list[str]) -> int:

@@ -8,6 +8,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from streamops import checkpoint_layout as checkpoint
 from streamops.agent import data_loss, state_schema
@@ -15,6 +16,12 @@ from streamops.agent.errors import ErrorClass, classify
 from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, isolate
 from streamops.checkpoint_layout import QUERIES, query_checkpoint
 from streamops.registry import Stage
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+# (query, files its source skips) → the query started again
+Restart = Callable[[str, list[str]], "StreamingQuery"]
 
 log = logging.getLogger("streamops.run_stage")
 
@@ -26,9 +33,9 @@ class QuerySupervisor:
 
     GENERIC_LIMIT = 3  # failures in a row that no batch can be blamed for
 
-    def __init__(self, stage: Stage, ckpt: Path, book: PoisonBook, restart, stopping: threading.Event,
+    def __init__(self, stage: Stage, ckpt: Path, book: PoisonBook, restart: Restart, stopping: threading.Event,
                  fails_alone: Callable[[tuple[str, ...]], str | None] | None = None,
-                 on_error: Callable[[str], None] = lambda _: None, by_file: bool = True):
+                 on_error: Callable[[str], None] = lambda _: None, by_file: bool = True) -> None:
         self.stage, self.ckpt, self.book, self.restart, self.stopping = stage, ckpt, book, restart, stopping
         self.by_file = by_file  # False: a Kafka source, whose batches have no files to bisect
         self.fails_alone = fails_alone  # a dry run of some of a batch's files: its error, or None
@@ -37,7 +44,7 @@ class QuerySupervisor:
         self.failures_in_a_row = 0
         self.open: dict[str, int] = {}  # query → the failed batch awaiting its commit
 
-    def check(self, queries: list) -> str | None:
+    def check(self, queries: list[StreamingQuery]) -> str | None:
         """Restart what died; returns why the run must fail, or None."""
         for i, q in enumerate(queries):
             if q.isActive:
@@ -124,7 +131,7 @@ class QuerySupervisor:
                 self.book.committed("quarantine", done)
 
 
-def _java_exception(q):
+def _java_exception(q: StreamingQuery) -> Any:
     """The query's Java exception itself (py4j), whose classes and causes `classify` walks:
     PySpark's StreamingQuery.exception() keeps only its cause's conversion. None if not there."""
     try:

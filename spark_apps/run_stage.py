@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import pkgutil
 import signal
 import socket
 import sys
@@ -22,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from spark_apps.executors import ExecutorKeeper, scale_executors
 from spark_apps.fault_actions import fault_actions
@@ -37,19 +36,24 @@ from streamops.agent.metrics import SinkStats, StageContext
 from streamops.agent.poison import PoisonBook
 from streamops.agent.sinks import retry_idempotent
 from streamops.checkpoint_layout import QUERIES
+from streamops.plan.model import Request
 from streamops.registry import Pool, input_dir
-from streamops.run_spec import CommandOutcome, RunSpec
+from streamops.run_spec import CommandHandlers, CommandOutcome, RunSpec
 from streamops.spark_cluster import RUN_MASTER_ENV
 from streamops.store import ledger
 from streamops.waiting import wait_until
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
 log = logging.getLogger("streamops.run_stage")
 
 # stage id → the reconfiguration requests it made this period (`control.request_for_stage`)
-OperatorManager = Callable[[str], Iterable[Any]]
+OperatorManager = Callable[[str], Iterable[Request]]
 
 
-def quiesce(spark, timeout_s: float = 10.0) -> None:
+def quiesce(spark: SparkSession, timeout_s: float = 10.0) -> None:
     """Cancel the jobs a stop past its deadline left running and wait for them to end: stopping
     the context under running tasks makes Spark log ERRORs (a task result arriving at a closed
     pool, a shuffle fetch cut off) for what is a planned stop."""
@@ -69,9 +73,15 @@ def mark_running(deployment_id: int, driver_id: str, pid: int, host: str, ui_url
                      "marking the run running", START_DB_BUDGET_S)
 
 
-def resolve_operator_manager(name: str | None) -> OperatorManager | None:
-    """`module:function`, as the run's row names it; None: this run makes no requests."""
-    return pkgutil.resolve_name(name) if name else None
+def operator_manager_for(spec: RunSpec) -> OperatorManager | None:
+    """The control plane's Operator Manager when the run's row asks for it; None: this run makes no requests."""
+    if not spec.operator_manager:
+        return None
+    # The one import of the control plane by driver code (pyproject.toml, [tool.importlinter]);
+    # imported here, so that a run without requests does not load it.
+    from streamops.control import request_for_stage
+
+    return request_for_stage
 
 
 class StageDriver:
@@ -80,8 +90,10 @@ class StageDriver:
     Operator Manager, the query supervisor and the in-driver change. `run` starts the queries,
     supervises them until told to stop, and stops at a batch boundary."""
 
+    agent: StageAgent  # built after the fault injector, which reaches it through a lambda
+
     def __init__(self, deployment_id: int, *, operator_manager: OperatorManager | None = None,
-                 stop_deadline_s: float = 30.0, spark=None):
+                 stop_deadline_s: float = 30.0, spark: SparkSession | None = None) -> None:
         self.deployment_id, self.stop_deadline_s = deployment_id, stop_deadline_s
         self.dep = retry_idempotent(lambda: ledger.deployment(deployment_id), "reading the run's row",
                                     START_DB_BUDGET_S)
@@ -125,7 +137,7 @@ class StageDriver:
                             format=f"%(asctime)s %(levelname)s {where} %(name)s: %(message)s")
         logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per listener callback otherwise
 
-    def _session(self, pool: Pool):
+    def _session(self, pool: Pool) -> SparkSession:
         # Imported here: the JVM start is the slow part and is logged as such.
         from spark_apps.stage import build_session, ui_port
 
@@ -175,17 +187,18 @@ class StageDriver:
         log.info("action=warm-up took %.1fs on %d sample lines", time.monotonic() - started, lines)
 
     def _agent(self) -> StageAgent:
-        handlers = {"repartition": lambda args: self.in_driver(args),
-                    "fault": lambda args: CommandOutcome(status="done", detail=self.injector.inject(
-                        args.kind, args.magnitude_s, args.source))}
-        if self.master:
-            handlers["scale"] = lambda args: scale_executors(self.spark, self.agent, args, self.executor_cores)
-        periodic = []
+        handlers = CommandHandlers(
+            repartition=lambda args: self.in_driver(args),
+            fault=lambda args: CommandOutcome(status="done", detail=self.injector.inject(
+                args.kind, args.magnitude_s, args.source)),
+            scale=(lambda args: scale_executors(self.spark, self.agent, args, self.executor_cores))
+            if self.master else None)
+        periodic: list[tuple[str, float, Callable[[], object]]] = []
         if self.operator_manager is not None:
             period_s = self.stage.policy.params.local_period_s
             periodic.append(("Operator Manager", period_s, self._ask_operator_manager))
         else:
-            log.warning("action=start no Operator Manager named in the run's row: this run makes no requests")
+            log.warning("action=start the run's row asks for no Operator Manager: this run makes no requests")
         source = self.stage.source
         landing = Landing(self.input_dir, source.landing_quiet_s, source.landing_markers) \
             if source.kind == "files" and self.input_dir is not None else None
@@ -195,11 +208,12 @@ class StageDriver:
     def _ask_operator_manager(self) -> None:
         """Every local period: analyze the stage's window and *request*; the Application Manager
         decides at the next re-plan."""
+        assert self.operator_manager is not None  # scheduled only when the run has one
         for r in self.operator_manager(self.sid):
             log.info("action=request %s target=%s gain=%.3g cost=%.0fms (%s)",
                      r.action, r.target_cores or r.target_pool, r.gain, r.cost_ms, r.reason)
 
-    def restart(self, which: str, excluded: list[str]):
+    def restart(self, which: str, excluded: list[str]) -> StreamingQuery:
         """Start query `which` (agent.ctx: an in-driver change updates cores and partitions)."""
         from spark_apps.stage import start_query
 
@@ -242,7 +256,7 @@ class StageDriver:
         checkpoint_repair.repair_stage(self.ckpt)
         prepare_state(self.spark, self.stage, self.ctx, self.ckpt, self.agent, self.supervisor.excluded,
                       self.dep.state_partitions, rid)
-        self.agent.queries = [self.restart(q, self.supervisor.excluded[q]) for q in QUERIES]
+        self.agent.state.change(queries=[self.restart(q, self.supervisor.excluded[q]) for q in QUERIES])
         self.agent.queries_started()
         if rid:
             stamp(rid, "restarted")
@@ -258,8 +272,10 @@ class StageDriver:
         while not self.agent.stop_requested.wait(1.0):
             if keeper is not None:
                 keeper.check()
-            with self.in_driver.lock:
-                why = self.supervisor.check(self.agent.queries)
+            with self.in_driver.lock:  # the only other writer of the queries holds it too
+                queries = list(self.agent.queries)
+                why = self.supervisor.check(queries)  # restarts a dead query in place
+                self.agent.state.change(queries=queries)
             if why:
                 log.error("action=failed %s", why)
                 return "failed", why, 1
@@ -286,10 +302,10 @@ class StageDriver:
         self.spark.stop()
 
 
-def run(deployment_id: int, stop_deadline_s: float = 30.0, spark=None) -> int:
+def run(deployment_id: int, stop_deadline_s: float = 30.0, spark: SparkSession | None = None) -> int:
     """Run deployment `deployment_id` with the Operator Manager its row names."""
-    name = RunSpec.of(ledger.deployment(deployment_id).config).operator_manager
-    return StageDriver(deployment_id, operator_manager=resolve_operator_manager(name), stop_deadline_s=stop_deadline_s,
+    spec = RunSpec.of(ledger.deployment(deployment_id).config)
+    return StageDriver(deployment_id, operator_manager=operator_manager_for(spec), stop_deadline_s=stop_deadline_s,
                        spark=spark).run()
 
 

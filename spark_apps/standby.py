@@ -10,10 +10,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamops.registry import Stage
 from streamops.store import ledger
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("streamops.run_stage")
 
@@ -84,7 +88,7 @@ BORROW_S = float(os.environ.get("STREAMOPS_STANDBY_BORROW_S", "20"))
 HOLD_LOOK_S = 2.0  # how often a waiting cluster spare looks for an executor it must give back
 
 
-def _hold_no_executor(sc, adopted: threading.Event) -> None:
+def _hold_no_executor(sc: SparkContext, adopted: threading.Event) -> None:
     """Give back any executor that registers while the spare waits. The borrow's launch can
     outlast BORROW_S (an executor JVM took over 20 s under a load average of 20 in the demo):
     the executor then registers after the limit went to 0 and Spark keeps it, a core that the
@@ -103,7 +107,7 @@ def _hold_no_executor(sc, adopted: threading.Event) -> None:
             log.debug("action=standby executor check: %s", e)
 
 
-def _warm_up_on_a_borrowed_executor(spark, stage: Stage, cores: int, partitions: int) -> tuple[int, str]:
+def _warm_up_on_a_borrowed_executor(spark: SparkSession, stage: Stage, cores: int, partitions: int) -> tuple[int, str]:
     from spark_apps.executors import executor_ids, request_total, scale_to
     from spark_apps.stage import warm_up
     from streamops.waiting import wait_until

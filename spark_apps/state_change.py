@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spark_apps.executors import SCALING
-from spark_apps.query_supervisor import QuerySupervisor
+from spark_apps.query_supervisor import QuerySupervisor, Restart
 from streamops import checkpoint_layout as checkpoint
 from streamops.agent.agent import StageAgent
 from streamops.agent.metrics import StageContext
@@ -21,6 +21,9 @@ from streamops.run_spec import CommandOutcome, RepartitionArgs
 from streamops.store import ledger
 from streamops.store import reconfigurations as rstore
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 log = logging.getLogger("streamops.run_stage")
 
 
@@ -29,7 +32,8 @@ def stamp(reconfiguration_id: int, phase: str) -> None:
     log.info("action=reconfigure phase=%s reconfiguration=%d", phase, reconfiguration_id)
 
 
-def finish_pending_batch(spark, stage: Stage, ctx: StageContext, input_dir: Path | None, ckpt: Path, agent,
+def finish_pending_batch(spark: SparkSession, stage: Stage, ctx: StageContext, input_dir: Path | None, ckpt: Path,
+                         agent: StageAgent,
                          excluded: dict[str, list[str]] | None = None) -> bool:
     """Run the batch an interrupted stop left planned but uncommitted (offsets/N without
     commits/N), with the checkpoint's old layout, and stop. The repartitioner refuses such a
@@ -51,7 +55,7 @@ def finish_pending_batch(spark, stage: Stage, ctx: StageContext, input_dir: Path
     return True
 
 
-def repartition_offline(spark, stage: Stage, ckpt: Path, partitions: int) -> float | None:
+def repartition_offline(spark: SparkSession, stage: Stage, ckpt: Path, partitions: int) -> float | None:
     """Rewrite the checkpoint's state to `partitions` before the query starts (it must be
     stopped: it is not started yet). Needs RocksDB state and at least one committed batch,
     and no pending batch (see finish_pending_batch).
@@ -67,7 +71,8 @@ def repartition_offline(spark, stage: Stage, ckpt: Path, partitions: int) -> flo
     return took
 
 
-def prepare_state(spark, stage: Stage, ctx: StageContext, ckpt: Path, agent, excluded: dict[str, list[str]],
+def prepare_state(spark: SparkSession, stage: Stage, ctx: StageContext, ckpt: Path, agent: StageAgent,
+                  excluded: dict[str, list[str]],
                   partitions: int, reconfiguration_id: int | None) -> float | None:
     """Bring a stopped checkpoint's state to `partitions` before the queries (re)start: finish a
     batch an interrupted stop left pending (the repartitioner refuses it), repartition, and stamp
@@ -89,8 +94,8 @@ class InDriverChange:
     still runs), removed during the pause (idle then: no task is killed). Holds `lock`, which the
     main loop's supervisor takes, so nothing restarts a query while it is paused on purpose."""
 
-    def __init__(self, spark, agent: StageAgent, stage: Stage, ckpt: Path, deployment_id: int, restart,
-                 supervisor: QuerySupervisor, executor_cores: int, standalone: bool):
+    def __init__(self, spark: SparkSession, agent: StageAgent, stage: Stage, ckpt: Path, deployment_id: int,
+                 restart: Restart, supervisor: QuerySupervisor, executor_cores: int, standalone: bool) -> None:
         self.spark, self.agent, self.stage, self.ckpt, self.deployment_id = spark, agent, stage, ckpt, deployment_id
         self.restart, self.supervisor = restart, supervisor
         self.executor_cores, self.standalone = executor_cores, standalone
@@ -117,10 +122,11 @@ class InDriverChange:
             took = prepare_state(self.spark, self.stage, self.agent.ctx, self.ckpt, self.agent,
                                  self.supervisor.excluded, partitions, rid)
             ledger.record_partitions(self.deployment_id, partitions)
-            self.agent.ctx = replace(self.agent.ctx, cores=cores, state_partitions=partitions)
+            # the paused queries produce no progress: their listener reads the new context from now
+            self.agent.state.change(cores=cores, state_partitions=partitions)
             if cores < before:  # now, while no task runs: nothing re-runs, and no wait for the removal
                 executors.append(self._executors(cores, timeout_s, wait=False))
-            self.agent.queries = [self.restart(q, self.supervisor.excluded[q]) for q in QUERIES]
+            self.agent.state.change(queries=[self.restart(q, self.supervisor.excluded[q]) for q in QUERIES])
             if rid:
                 stamp(rid, "restarted")
             restarted_in = time.monotonic() - paused

@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 
@@ -42,10 +43,11 @@ def read_entry(path: Path) -> list[str]:
     return [line for line in lines[1:] if line.strip()]
 
 
-def parse(path: Path, line: str) -> dict:
+def parse(path: Path, line: str) -> dict[str, Any]:
     """One JSON line of `path`'s entry; a torn one is named."""
     try:
-        return json.loads(line)
+        entry: dict[str, Any] = json.loads(line)
+        return entry
     except json.JSONDecodeError as e:
         raise CheckpointUnreadable(path, f"{e.msg} (char {e.pos} of a line)") from e
 
@@ -205,7 +207,7 @@ class SourceLog:
             self._lines[name] = len(lines)
         return self._lines[name]
 
-    def _new_entries(self, name: str, lines: list[str]) -> list[dict]:
+    def _new_entries(self, name: str, lines: list[str]) -> list[dict[str, Any]]:
         """The entries of `lines` whose names may not be kept yet. A compaction N repeats every
         batch before it, then adds N's own: when those batches were read already, only its tail
         is parsed (a long run's compaction lists millions of files, every 10 batches)."""
@@ -237,7 +239,9 @@ class SourceLog:
         if whole is not None:
             return whole
         own = self._count(str(batch_id))
-        rest = None if own is None or depth > 100 else self._upto(batch_id - 1, depth + 1)
+        if own is None or depth > 100:
+            return None
+        rest = self._upto(batch_id - 1, depth + 1)
         return None if rest is None else own + rest
 
     def files_of(self, batch_id: int) -> int | None:

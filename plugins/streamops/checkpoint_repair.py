@@ -130,12 +130,12 @@ class _Repair:
         logs = [self.ckpt / "offsets", self.ckpt / "commits", *sorted((self.ckpt / "sources").glob("[0-9]*"))]
         torn_newest = {d: self._check_log(d) for d in logs}
         for d in logs[2:]:  # a source log first: the batches that planned it go with it
-            if torn_newest[d] is not None:
-                self._move_source_entry(d, *torn_newest[d])
+            if (torn := torn_newest[d]) is not None:
+                self._move_source_entry(d, *torn)
         for d in logs[:2]:
-            if torn_newest[d] is None or not torn_newest[d][0].exists():  # gone with its source entry
+            if (torn := torn_newest[d]) is None or not torn[0].exists():  # gone with its source entry
                 continue
-            path, why = torn_newest[d]
+            path, why = torn
             if d.name == "offsets":
                 self._move_batch(_batch(path), why)
             else:

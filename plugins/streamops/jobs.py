@@ -86,7 +86,8 @@ def load_callable(ref: str, paths: Iterable[str] = ()) -> Callable[..., Any]:
         raise JobError(f"job {ref}: module {module_name!r} ({getattr(module, '__file__', '?')}) has no {attr!r}")
     if not callable(fn):
         raise JobError(f"job {ref}: {attr!r} is not a function (it is the {type(fn).__name__} {fn!r})")
-    return fn
+    job: Callable[..., Any] = fn
+    return job
 
 
 def check_signature(ref: str, fn: Callable[..., Any], arity: int, shape: str) -> None:

@@ -24,9 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from streamops.checkpoint_layout import ROCKSDB_PROVIDER
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 ENV = "STREAMOPS_JVM_ARCHIVE"
 
@@ -60,7 +65,7 @@ def java_option() -> str:
     return f"-XX:SharedArchiveFile={path}" if path is not None and path.exists() else ""
 
 
-def build(force: bool = False, progress=lambda _: None, timeout_s: float = 300) -> Path | None:
+def build(force: bool = False, progress: Callable[[str], None] = lambda _: None, timeout_s: float = 300) -> Path | None:
     """Dump the archive once (about 15 s), unless it exists. A lock file keeps two concurrent
     builds from writing it twice; the dump goes to a temporary name and is renamed into place,
     so a JVM never maps half an archive. Returns its path, None without a JDK."""
@@ -105,16 +110,21 @@ def _train(dump_to: Path) -> None:
                  .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                  .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
                  .getOrCreate())
+        assert spark.sparkContext._gateway is not None  # a started session has one
         gateway = spark.sparkContext._gateway.proc
 
         @F.udf("string")
         def key_of(line: str) -> str:
             import json
 
-            return json.loads(line)["k"]
+            return str(json.loads(line)["k"])
 
-        def sink(batch, batch_id: int) -> None:
-            batch.rdd.foreachPartition(lambda rows: sum(1 for _ in rows))
+        def drain(rows: Iterable[Any]) -> None:  # reads every row, keeps none
+            for _ in rows:
+                pass
+
+        def sink(batch: DataFrame, batch_id: int) -> None:
+            batch.rdd.foreachPartition(drain)
 
         counts = (spark.readStream.format("text").load(str(src)).select(key_of("value").alias("k"))
                   .groupBy("k").count())

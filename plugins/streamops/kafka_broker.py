@@ -22,6 +22,7 @@ generated password: the broker half is its only client. No ACLs: an authenticate
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -164,7 +165,8 @@ def _credentials() -> dict[str, str]:
         creds = {"username": USER, "password": secrets.token_urlsafe(24),
                  "controller_password": secrets.token_urlsafe(24)}
         write_private(path, json.dumps(creds, indent=2) + "\n")
-    return json.loads(path.read_text())
+    stored: dict[str, str] = json.loads(path.read_text())
+    return stored
 
 
 def client_settings(bootstrap: str | None = None) -> ClientSettings:
@@ -302,7 +304,8 @@ def _new_cluster_id() -> str:
 def free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _port_free(port: int, host: str = LOOPBACK) -> bool:
@@ -346,7 +349,7 @@ def _start(b: Broker, timeout_s: float) -> Broker:
     """Start the broker on `b`'s ports (formatting a new log directory first), record it, and
     wait until it answers an authenticated request."""
     for port, host in ((b.port, b.host), (b.controller_port, LOOPBACK)):  # after a kill: the old sockets let go
-        if not wait_until(lambda p=port, h=host: _port_free(p, h), 30.0, interval_s=0.5):
+        if not wait_until(functools.partial(_port_free, port, host), 30.0, interval_s=0.5):
             raise KafkaBrokerError(f"port {port}, recorded for the embedded Kafka broker, is held by another process "
                                    f"(`ss -ltnp 'sport = :{port}'` names it); every client uses it, so the broker "
                                    f"does not move: free it and run `streamops kafka up` again")

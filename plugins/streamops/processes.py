@@ -27,7 +27,7 @@ DATA_PLANE_NICE = int(os.environ.get("STREAMOPS_DATA_PLANE_NICE", "0"))
 
 def spawn_detached(argv: Sequence[str], *, log_path: Path, pid_file: Path | None = None,
                    env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
-                   stdin_pipe: bool = False, nice: int = 0) -> subprocess.Popen:
+                   stdin_pipe: bool = False, nice: int = 0) -> subprocess.Popen[bytes]:
     """Start `argv` in its own session (it survives its starter, Ctrl-C there does not reach it, and
     it leads a process group that `stop(..., group=True)` takes down whole), stdout and stderr
     appended to `log_path`, stdin closed (or a pipe from us, `stdin_pipe`); its pid is written to
@@ -56,7 +56,7 @@ def read_pid(pid_file: Path) -> int | None:
 def is_alive(pid: int) -> bool:
     """Whether `pid` runs. A zombie (exited, not yet reaped by its parent) counts as dead."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)  # psutil has no stubs here
     except psutil.NoSuchProcess:
         return False
 
@@ -138,11 +138,11 @@ def stop_pid_file(pid_file: Path, *, grace_s: float) -> int | None:
     """Stop the process `pid_file` names (`stop`) and remove the file, so that nothing restarts
     it: the pid stopped, or None when it was not running."""
     pid = read_pid(pid_file)
-    running = pid is not None and is_alive(pid)
-    if running:
-        stop(pid, grace_s=grace_s)
+    running = pid if pid is not None and is_alive(pid) else None
+    if running is not None:
+        stop(running, grace_s=grace_s)
     pid_file.unlink(missing_ok=True)
-    return pid if running else None
+    return running
 
 
 # -- background generators (`streamops gen --background`): run/gen-<stage>.pid, logs/gen-<stage>.log

@@ -15,7 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml  # type: ignore[import-untyped]  # no stubs installed (types-PyYAML)
+import yaml
 from croniter import croniter
 from pydantic import (
     BaseModel,

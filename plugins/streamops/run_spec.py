@@ -10,9 +10,11 @@ Commands (`driver_commands`) carry typed arguments (`COMMANDS`) and close with a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from streamops.registry import Pool, Stage
 
@@ -28,13 +30,20 @@ class RunSpec(BaseModel):
     fault: str | None = Field(default=None, description="a test's sink fault (sink_faults.SINK_FAULTS)")
     speculation: dict[str, str] | None = Field(default=None, description="Spark speculation conf (HA stages)")
     warm_up: bool = Field(default=True, description="run the query once over a sample before the real one")
-    operator_manager: str | None = Field(default=None, description="module:function the driver asks every period")
+    operator_manager: bool = Field(default=False, description="whether the driver asks the Operator Manager "
+                                                              "(control.request_for_stage) every local period")
     code_archive: str | None = Field(default=None, description="the job's code, zipped, shipped with addPyFile")
     code_sha256: str | None = Field(default=None, description="the content hash of that code")
     checkpoint_repair: str | None = Field(default=None, description="what the start moved aside from a torn "
                                                                     "checkpoint (checkpoint_repair)")
     start_size: str | None = Field(default=None, description="why a new deployment starts at its cores "
                                                              "(plan.start_size); None: the cores were given")
+
+    @field_validator("operator_manager", mode="before")
+    @classmethod
+    def _named_before(cls, v: object) -> object:
+        # Rows written before the driver imported it named it (or None); no other name was ever written.
+        return {None: False, "streamops.control:request_for_stage": True}.get(v, v) if isinstance(v, str | None) else v
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> RunSpec:
@@ -99,6 +108,26 @@ class CommandOutcome(BaseModel):
         if status in ("done", "refused", "failed"):
             return cls(status=status, detail=detail)  # type: ignore[arg-type]
         return cls(status="failed", detail=f"an outcome this platform does not know: {text}")
+
+
+@dataclass(frozen=True)
+class CommandHandlers:
+    """What a run does with each command but `stop` (which the agent obeys itself), each handler
+    typed by its command's arguments; None: this run refuses that command."""
+
+    scale: Callable[[ScaleArgs], CommandOutcome] | None = None
+    repartition: Callable[[RepartitionArgs], CommandOutcome] | None = None
+    fault: Callable[[FaultArgs], CommandOutcome] | None = None
+
+    def run(self, args: CommandArgs) -> CommandOutcome | None:
+        """The outcome of the handler for `args`'s command; None when this run has none."""
+        if isinstance(args, ScaleArgs) and self.scale is not None:
+            return self.scale(args)
+        if isinstance(args, RepartitionArgs) and self.repartition is not None:
+            return self.repartition(args)
+        if isinstance(args, FaultArgs) and self.fault is not None:
+            return self.fault(args)
+        return None
 
 
 def command_args(command: str, args: dict[str, Any] | None) -> CommandArgs:

@@ -35,9 +35,10 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import httpx
 
@@ -203,14 +204,16 @@ def free_port(host: str = LOOPBACK) -> int:
     """A port free on `host` now (the kernel's choice); whoever binds it next gets it."""
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def master_state(c: Cluster, timeout_s: float = 3.0) -> dict | None:
+def master_state(c: Cluster, timeout_s: float = 3.0) -> dict[str, Any] | None:
     """The master's own view (its web UI's /json/: status, workers, cores, apps), or None if it
     does not answer."""
     try:
-        return httpx.get(f"{c.ui}/json/", timeout=timeout_s).json()
+        state: dict[str, Any] = httpx.get(f"{c.ui}/json/", timeout=timeout_s).json()
+        return state
     except (httpx.HTTPError, ValueError):
         return None
 
@@ -271,7 +274,8 @@ def worker_argv(master: str, host: str, cores: int, memory: str, webui_port: int
 
 
 def up(workers: int = 1, cores_per_worker: int = 2, memory_per_worker: str = "4g",
-       timeout_s: float = 90.0, progress=lambda _: None, host: str | None = None) -> tuple[Cluster, bool]:
+       timeout_s: float = 90.0, progress: Callable[[str], None] = lambda _: None,
+       host: str | None = None) -> tuple[Cluster, bool]:
     """Start (or reuse) the embedded cluster: the master, then `workers` workers, each offering
     `cores_per_worker` cores and `memory_per_worker` to executors, all bound to `host` (default
     `$STREAMOPS_SPARK_HOST`, else loopback). Returns it and whether it was already running.

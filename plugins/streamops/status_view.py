@@ -7,8 +7,10 @@ and it says which ones it left out. `--wide` keeps them all.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -19,7 +21,7 @@ from rich.text import Text
 @dataclass(frozen=True)
 class Column:
     header: str
-    justify: str
+    justify: Literal["left", "right"]
     keep: int          # lower is kept longer when the terminal is narrow
     explain: str = ""  # for the caption
 
@@ -53,7 +55,7 @@ _ONLY_DEFAULT = {"replicas": "1"}
 _COLORS = {"running": "green", "starting": "yellow", "stopping": "yellow", "failed": "red", "refused": "red"}
 
 
-def _fmt(v, spec: str = "", none: str = "–") -> str:
+def _fmt(v: Any, spec: str = "", none: str = "–") -> str:
     return none if v is None else format(v, spec)
 
 
@@ -69,7 +71,7 @@ def human_bytes(n: int | None) -> str:
     return f"{size:.0f} {unit}" if unit == "B" or size >= 9.95 else f"{size:.1f} {unit}"
 
 
-def _backlog(r) -> str:
+def _backlog(r: Any) -> str:
     """The main query's backlog, and the quarantine query's when it is further behind: a stage
     whose side query lags has lines not yet checked, and `status` must not say 0 then."""
     main, side = r.backlog_files, getattr(r, "quarantine_backlog_files", None)
@@ -80,7 +82,7 @@ def _backlog(r) -> str:
     return _fmt(main)
 
 
-def cells(r) -> tuple[dict[str, str], list[str]]:
+def cells(r: Any) -> tuple[dict[str, str], list[str]]:
     """One stage_status row → its cells (rich markup) and the notes it earns under the table."""
     notes = []
     hb = r.heartbeat_age_s
@@ -115,7 +117,7 @@ def _link(url: str | None) -> str:
     return f"[link={url}]{url}[/link]" if url else "–"
 
 
-def _replicas(r) -> str:
+def _replicas(r: Any) -> str:
     wanted, live = getattr(r, "replicas", 1) or 1, getattr(r, "live_replicas", 0) or 0
     if wanted <= 1 and live <= 1:
         return "1"
@@ -151,7 +153,7 @@ def _caption(explain: list[str], notes: list[str], width: int | None) -> Text:
     return Text("\n").join(caption.wrap(Console(width=width), width))
 
 
-def status_table(rows, width: int | None, now: datetime | None = None) -> Table:
+def status_table(rows: Iterable[Any], width: int | None, now: datetime | None = None) -> Table:
     """The table for `rows` (stage_status), fitted to `width` columns (None: every column)."""
     built = [cells(r) for r in rows]
     data = [c for c, _ in built]

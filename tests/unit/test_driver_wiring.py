@@ -5,19 +5,26 @@ from __future__ import annotations
 
 import pytest
 
-from spark_apps.run_stage import resolve_operator_manager
+from spark_apps.run_stage import operator_manager_for
 from streamops import control
-from streamops.execute import stages
+from streamops.run_spec import RunSpec
+from tests.unit.test_run_spec import _spec
 
 
-def test_the_operator_manager_named_in_a_run_s_row_is_the_control_plane_s():
-    assert resolve_operator_manager(stages.OPERATOR_MANAGER) is control.request_for_stage
+def test_a_run_whose_row_asks_for_the_operator_manager_gets_the_control_plane_s():
+    assert operator_manager_for(_spec(operator_manager=True)) is control.request_for_stage
 
 
-def test_a_run_without_one_makes_no_requests_and_a_wrong_name_fails_at_start():
-    assert resolve_operator_manager(None) is None
-    with pytest.raises(AttributeError):
-        resolve_operator_manager("streamops.control:no_such_function")
+def test_a_run_without_one_makes_no_requests():
+    assert operator_manager_for(_spec(operator_manager=False)) is None
+
+
+def test_a_row_written_when_the_operator_manager_was_named_still_reads_and_a_wrong_name_is_refused():
+    stored = _spec().model_dump(mode="json")
+    assert RunSpec.of({**stored, "operator_manager": "streamops.control:request_for_stage"}).operator_manager
+    assert not RunSpec.of({**stored, "operator_manager": None}).operator_manager
+    with pytest.raises(ValueError):
+        RunSpec.of({**stored, "operator_manager": "streamops.control:no_such_function"})
 
 
 def test_a_database_away_at_start_up_delays_marking_the_run_running_instead_of_failing_the_start(monkeypatch):

@@ -10,11 +10,11 @@ from streamops.run_spec import CommandOutcome, FaultArgs, RepartitionArgs, RunSp
 from tests.demo_jobs import demo_job
 
 
-def _spec(**over) -> RunSpec:
+def _spec(**over: object) -> RunSpec:
     stage = registry.Stage.model_validate({**demo_job("wordcount", {"path": "in"}), "cores": {"initial": 1, "max": 2},
                                            "pool": "p"})
-    return RunSpec(app="a", stage="s", spec=stage, pool=registry.Pool(cores=2), operator_manager="m:f",
-                   code_archive="/x/code-1.zip", code_sha256="ab" * 32, **over)
+    return RunSpec(app="a", stage="s", spec=stage, pool=registry.Pool(cores=2),
+                   **{"operator_manager": True, "code_archive": "/x/code-1.zip", "code_sha256": "ab" * 32, **over})
 
 
 def test_a_run_spec_survives_its_trip_through_the_deployments_row():

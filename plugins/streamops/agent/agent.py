@@ -7,6 +7,7 @@ absent database delays reports instead of stalling Spark's listener bus or killi
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -16,22 +17,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Row
 from sqlalchemy.exc import DBAPIError
 
 from streamops.agent.fencing import exit_fenced
 from streamops.agent.input_watch import InputAudit, Landing
 from streamops.agent.kafka_lag import TopicBacklog
 from streamops.agent.metrics import ClockOffset, SinkStats, StageContext, progress_to_metrics, state_operators
+from streamops.agent.run_state import RunState
 from streamops.agent.writer import BufferedWriter
 from streamops.checkpoint_layout import FileSourceBacklog, quarantine_checkpoint
-from streamops.run_spec import CommandOutcome, StopArgs, command_args
+from streamops.run_spec import CommandHandlers, CommandOutcome, StopArgs, command_args
 from streamops.store import db
 from streamops.waiting import wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.listener import (
+        QueryIdleEvent,
+        QueryProgressEvent,
+        QueryStartedEvent,
+        QueryTerminatedEvent,
+        StreamingQueryListener,
+    )
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("streamops.agent")
 
@@ -42,28 +51,28 @@ _INTERRUPTED = ("java.lang.InterruptedException", "java.io.InterruptedIOExceptio
                 "java.nio.channels.ClosedByInterruptException")
 
 
-def _listener_class():
+def _listener_class() -> Callable[[StageAgent], StreamingQueryListener]:
     # Imported lazily: `streamops` never imports pyspark at module import time.
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class MetricsListener(StreamingQueryListener):
-        def __init__(self, agent: StageAgent):
+        def __init__(self, agent: StageAgent) -> None:
             self.agent = agent
 
-        def onQueryStarted(self, event) -> None:
+        def onQueryStarted(self, event: QueryStartedEvent) -> None:
             log.info("stage %s: query %s started (run %s)", self.agent.ctx.stage_id, event.name, event.runId)
 
-        def onQueryProgress(self, event) -> None:
+        def onQueryProgress(self, event: QueryProgressEvent) -> None:
             if event.progress.name == self.agent.main_query_name:
                 try:
                     self.agent.on_progress(json.loads(event.progress.json))
                 except Exception:  # a report must never break the stage
                     log.exception("stage %s: could not record progress", self.agent.ctx.stage_id)
 
-        def onQueryIdle(self, event) -> None:
+        def onQueryIdle(self, event: QueryIdleEvent) -> None:
             pass
 
-        def onQueryTerminated(self, event) -> None:
+        def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
             if event.exception:
                 log.error("stage %s: query %s failed: %s", self.agent.ctx.stage_id, event.id,
                           event.exception.splitlines()[0])
@@ -81,25 +90,27 @@ class StageAgent:
         engine: Engine | None = None,
         heartbeat_s: float = 5.0,
         poll_s: float = 1.0,
-        periodic: list[tuple[str, float, Callable[[], None]]] | None = None,
-        handlers: dict[str, Callable[[dict], str]] | None = None,
+        periodic: list[tuple[str, float, Callable[[], object]]] | None = None,
+        handlers: CommandHandlers | None = None,
         landing: Landing | None = None,
         audit_s: float = 10.0,
     ):
-        self.spark, self.ctx = spark, ctx
+        self.spark = spark
+        # the context and the queries, replaced by the command thread and read by the listener
+        self.state = RunState(ctx)
         self.engine = engine  # None: the process's database
         self.heartbeat_s, self.poll_s = heartbeat_s, poll_s
         self.heartbeat_cut_until = 0.0  # monotonic: the fault injector silences the heartbeat until then
         # (name, period, callback) run on threads of their own: the driver wires in the stage's
         # Operator Manager here; the agent itself only reports and obeys.
         self.periodic = periodic or []
-        # command → handler(args) → outcome, for commands other than `stop` (e.g. `scale`)
-        self.handlers = handlers or {}
+        self.handlers = handlers or CommandHandlers()  # for the commands other than `stop`
         self.main_query_name = ctx.stage_id
         self.checkpoint = Path(checkpoint)
         # No input directory: a Kafka topic, whose backlog is its lag, from the query's progress.
-        self.topic = TopicBacklog() if input_dir is None else None
-        self.backlog: FileSourceBacklog | TopicBacklog = self.topic or FileSourceBacklog(input_dir, checkpoint)
+        self.backlog: FileSourceBacklog | TopicBacklog = \
+            TopicBacklog() if input_dir is None else FileSourceBacklog(input_dir, checkpoint)
+        self.topic = self.backlog if isinstance(self.backlog, TopicBacklog) else None
         self.quarantine_backlog = None if input_dir is None else \
             FileSourceBacklog(input_dir, quarantine_checkpoint(checkpoint))
         # Progress, for the supervisor's liveness check: the last commit, or the last time the
@@ -117,7 +128,6 @@ class StageAgent:
         self.stop_command_id: int | None = None
         self.stop_deadline_s: float | None = None  # from the stop command: the launcher escalates after it
         self.last_batch_id: int | None = None
-        self.queries: list[StreamingQuery] = []
         self._sink_stats: dict[int, SinkStats] = {}
         self._rows_per_file: float | None = None
         # files an earlier run's source log holds: a restarted run's rows-per-file starts from its own batches
@@ -127,6 +137,16 @@ class StageAgent:
         self._closing = threading.Event()
         self._stopping_queries = threading.Event()  # set while stop_at_batch_boundary stops them
 
+    @property
+    def ctx(self) -> StageContext:
+        """The run's context now (`state.change` replaces it)."""
+        return self.state.view.ctx
+
+    @property
+    def queries(self) -> tuple[StreamingQuery, ...]:
+        """The run's queries now, in QUERIES order (`state.change` replaces them)."""
+        return self.state.view.queries
+
     # -- lifecycle -------------------------------------------------------------------------
     def attach(self) -> None:
         self.spark.streams.addListener(self.listener)
@@ -135,14 +155,14 @@ class StageAgent:
         self.writer.start()
         if self.ctx.deployment_id is None:  # an in-process run (tests): no run row to beat for or command
             return
-        loops = [(self._heartbeat_loop, "heartbeat"), (self._command_loop, "commands")]
+        loops: list[tuple[Callable[[], None], str]] = [(self._heartbeat_loop, "heartbeat"),
+                                                       (self._command_loop, "commands")]
         periodic = list(self.periodic)
         if self.audit is not None:
             periodic.append(("input audit", self.audit_s, self._audit_input))
         if self.landing is not None:
             periodic.append(("landing", 1.0, self.landing.move_ready))
-        loops += [(lambda name=name, period=period, fn=fn: self._every(name, period, fn), name)
-                  for name, period, fn in periodic]
+        loops += [(functools.partial(self._every, name, period, fn), name) for name, period, fn in periodic]
         for target, name in loops:
             t = threading.Thread(target=target, name=f"{name}-{self.ctx.stage_id}", daemon=True)
             t.start()
@@ -228,6 +248,7 @@ class StageAgent:
         """Stopping a query mid-batch cancels its job; a shuffle fetch cut off by that cancel logs
         an ERROR in the JVM for what is our own interrupt (named in one warning instead)."""
         jvm = self.spark.sparkContext._jvm
+        assert jvm is not None  # a running session's
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             "org.apache.spark.storage.ShuffleBlockFetcherIterator", jvm.org.apache.logging.log4j.Level.OFF)
 
@@ -246,7 +267,7 @@ class StageAgent:
     def _report_last_batch(self) -> None:
         """The last batch before a stop: its progress event may still be on Spark's listener bus when
         the listener goes, and the batch would have no stage_metrics row. The query keeps it."""
-        main = self.queries[0] if self.queries else None
+        main = next(iter(self.queries), None)  # one read: the view may be replaced meanwhile
         try:
             last = main.lastProgress if main is not None else None
             if last is not None and not wait_until(lambda: self.last_batch_id == last.batchId, 2.0, interval_s=0.05):
@@ -313,7 +334,7 @@ class StageAgent:
         writer, whose backoff after a database outage would silence the beat past the
         supervisor's limit (every driver killed at once when the database comes back). A beat
         that fails is not kept: the next one says the same, newer."""
-        main = self.queries[0] if self.queries else None
+        main = next(iter(self.queries), None)  # one read: the view may be replaced meanwhile
         params = {
             "deployment_id": self.ctx.deployment_id, "stage_id": self.ctx.stage_id,
             "query_active": bool(main and main.isActive),
@@ -341,7 +362,7 @@ class StageAgent:
         """Live executors on a cluster pool (the status page and /metrics show them); None in
         local mode, where the driver runs the tasks itself."""
         sc = self.spark.sparkContext
-        if sc.master.startswith("local"):
+        if str(sc.master).startswith("local"):
             return None
         try:
             return int(sc._jsc.sc().getExecutorIds().size())
@@ -369,20 +390,18 @@ class StageAgent:
             if self._closing.wait(self.heartbeat_s):
                 return
 
-    def _every(self, name: str, period_s: float, fn: Callable[[], None]) -> None:
+    def _every(self, name: str, period_s: float, fn: Callable[[], object]) -> None:
         while not self._closing.wait(period_s):
             try:
                 fn()
             except Exception:
                 log.exception("stage %s: %s failed", self.ctx.stage_id, name)
 
-    def _obey(self, cmd) -> None:
+    def _obey(self, cmd: Row[Any]) -> None:
         """Run the handler the driver registered for `cmd.command` with its typed arguments; its
         `CommandOutcome` (refused for arguments that do not validate, failed for an error) closes it."""
-        handler = self.handlers.get(cmd.command)
         try:
-            args = command_args(cmd.command, cmd.args)
-            outcome = handler(args) if handler else \
+            outcome = self.handlers.run(command_args(cmd.command, cmd.args)) or \
                 CommandOutcome(status="refused", detail=f"this run has no {cmd.command!r} handler")
         except ValueError as e:  # pydantic's ValidationError too: the sender's mistake, not the run's
             outcome = CommandOutcome(status="refused", detail=f"bad arguments: {str(e).splitlines()[0]}")

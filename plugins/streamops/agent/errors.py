@@ -95,9 +95,10 @@ def java_chain(e: Any, limit: int = 20) -> list[JavaLink]:
 
 
 def _throwables(t: Any, limit: int) -> list[JavaLink]:
-    out = []
+    out: list[JavaLink] = []
     while t is not None and len(out) < limit:
-        classes, c = [], t.getClass()
+        classes: list[str] = []
+        c = t.getClass()
         while c is not None and len(classes) < 12:
             classes.append(str(c.getName()))
             c = c.getSuperclass()
@@ -143,7 +144,7 @@ def sqlstate(e: Any) -> str | None:
         for err in (e, getattr(e, "orig", None)):
             code = getattr(err, "pgcode", None)
             if code:
-                return code
+                return str(code)
     m = _TAG.search(e if isinstance(e, str) else str(e))
     return m.group(1) if m and m.group(1) != "none" else None
 

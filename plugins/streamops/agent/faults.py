@@ -94,8 +94,8 @@ class FaultInjector(threading.Thread):
                 nxt = min(self._arrivals, key=lambda a: a.at, default=None)
             wait = None if nxt is None else max(0.0, nxt.at - time.monotonic())
             self._wake.clear()
-            if self._wake.wait(wait if wait is not None else 3600) or self._closing.is_set():
-                continue  # a new schedule (or closing): look again
+            if self._wake.wait(wait if wait is not None else 3600) or self._closing.is_set() or nxt is None:
+                continue  # a new schedule (or closing, or nothing scheduled): look again
             with self._lock:
                 nxt.at = time.monotonic() + draw_gap(nxt.rng, nxt.fault.mtbf_s)
             try:

@@ -10,19 +10,21 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from typing import NoReturn
 
 from streamops.store import db
 
 log = logging.getLogger("streamops.fencing")
 
 
-def exit_fenced(stage_id: str, deployment_id: int | None, what: str) -> None:
+def exit_fenced(stage_id: str, deployment_id: int | None, what: str) -> NoReturn:
     """This run was replaced (a newer run of its stage and role was admitted while it was stopped,
     paused or cut off): exit now, the JVM with it, writing nothing more."""
     log.error("stage %s: action=fenced deployment=%s: a newer run replaced this one (%s refused): exiting "
               "without writing", stage_id, deployment_id, what)
     logging.shutdown()
     os.killpg(os.getpgid(0), signal.SIGKILL)
+    raise SystemExit(137)  # not reached: the SIGKILL ends this process with the group
 
 
 def fence(stage_id: str, deployment_id: int | None, what: str) -> None:

@@ -24,6 +24,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("streamops.input")
 
@@ -35,8 +36,9 @@ def _batch(entry_name: str) -> int:
     return int(entry_name.split(".")[0])
 
 
-def _parse_entry(line: str) -> dict:
-    return json.loads(line)
+def _parse_entry(line: str) -> dict[str, Any]:
+    entry: dict[str, Any] = json.loads(line)
+    return entry
 
 
 class Landing:

@@ -135,7 +135,7 @@ class PoisonBook:
                     kind, why = BATCH_FAILED, reason
                 else:
                     v = check_line(self.family, raw, self.max_record_bytes)
-                    if v.valid:
+                    if v.kind is None:  # valid: no reason kind
                         continue
                     kind, why = v.kind, f"{v.reason} (written by the driver: {reason})"
                 rows.append(quarantine_values(self.stage_id, self.deployment_id, fb.batch_id, f, raw,
@@ -211,7 +211,7 @@ class _OverBudget(Exception):
     pass
 
 
-def _lines(path: Path):
+def _lines(path: Path) -> list[bytes]:
     """The lines of an input file as Spark's text source splits them (\\n, \\r\\n or \\r)."""
     try:
         data = path.read_bytes()

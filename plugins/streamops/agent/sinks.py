@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from streamops.agent import dir_swap
 from streamops.agent.errors import TransientError, is_transient, tag_sqlstate
@@ -25,6 +25,8 @@ from streamops.store import db
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from sqlalchemy import Connection
+    from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,8 @@ WRITE_PAGE = 2000
 PAGE_BYTES = 8 << 20
 
 
-def _chunks(rows: Iterable, size: int, weigh: Callable[[Any], int] | None = None,
-            max_bytes: int = PAGE_BYTES) -> Iterator[list]:
+def _chunks(rows: Iterable[Any], size: int, weigh: Callable[[Any], int] | None = None,
+            max_bytes: int = PAGE_BYTES) -> Iterator[list[Any]]:
     """Pages of at most `size` rows and, when `weigh` is given, about `max_bytes` (one
     statement must not hold a thousand 5 MB quarantined lines)."""
     chunk, held = [], 0
@@ -51,6 +53,14 @@ def _chunks(rows: Iterable, size: int, weigh: Callable[[Any], int] | None = None
 # psycopg2 refuses a NUL character in any string, UTF-8 cannot encode a lone surrogate, and jsonb
 # refuses the escape \u0000. The parser quarantines records holding them (streamops.records);
 # these are the sinks' own guard, so no value can ever fail a batch.
+
+@overload
+def pg_text(s: str) -> str: ...
+
+
+@overload
+def pg_text(s: None) -> None: ...
+
 
 def pg_text(s: str | None) -> str | None:
     if s is None:
@@ -102,7 +112,7 @@ def record_key(source_file: str | None, raw: bytes, occurrence: int = 1) -> str:
 
 
 def quarantine_values(stage_id: str, deployment_id: int | None, batch_id: int, source_file: str | None,
-                      raw: bytes, key: str, kind: str, reason: str) -> tuple:
+                      raw: bytes, key: str, kind: str, reason: str) -> tuple[Any, ...]:
     """One `quarantine_insert` row: the line as text, and its exact bytes when the text is not."""
     raw = bytes(raw)
     text = pg_text(raw.decode("utf-8", "replace"))
@@ -110,7 +120,8 @@ def quarantine_values(stage_id: str, deployment_id: int | None, batch_id: int, s
     return (stage_id, deployment_id, batch_id, source_file, key, text, exact, len(raw), kind, pg_text(reason))
 
 
-def newest_per_key(tuples: list[tuple], key: Callable, version: Callable) -> list[tuple]:
+def newest_per_key(tuples: list[tuple[Any, ...]], key: Callable[[tuple[Any, ...]], Any],
+                   version: Callable[[tuple[Any, ...]], Any]) -> list[tuple[Any, ...]]:
     """One row per key, the highest version (ties: the later row), in key order. An upsert
     statement may not touch a row twice, so two records with one id in a batch (a producer's
     resend) would otherwise fail the batch on every replay."""
@@ -118,9 +129,10 @@ def newest_per_key(tuples: list[tuple], key: Callable, version: Callable) -> lis
     return [t for i, t in enumerate(ordered) if i + 1 == len(ordered) or key(ordered[i + 1]) != key(t)]
 
 
-def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple: Callable,
-                              conflict_key: Callable, weigh: Callable | None = None,
-                              version: Callable | None = None, written=None) -> Callable:
+def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple: Callable[..., Any],
+                              conflict_key: Callable[..., Any], weigh: Callable[..., int] | None = None,
+                              version: Callable[..., Any] | None = None,
+                              written: Any = None) -> Callable[[Iterable[Any]], None]:
     """A foreachPartition function: one connection per partition, pages of `execute_values`.
     Runs in the executors' Python workers, so it carries only picklable strings.
 
@@ -128,7 +140,7 @@ def _execute_values_partition(url: str, sql: str, template: str | None, to_tuple
     primary and its active backup writing the same keys) then takes row locks in one global
     order, so concurrent upserts wait for each other but never deadlock."""
 
-    def write(rows: Iterable) -> None:
+    def write(rows: Iterable[Any]) -> None:
         import psycopg2
         from psycopg2.extras import execute_values
 
@@ -164,6 +176,7 @@ def _event_time_stats(df: DataFrame) -> tuple[int, float | None, float | None, f
         F.percentile_approx(ms, [0.05, 0.5], 1000).alias("q"),
         F.min(ms).alias("lo"),
     ).first()
+    assert r is not None  # an aggregate without grouping has one row
     q = r["q"] or [None, None]
     return int(r["n"]), q[0], q[1], r["lo"]
 
@@ -187,8 +200,14 @@ def retry_idempotent(action: Callable[[], Any], what: str, budget_s: float = 300
         db.check_outage()  # an injected outage reaches the executors' writes through here
         return action()
 
-    def warn(state) -> None:
-        e = state.outcome.exception()
+    def sleep(seconds: float) -> None:  # an abort ends the wait early
+        if abort is not None:
+            abort.wait(seconds)
+        else:
+            time.sleep(seconds)
+
+    def warn(state: RetryCallState) -> None:
+        e = state.outcome.exception() if state.outcome is not None else None  # set before a sleep
         first = next((line for line in str(e).splitlines() if "Error" in line), str(e)[:200])
         log.warning("%s failed, retrying in %.0fs: %s", what, state.upcoming_sleep, first.strip())
 
@@ -197,7 +216,7 @@ def retry_idempotent(action: Callable[[], Any], what: str, budget_s: float = 300
         # 1, 2, 4, then 5 s: a database back after 30 s is used within 5 s, not 30
         wait=wait_exponential(multiplier=1, max=5),
         stop=stop_before_delay(budget_s) | (stop_when_event_set(abort) if abort is not None else stop_never),
-        sleep=abort.wait if abort is not None else time.sleep,
+        sleep=sleep,
         before_sleep=warn, reraise=True,
     )(attempt)
 
@@ -240,7 +259,7 @@ class BatchSink:
         with db.transaction() as conn:
             return self._commit(conn, batch_id, n)
 
-    def _commit(self, conn, batch_id: int, n: int) -> datetime | None:
+    def _commit(self, conn: Connection, batch_id: int, n: int) -> datetime | None:
         """The batch's `sink_commits` row, in `conn`'s transaction: its time by the database's clock
         (sink_commit.sql), not this driver's, which may be off; None when the run is fenced.
         The run's row is locked first, so an admission of a newer run waits for this commit or
@@ -320,7 +339,7 @@ class ParquetSink(BatchSink):
     neither a crash nor the fenced exit leaves half a batch. One writer per stage: the registry
     refuses replicas of a Parquet sink."""
 
-    def __init__(self, path: str, *args, **kwargs):
+    def __init__(self, path: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.path = path
         self._recovered = False
@@ -369,7 +388,7 @@ class QuarantineSink:
                   (time.monotonic() - started) * 1000)
 
 
-def write_quarantine(url: str, rows: list[tuple]) -> int:
+def write_quarantine(url: str, rows: list[tuple[Any, ...]]) -> int:
     """Insert `quarantine_values` rows from the driver (a batch quarantined whole); returns how
     many were new."""
     from psycopg2.extras import execute_values

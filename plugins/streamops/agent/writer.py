@@ -8,12 +8,15 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from streamops.store import db
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 log = logging.getLogger("streamops.agent")
 
@@ -31,8 +34,9 @@ class BufferedWriter(threading.Thread):
     def __init__(self, engine: Engine | None, stage_id: str, max_buffer: int = 20_000):
         super().__init__(name=f"writer-{stage_id}", daemon=True)
         self.engine, self.stage_id = engine, stage_id
-        self.inbox: queue.Queue = queue.Queue()
-        self.pending: collections.deque = collections.deque(maxlen=max_buffer)
+        # (named statement, its parameters)
+        self.inbox: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
+        self.pending: collections.deque[tuple[str, dict[str, Any]]] = collections.deque(maxlen=max_buffer)
         self._closing = threading.Event()
         self._give_up_at = float("inf")
         self._last_warning = 0.0
@@ -73,10 +77,12 @@ class BufferedWriter(threading.Thread):
             self._take(timeout=0)
         self._flush()
 
-    def _warn(self, state) -> None:
+    def _warn(self, state: RetryCallState) -> None:
         if time.monotonic() - self._last_warning > 30:  # once per 30 s, however long the outage
+            e = state.outcome.exception() if state.outcome is not None else None  # set before a sleep
+            why = str(getattr(e, "orig", e)).strip().splitlines()  # a DBAPIError's driver error
             log.warning("stage %s: database unreachable, %d reports buffered: %s",
-                        self.stage_id, len(self.pending), str(state.outcome.exception().orig).strip().splitlines()[0])
+                        self.stage_id, len(self.pending), why[0] if why else e)
             self._last_warning = time.monotonic()
 
     def _flush(self) -> None:

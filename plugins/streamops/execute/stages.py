@@ -29,11 +29,6 @@ log = logging.getLogger("streamops.execute")
 Progress = Callable[[str], None]
 
 
-# The stage's Operator Manager, which its driver runs every local period. Named, not imported:
-# driver code imports nothing of the control plane; the run's row tells it what to call.
-OPERATOR_MANAGER = "streamops.control:request_for_stage"
-
-
 class AdmissionRefused(RuntimeError):
     """The pool has too few free cores; the refusal is recorded in `deployments`."""
 
@@ -212,7 +207,7 @@ def _run_spec(p: _Placement, *, reconfiguration_id: int | None, fault: str | Non
                                      f"checkpoint), or move {ckpt} aside to start it from its starting offsets")
     return RunSpec(app=p.app, stage=p.name, spec=st, pool=p.pool_spec, reconfiguration_id=reconfiguration_id,
                    fault=fault, speculation=_speculation(sid, st, p.pool_spec), warm_up=warm_up,
-                   operator_manager=OPERATOR_MANAGER, code_archive=code.archive, code_sha256=code.sha256,
+                   operator_manager=True, code_archive=code.archive, code_sha256=code.sha256,
                    checkpoint_repair=p.repaired, start_size=p.sized.reason if p.sized else None)
 
 

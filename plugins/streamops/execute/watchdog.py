@@ -256,7 +256,7 @@ def _not_restarted(f: Failure, fid: int, attempts: int, progress) -> Recovery | 
         # A replica no longer wanted (the redundancy manager gave it back): not restarted; the
         # failure ends with the stage's next output from the others.
         # closed with no run of its own: the store writes NULLs, its annotation says datetime and int
-        row = failures.recovered(fid, None, None)  # type: ignore[arg-type]
+        row = failures.recovered(fid, None, None)
         progress(f"{f.who}: not restarted, no longer wanted")
         return Recovery(f.stage_id, fid, f.kind, "recovered", attempts, row.mttr_ms / 1000 if row else None,
                         row.downtime_ms / 1000 if row else None, "replica no longer wanted")

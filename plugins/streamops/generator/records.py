@@ -368,7 +368,8 @@ def parse_valid(kind: str, line: str) -> dict[str, Any] | None:
     """The record if `line` is one by the input record contract (streamops.records), else None."""
     if not check_line(SCHEMAS[check_kind(kind)], line.encode("utf-8")).valid:
         return None
-    return json.loads(line)
+    record: dict[str, Any] = json.loads(line)
+    return record
 
 
 _ID_RE = re.compile(r'"id"\s*:\s*"([^"\\]*)"')

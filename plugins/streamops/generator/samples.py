@@ -6,13 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import random
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from streamops.generator.records import dumps, epoch_ms_ceil, format_ts, kind_for, make_records, record_id
 from streamops.records import RecordSchema
 
-_SCHEMA_VALUES = {
+_SCHEMA_VALUES: dict[str, Callable[[random.Random, str, int], Any]] = {
     "string": lambda rng, rid, ms: f"{rid}-{rng.randrange(1000)}",
     "timestamp": lambda rng, rid, ms: format_ts(ms),
     "int": lambda rng, rid, ms: rng.randrange(1000),

@@ -136,7 +136,7 @@ class TraceSpec:
 def _split_params(text: str) -> list[str]:
     """Split on commas that are not inside [...] so "rates=[1,2,3],step_s=5" works."""
     parts: list[str] = []
-    depth, cur = 0, []
+    depth, cur = 0, list[str]()
     for ch in text:
         if ch in "[(":
             depth += 1

@@ -367,7 +367,7 @@ class Generator:
 
     # -- publishing -------------------------------------------------------------
 
-    def _stage(self, name: str, payload: bytes) -> Path:
+    def _stage(self, name: str, payload: bytes) -> Any:  # what _publish takes: here a staged file
         tmp = self.staging_dir / f"{name}.tmp"
         write_synced(tmp, payload)
         return tmp

@@ -105,7 +105,7 @@ class Validator:
     def __init__(self, engine: Engine | None = None) -> None:
         self.context = new_context()
         self.pg = self.context.data_sources.add_postgres("streamops", connection_string=db.connection_url(engine))
-        self._spark = None
+        self._spark: Any = None  # the Spark data source, added on first use
         self._n = 0
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ class _Suite:
     needs an active data context, the constructor does not."""
 
     def __init__(self, name: str) -> None:
-        self.name, self.expectations = name, []
+        self.name, self.expectations = name, list[gxe.Expectation]()
 
     def add_expectation(self, e: gxe.Expectation) -> None:
         self.expectations.append(e)

@@ -141,7 +141,7 @@ def _histogram(rows: Sequence[Any]) -> Metric:
 
 def _le(bound: float) -> str:
     """A bucket's bound as Prometheus client libraries spell it (1.0, 2.5)."""
-    return str(floatToGoString(float(bound)))
+    return str(floatToGoString(float(bound)))  # type: ignore[no-untyped-call]  # the library leaves it unannotated
 
 
 def families(s: Snapshot, database_up: bool = True, age_s: float | None = None) -> list[Metric]:
@@ -214,7 +214,7 @@ class CachedSnapshot:
         with self._lock:
             self._start_if_due()
             reading, started = self._reading, self._started_at
-        if reading is not None:
+        if reading is not None and started is not None:  # both set together, under the lock
             reading.join(max(0.0, self.wait_s - (self._clock() - started)))
         with self._lock:
             age = None if self._read_at is None else self._clock() - self._read_at

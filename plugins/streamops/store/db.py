@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
@@ -66,7 +67,7 @@ def writer_dsn() -> str:
     return f"{url}{'&' if '?' in url else '?'}{params}"
 
 
-def writer_connection(dsn: str | None = None):
+def writer_connection(dsn: str | None = None) -> Any:
     """A psycopg2 connection outside SQLAlchemy, to `dsn` (default `writer_dsn()`): the sinks'
     writers in the executors, which carry the driver's `writer_dsn()` as a string, and the
     driver's whole-batch quarantine. The caller closes it."""
@@ -116,7 +117,7 @@ def statement_timeout_ms() -> int:
     return int(os.environ.get("STREAMOPS_STATEMENT_TIMEOUT_MS", 300_000))
 
 
-def connect_args() -> dict:
+def connect_args() -> dict[str, Any]:
     """CONNECT_ARGS, the statement limit, and an application_name naming this process, so that
     pg_stat_activity (a lock wait, a long query) says whose session it is."""
     import sys
@@ -135,7 +136,7 @@ def engine(url: str | None = None) -> Engine:
 _QUERY_NAME = re.compile(r"(?:(bench)/)?(\w+)")
 
 
-def query_path(name: str):
+def query_path(name: str) -> Path:
     """`sql/queries/<name>.sql`; a benchmark's own, `bench/<name>`, is `sql/bench/<name>.sql`."""
     m = _QUERY_NAME.fullmatch(name)
     if m is None:
@@ -174,18 +175,25 @@ def connection(on: Engine | None = None) -> Iterator[Connection]:
         yield conn
 
 
-def rows(name: str, **params: Any) -> list[Row]:
+def rows(name: str, **params: Any) -> list[Row[Any]]:
     """Every row of the named query."""
     check_outage()
     with engine().connect() as conn:
-        return conn.execute(query(name), params).all()
+        return list(conn.execute(query(name), params).all())
 
 
-def row(name: str, **params: Any) -> Row | None:
+def row(name: str, **params: Any) -> Row[Any] | None:
     """The first row of the named query, or None."""
     check_outage()
     with engine().connect() as conn:
         return conn.execute(query(name), params).first()
+
+
+def one(name: str, **params: Any) -> Row[Any]:
+    """The row of the named query that must exist (a row by its id); LookupError when it does not."""
+    if (r := row(name, **params)) is None:
+        raise LookupError(f"{name}: no row for {params}")
+    return r
 
 
 def value(name: str, **params: Any) -> Any:
@@ -211,7 +219,7 @@ def time_of(mono: float | None) -> datetime:
     return at if mono is None else at - timedelta(seconds=max(0.0, time.monotonic() - mono))
 
 
-def write(name: str, **params: Any) -> Row | None:
+def write(name: str, **params: Any) -> Row[Any] | None:
     """Run the named statement in its own transaction; its first RETURNING row, if any."""
     check_outage()
     with engine().begin() as conn:
@@ -219,9 +227,16 @@ def write(name: str, **params: Any) -> Row | None:
         return res.first() if res.returns_rows else None
 
 
+def write_returning(name: str, **params: Any) -> Row[Any]:
+    """Run the named statement (an INSERT ... RETURNING) in its own transaction; the row it returns."""
+    if (r := write(name, **params)) is None:
+        raise LookupError(f"{name}: returned no row for {params}")
+    return r
+
+
 def explain(name: str, params: dict[str, Any], conn: Connection) -> list[str]:
     """EXPLAIN (ANALYZE, BUFFERS) of the named query, run in `conn`: the plan's lines (benchmarks)."""
-    return conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + query(name).text), params).scalars().all()
+    return list(conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + query(name).text), params).scalars().all())
 
 
 # -- many rows at once ----------------------------------------------------------------------------
@@ -260,11 +275,13 @@ def _as_mapping(row: Any) -> Mapping[str, Any]:
     if dataclasses.is_dataclass(row) and not isinstance(row, type):
         return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}  # shallow, unlike asdict
     if isinstance(row, tuple) and hasattr(row, "_asdict"):
-        return row._asdict()
+        fields: Mapping[str, Any] = row._asdict()
+        return fields
     raise TypeError(f"db.bulk takes rows with named fields (dict, dataclass, NamedTuple), not {type(row).__name__}")
 
 
-def bulk(name: str, rows: Iterable[Any], conn: Connection | None = None, page_size: int = 10_000) -> list[tuple]:
+def bulk(name: str, rows: Iterable[Any], conn: Connection | None = None,
+         page_size: int = 10_000) -> list[tuple[Any, ...]]:
     """Run the named query for many rows, a page of them per statement; the rows of its RETURNING
     (in the order of `rows`), else []. Each row has named fields (a dict, a dataclass, a
     NamedTuple; extra fields are ignored) that fill the query's `VALUES (%(field)s, …)` row.
@@ -287,8 +304,9 @@ def bulk(name: str, rows: Iterable[Any], conn: Connection | None = None, page_si
             return bulk(name, mapped, own, page_size)
     check_outage()
     cur = conn.connection.cursor()
-    return execute_values(cur, sql, mapped, template=template, page_size=page_size,
-                          fetch=bool(_RETURNING.search(sql)))
+    returned: list[tuple[Any, ...]] = execute_values(cur, sql, mapped, template=template, page_size=page_size,
+                                                     fetch=bool(_RETURNING.search(sql)))
+    return returned
 
 
 def connection_url(on: Engine | None = None) -> str:

@@ -27,6 +27,7 @@ import socket
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from streamops.paths import state_dir, write_private
 from streamops.store import roles
@@ -160,7 +161,8 @@ def _pick_datadir(owner: str | None) -> Path:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _port_free(port: int) -> bool:
@@ -188,7 +190,7 @@ def _recorded_port(c: Cluster, wait_s: float = 30.0) -> int:
     return c.port
 
 
-def _pg_ctl(c: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _pg_ctl(c: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     cmd = _as_owner([str(Path(c.bindir) / "pg_ctl"), "-D", c.datadir, *args], c.run_as)
     res = subprocess.run(cmd, capture_output=True, text=True)
     if check and res.returncode != 0:
@@ -220,7 +222,7 @@ def _any_host_passfile(c: Cluster) -> None:
     write_private(path, "".join(f"*:{':'.join(f[1:])}\n" for f in lines if len(f) == 5))
 
 
-def _ensure_hba(c: Cluster, iface) -> None:
+def _ensure_hba(c: Cluster, iface: Any) -> None:
     """pg_hba.conf lets the listen address's network in (scram-sha-256), replacing the line an
     earlier setting wrote; no setting, no such line."""
     hba = Path(c.datadir) / "pg_hba.conf"
@@ -266,7 +268,7 @@ def _convert_from_trust(c: Cluster) -> None:
     _pg_ctl(c, "reload")
 
 
-def _set_password(conn, role: str, password: str) -> None:
+def _set_password(conn: Any, role: str, password: str) -> None:
     from psycopg2 import sql
 
     from streamops.paths import sql_dir
@@ -312,7 +314,8 @@ def ensure_database(server_url: str, name: str) -> bool:
 
     from streamops.paths import sql_dir
 
-    statement = lambda n: (sql_dir() / "queries" / f"{n}.sql").read_text()  # noqa: E731 - raw text: psycopg2 params
+    def statement(n: str) -> str:  # raw text: psycopg2 params
+        return (sql_dir() / "queries" / f"{n}.sql").read_text()
     conn = psycopg2.connect(server_url)
     conn.autocommit = True
     try:
@@ -349,7 +352,7 @@ def up() -> tuple[Cluster, bool]:
         trust = False
     else:
         trust = c.passfile is None
-        if not trust and not Path(c.passfile).exists():
+        if c.passfile is not None and not Path(c.passfile).exists():
             raise EmbeddedPgError(f"the embedded PostgreSQL's password file {c.passfile} is missing: restore it, or "
                                   f"remove {Path(c.datadir).parent} and {_record_path()} "
                                   "to start from an empty cluster")
@@ -407,7 +410,8 @@ def commits_wait_for_disk(c: Cluster) -> bool:
     try:
         with conn.cursor() as cur:
             cur.execute((sql_dir() / "queries" / "synchronous_commit.sql").read_text())
-            return cur.fetchone()[0] != "off"
+            setting: str = cur.fetchone()[0]
+            return setting != "off"
     finally:
         conn.close()
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Row
 
 from streamops.store import db
 
 
-def watchdog_candidates() -> list[Row]:
+def watchdog_candidates() -> list[Row[Any]]:
     """Each stage's latest primary run, with its pool's master, health and silence (seconds)."""
     return db.rows("watchdog_candidates")
 
 
-def heartbeat_silence(deployment_id: int) -> Row | None:
+def heartbeat_silence(deployment_id: int) -> Row[Any] | None:
     """(silent_s, server_up_s) of one run, read now."""
     return db.row("heartbeat_silence", deployment_id=deployment_id)
 
@@ -62,13 +63,13 @@ def open_failure(stage_id: str, app: str, deployment_id: int, kind: str, detail:
 
 
 def record_outage_gaps(since: datetime, until: datetime, detail: str, floor_s: float,
-                       detected_by: str) -> list[Row]:
+                       detected_by: str) -> list[Row[Any]]:
     """Output gaps across a database outage from `since` to `until` (failures_record_outage.sql):
     (id, stage_id) of each created."""
     with db.transaction() as conn:
-        return conn.execute(db.query("failures_record_outage"), {
+        return list(conn.execute(db.query("failures_record_outage"), {
             "since": since, "until": until, "detail": detail[:2000], "floor_s": floor_s,
-            "detected_by": detected_by}).all()
+            "detected_by": detected_by}).all())
 
 
 def note(failure_id: int, text: str) -> None:
@@ -80,30 +81,32 @@ def count_attempt(failure_id: int) -> None:
     db.write("failure_attempt", id=failure_id)
 
 
-def recovered(failure_id: int, at: datetime, deployment_id: int) -> Row:
-    """Close the failure at the first output `at` of run `deployment_id`: its (mttr_ms, downtime_ms)."""
+def recovered(failure_id: int, at: datetime | None, deployment_id: int | None) -> Row[Any] | None:
+    """Close the failure at the first output `at` of run `deployment_id` (None: the stage's first
+    commit after the failure, no run of its own): its (mttr_ms, downtime_ms); None when it was not
+    recovering."""
     return db.write("failure_recovered", id=failure_id, at=at, deployment_id=deployment_id)
 
 
-def close_late() -> list[Row]:
+def close_late() -> list[Row[Any]]:
     """Close the failures whose replica's newer run has committed since (a slow restart):
     (id, stage_id, role, mttr_ms) of each."""
     with db.transaction() as conn:
-        return conn.execute(db.query("failures_close_late")).all()
+        return list(conn.execute(db.query("failures_close_late")).all())
 
 
-def close_healed() -> list[Row]:
+def close_healed() -> list[Row[Any]]:
     """Close the embedded cluster's failures (a master or worker restarted under a living run) at
     the stage's first commit after the heal: (id, stage_id, role, kind, mttr_ms) of each."""
     with db.transaction() as conn:
-        return conn.execute(db.query("failures_close_healed")).all()
+        return list(conn.execute(db.query("failures_close_healed")).all())
 
 
-def close_given_up() -> list[Row]:
+def close_given_up() -> list[Row[Any]]:
     """End the given-up failures' downtime at the first commit of a later run of their stage (they
     stay `gave_up`): (id, stage_id, role, downtime_ms) of each."""
     with db.transaction() as conn:
-        return conn.execute(db.query("failures_close_given_up")).all()
+        return list(conn.execute(db.query("failures_close_given_up")).all())
 
 
 def give_up(failure_id: int, reason: str) -> None:
@@ -111,7 +114,7 @@ def give_up(failure_id: int, reason: str) -> None:
     db.write("failure_give_up", id=failure_id, reason=reason[:2000])
 
 
-def stages_health() -> list[Row]:
+def stages_health() -> list[Row[Any]]:
     """(stage_id, app, health, health_reason) of every stage."""
     return db.rows("stages_health")
 

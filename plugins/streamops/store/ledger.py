@@ -20,7 +20,8 @@ from streamops.store import db
 
 
 # -- the registry's rows ------------------------------------------------------------------------
-def sync_catalog(pools: Iterable[dict], apps: Iterable[dict], stages: Iterable[dict]) -> None:
+def sync_catalog(pools: Iterable[dict[str, Any]], apps: Iterable[dict[str, Any]],
+                 stages: Iterable[dict[str, Any]]) -> None:
     """Upsert pools, apps and stages (rows shaped as pool_upsert/app_upsert/stage_upsert expect) at once."""
     with db.transaction() as conn:
         for p in pools:
@@ -56,22 +57,22 @@ def pool_room(pool: str, size: int | None = None) -> tuple[int, int]:
 
 # -- runs -----------------------------------------------------------------------------------------
 def latest_run(stage_id: str, *, live: bool = False, before: datetime | None = None,
-               role: str = "primary") -> Row | None:
+               role: str = "primary") -> Row[Any] | None:
     """The stage's latest run in `role` (a `deployments` row), or None: only a live one with
     `live`, only one started before `before` with `before`."""
     return db.row("latest_run", stage_id=stage_id, live=live, before=before, role=role)
 
 
-def stage_row(stage_id: str) -> Row | None:
+def stage_row(stage_id: str) -> Row[Any] | None:
     """The stage's catalog row (its spec as synced from apps.yaml)."""
     return db.row("stage_get", stage_id=stage_id)
 
 
-def deployment(dep_id: int) -> Row:
-    return db.row("deployment_get", id=dep_id)
+def deployment(dep_id: int) -> Row[Any]:
+    return db.one("deployment_get", id=dep_id)
 
 
-def beat_source(dep_id: int) -> Row | None:
+def beat_source(dep_id: int) -> Row[Any] | None:
     """A Kafka run's lag (`backlog_rows`) and topic partitions (`source_partitions`) by its last
     heartbeat; None without a beat."""
     return db.row("heartbeat_source", deployment_id=dep_id)
@@ -85,7 +86,8 @@ def beat_backlog_rows(dep_id: int) -> int | None:
 
 def first_commit(dep_id: int, after: datetime | None = None) -> datetime | None:
     """When the run's first batch (after `after`, if given) reached the sink, or None."""
-    return db.value("first_commit_of", deployment_id=dep_id, after=after)
+    at: datetime | None = db.value("first_commit_of", deployment_id=dep_id, after=after)
+    return at
 
 
 def finish(dep_id: int, status: str, reason: str, exit_code: int | None = None, conn: Connection | None = None) -> None:
@@ -120,7 +122,7 @@ def command_done(command_id: int, outcome: str | None) -> None:
     db.write("command_done", id=command_id, outcome=outcome)
 
 
-def _reap(conn: Connection, dep: Row, is_alive: Callable[[Row], bool]) -> bool:
+def _reap(conn: Connection, dep: Row[Any], is_alive: Callable[[Row[Any]], bool]) -> bool:
     """Mark a live row whose process is gone as failed; whether it was. A run `starting`
     without a pid is being launched by another caller right now: not gone."""
     if is_alive(dep) or (dep.status == "starting" and dep.pid is None):
@@ -132,11 +134,11 @@ def _reap(conn: Connection, dep: Row, is_alive: Callable[[Row], bool]) -> bool:
 @dataclass(frozen=True)
 class Admission:
     deployment_id: int
-    live: Row | None = None  # the run already live (nothing was inserted)
+    live: Row[Any] | None = None  # the run already live (nothing was inserted)
     refused: str | None = None
 
 
-def admit(stage_id: str, role: str, pool: str, pool_cores: int, cores: int, is_alive: Callable[[Row], bool],
+def admit(stage_id: str, role: str, pool: str, pool_cores: int, cores: int, is_alive: Callable[[Row[Any]], bool],
           **run: Any) -> Admission:
     """Admission under the pool's lock: the live run if there is one; else a new `deployments` row,
     `starting`, or `refused` (with the reason) when the pool has fewer than `cores` free.
@@ -162,8 +164,8 @@ def admit(stage_id: str, role: str, pool: str, pool_cores: int, cores: int, is_a
     return Admission(dep_id, refused=refused)
 
 
-def request_stop(stage_id: str, role: str, is_alive: Callable[[Row], bool], requested_by: str,
-                 deadline_s: float) -> tuple[Row | None, bool]:
+def request_stop(stage_id: str, role: str, is_alive: Callable[[Row[Any]], bool], requested_by: str,
+                 deadline_s: float) -> tuple[Row[Any] | None, bool]:
     """Mark the live run `stopping` and send its driver a stop command: (the run, whether it was
     alive). (None, False) if the stage has no live run."""
     with db.transaction() as conn:
@@ -186,12 +188,13 @@ def send_command(stage_id: str, dep_id: int, command: str, args: CommandArgs, re
     typed arguments the driver validates again (run_spec.COMMANDS)."""
     if not isinstance(args, COMMANDS[command]):
         raise TypeError(f"command {command!r} takes {COMMANDS[command].__name__}, got {type(args).__name__}")
-    return db.write("command_insert", stage_id=stage_id, deployment_id=dep_id, command=command,
-                    args=args.model_dump_json(exclude_none=True), requested_by=requested_by).id
+    command_id: int = db.write_returning("command_insert", stage_id=stage_id, deployment_id=dep_id, command=command,
+                                         args=args.model_dump_json(exclude_none=True), requested_by=requested_by).id
+    return command_id
 
 
-def command(command_id: int) -> Row:
-    return db.row("command_get", id=command_id)
+def command(command_id: int) -> Row[Any]:
+    return db.one("command_get", id=command_id)
 
 
 def record_partitions(dep_id: int, state_partitions: int) -> bool:

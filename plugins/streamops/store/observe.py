@@ -64,7 +64,7 @@ def page_timeout_s() -> float:
     return float(os.environ.get(PAGE_TIMEOUT_ENV) or DEFAULT_PAGE_TIMEOUT_S)
 
 
-def connect_args(statement_s: float | None = None) -> dict:
+def connect_args(statement_s: float | None = None) -> dict[str, Any]:
     """db.connect_args() with this module's limits: a lock waited for at most `timeout_s()`, a
     statement and a connection at most `statement_s` (default: the same). libpq's connect_timeout
     is whole seconds, at least 2."""
@@ -107,13 +107,13 @@ def _engine(url: str, page: bool = False) -> Engine:
                          pool_timeout=timeout_s(), connect_args=connect_args())
 
 
-def rows(name: str, **params: Any) -> list[Row]:
+def rows(name: str, **params: Any) -> list[Row[Any]]:
     """Every row of the named query, on the observability engine."""
     with db.connection(engine()) as conn:
-        return conn.execute(db.query(name), params).all()
+        return list(conn.execute(db.query(name), params).all())
 
 
-def row(name: str, **params: Any) -> Row | None:
+def row(name: str, **params: Any) -> Row[Any] | None:
     """The first row of the named query, or None, on the observability engine."""
     with db.connection(engine()) as conn:
         return conn.execute(db.query(name), params).first()
@@ -139,7 +139,8 @@ def within(read: Callable[[], T], deadline_s: float | None = None) -> T:
         raise NotAnswering(f"no answer within {limit:g} s")
     if "error" in out:
         raise out["error"]
-    return out["value"]
+    value: T = out["value"]
+    return value
 
 
 def reason(e: BaseException) -> str:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, Row
 from sqlalchemy.exc import OperationalError
@@ -69,11 +70,11 @@ def stage_lock(stage_id: str) -> Iterator[StageLock]:
 
 
 # -- rows ------------------------------------------------------------------------------------------
-def get(rid: int) -> Row | None:
+def get(rid: int) -> Row[Any] | None:
     return db.row("reconfiguration_get", id=rid)
 
 
-def claim(rid: int, mechanism: str | None) -> Row | None:
+def claim(rid: int, mechanism: str | None) -> Row[Any] | None:
     """`pending` → `running` atomically (with the mechanism, if it was chosen now); None if not pending."""
     return db.write("reconfiguration_claim", id=rid, mechanism=mechanism)
 
@@ -101,10 +102,10 @@ def cancel_pending(rid: int, outcome: str) -> bool:
     return db.write("reconfiguration_cancel_pending", id=rid, outcome=outcome) is not None
 
 
-def cancel_all_pending(outcome: str) -> list[Row]:
+def cancel_all_pending(outcome: str) -> list[Row[Any]]:
     """Cancel every reconfiguration that has not started, with why; the rows cancelled."""
     with db.transaction() as conn:
-        return conn.execute(db.query("reconfigurations_cancel_all_pending"), {"outcome": outcome}).all()
+        return list(conn.execute(db.query("reconfigurations_cancel_all_pending"), {"outcome": outcome}).all())
 
 
 def link(rid: int, *, old_deployment_id: int | None = None, new_deployment_id: int | None = None,
@@ -128,9 +129,11 @@ def create_user_request(stage_id: str, action: str, cores: int | None, pool: str
 
 
 def to_run(statuses: Iterable[str], stage_ids: Iterable[str] | None, apps: Iterable[str] | None,
-           actions: Iterable[str] | None) -> list[Row]:
+           actions: Iterable[str] | None) -> list[Row[Any]]:
     """Reconfigurations in `statuses`, narrowed to some stages, apps or actions (None: all)."""
-    listed = lambda xs: None if xs is None else list(xs)  # noqa: E731
+    def listed(xs: Iterable[str] | None) -> list[str] | None:
+        return None if xs is None else list(xs)
+
     return db.rows("reconfigurations_to_run", statuses=list(statuses), stages=listed(stage_ids), apps=listed(apps),
                    actions=listed(actions))
 
@@ -179,7 +182,7 @@ def staged_ready(stage_id: str) -> Staged | None:
 
 
 def staged_insert(stage_id: str, source: str, path: str, as_of_batch: int, partitions: int) -> Staged:
-    r = db.write("staged_insert", stage_id=stage_id, source=source, path=path, as_of_batch=as_of_batch,
+    r = db.write_returning("staged_insert", stage_id=stage_id, source=source, path=path, as_of_batch=as_of_batch,
                  partitions=partitions)
     return Staged(r.id, r.path, r.as_of_batch, r.partitions, r.source)
 

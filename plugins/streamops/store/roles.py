@@ -19,6 +19,7 @@ import fcntl
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from streamops.paths import sql_dir, write_private
@@ -63,7 +64,7 @@ def _statement(name: str) -> str:
     return (sql_dir() / "queries" / f"{name}.sql").read_text()  # raw text: psycopg2 parameters
 
 
-def _superuser_session(url: str):
+def _superuser_session(url: str) -> Any:
     import psycopg2
 
     conn = psycopg2.connect(url)

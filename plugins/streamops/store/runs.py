@@ -50,4 +50,4 @@ def stage_run(stage_id: str, since: datetime | None = None, until: datetime | No
                 metrics=metrics, reconfigs=_rows("calibration_reconfigurations", **kw), commits=commits,
                 failures=_rows("calibration_failures", **kw),
                 history=_rows("calibration_cost_history", stage_id=stage_id),
-                first_start=(_rows("calibration_first_start", stage_id=stage_id) or [None])[0])
+                first_start=next(iter(_rows("calibration_first_start", stage_id=stage_id)), None))

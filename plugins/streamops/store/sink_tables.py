@@ -38,8 +38,9 @@ def ensure(table: str, stage_id: str, columns: list[tuple[str, str]], apply: boo
     cols = json.dumps([{"name": c, "type": pg_type(t)} for c, t in columns])
     try:
         with db.transaction() as conn:
-            return conn.execute(db.query("sink_table_ensure"), {"view": table, "stage_id": stage_id,
-                                                                 "columns": cols, "apply": apply}).scalar_one()
+            done: str = conn.execute(db.query("sink_table_ensure"), {"view": table, "stage_id": stage_id,
+                                                                     "columns": cols, "apply": apply}).scalar_one()
+            return done
     except DBAPIError as e:
         if getattr(e.orig, "pgcode", None) == "P0001":  # the function's own RAISE: the mismatch, named
             raise SinkTableMismatch(str(e.orig).strip().splitlines()[0]) from None

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
 from fastapi import FastAPI, HTTPException, Request
@@ -26,6 +26,9 @@ from starlette.concurrency import run_in_threadpool
 from streamops import registry
 from streamops.store import db, observe
 from streamops.ui import charts, views
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 
 log = logging.getLogger("streamops.ui")
 T = TypeVar("T")
@@ -53,7 +56,7 @@ def _token(request: Request) -> str | None:
     return _bearer(request) or request.cookies.get(COOKIE_NAME_JWT_TOKEN)
 
 
-async def _caller(request: Request):
+async def _caller(request: Request) -> BaseUser:
     """Airflow's own resolution of the caller (Bearer header first, else the UI's cookie): 401
     without a token, 401 for an expired one, 403 for a forged one."""
     from airflow.api_fastapi.core_api.security import get_user
@@ -63,7 +66,7 @@ async def _caller(request: Request):
                           if token else None)
 
 
-def _may(user, method: str, dag_id: str) -> bool:
+def _may(user: BaseUser, method: Literal["GET", "POST"], dag_id: str) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
@@ -71,7 +74,7 @@ def _may(user, method: str, dag_id: str) -> bool:
                                                 details=DagDetails(id=dag_id), user=user)
 
 
-async def _reader(request: Request):
+async def _reader(request: Request) -> BaseUser:
     user = await _caller(request)
     if not _may(user, "GET", DEPLOY):
         raise HTTPException(403, "reading streamops needs read access to the streamops DAGs' runs")
@@ -111,7 +114,7 @@ def _database_down(e: BaseException) -> HTTPException:
     what = observe.reason(e)
     driver_error = getattr(e, "orig", None) or e
     limit = {"55P03": f"a table it reads is locked: lock_timeout {observe.timeout_s():g} s",
-             "57014": f"statement_timeout {observe.page_timeout_s():g} s"}.get(getattr(driver_error, "pgcode", None))
+             "57014": f"statement_timeout {observe.page_timeout_s():g} s"}.get(getattr(driver_error, "pgcode", ""))
     log.warning("action=read-streams the database is not answering: %s%s", what, f" ({limit})" if limit else "")
     return HTTPException(503, f"PostgreSQL is not answering ({type(driver_error).__name__}: {what}"
                               f"{f'; {limit}' if limit else ''}); the page comes back with it")
@@ -135,7 +138,7 @@ async def _streams(request: Request) -> list[views.AppView]:
     return apps
 
 
-def _last_report() -> dict | None:
+def _last_report() -> dict[str, Any] | None:
     """The newest `reports` row (report.nightly.last_report's query), read here: that module
     imports matplotlib (report/charts.py), which is no part of a read under the deadline."""
     with db.connection(observe.page_engine()) as conn:

@@ -15,9 +15,9 @@ from sqlalchemy import Row
 from streamops.store import db, observe
 
 
-def _rows(name: str, **params: Any) -> list[Row]:
+def _rows(name: str, **params: Any) -> list[Row[Any]]:
     with db.connection(observe.page_engine()) as conn:
-        return conn.execute(db.query(name), params).all()
+        return list(conn.execute(db.query(name), params).all())
 
 
 @dataclass(frozen=True)
