@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable
 
 from bench.scratch import end_run
+from demo.stages import demo_job
 from streamops import generator, quality, registry
 from streamops.execute import reconfigure, stages
 from streamops.store import db
 from streamops.waiting import wait_until
-from tests.demo_jobs import demo_job
 
 APP = "bench"
 TRIGGER_MS = 4000

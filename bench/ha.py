@@ -57,14 +57,14 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.reconfig import machine_notes  # noqa: E402
 from bench.scratch import drop_database, scratch_site  # noqa: E402
+from demo import oracles  # noqa: E402
+from demo.stages import demo_job
 from streamops import control, generator, processes, registry, spark_cluster  # noqa: E402
 from streamops.execute import faults, replicas, stages, supervisor  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db, ledger  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
-from tests import oracles  # noqa: E402
-from tests.demo_jobs import demo_job
 
 RESULTS = REPO_ROOT / "bench" / "results"
 SCRATCH_DB = "streamops_bench_ha"

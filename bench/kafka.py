@@ -15,7 +15,7 @@ source and cores, one run:
            record stamped within its tick: the median over the feed's batches (the first left
            out) of stage_metrics.latency_p50_ms, the sink's commit time minus each output row's
            event time (a word's newest record).
-  correct  the feed stopped, the sink equals the oracle (tests/oracles.py) over every record.
+  correct  the feed stopped, the sink equals the oracle (demo/oracles.py) over every record.
 
 RATE is the same for every run, so they compare: half the first run's (kafka, 1 core) median
 drain rate, at most 80 % of what the batch cap allows a trigger (records a batch / trigger
@@ -47,6 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
 from bench.scratch import drop_database, end_run, scratch_site  # noqa: E402
+from demo.oracles import actual, expected  # noqa: E402
+from demo.stages import demo_job  # noqa: E402
 from streamops import kafka_broker, registry  # noqa: E402
 from streamops.execute import stages  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
@@ -55,8 +57,6 @@ from streamops.generator.topic import ensure_topic  # noqa: E402
 from streamops.sources import KafkaSource  # noqa: E402
 from streamops.store import db  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
-from tests.demo_jobs import demo_job  # noqa: E402
-from tests.oracles import actual, expected  # noqa: E402
 
 SCRATCH_DB = "streamops_bench_kafka"
 RESULTS = REPO / "bench" / "results"

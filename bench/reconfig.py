@@ -52,12 +52,12 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.scratch import drop_database, scratch_site  # noqa: E402
+from demo.stages import demo_job
 from streamops import generator, quality, registry  # noqa: E402
 from streamops.execute import mechanisms, reconfigure, stages, staging  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db  # noqa: E402
-from tests.demo_jobs import demo_job
 
 RESULTS = REPO_ROOT / "bench" / "results"
 SCRATCH_DB = "streamops_bench_reconfig"

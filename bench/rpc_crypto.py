@@ -48,13 +48,13 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 import psutil  # noqa: E402
 
 from bench.scratch import drop_database, end_run, scratch_site  # noqa: E402
+from demo.stages import demo_job  # noqa: E402
 from streamops import generator, registry, spark_cluster  # noqa: E402
 from streamops.execute import stages  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import write_private  # noqa: E402
 from streamops.store import db  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
-from tests.demo_jobs import demo_job  # noqa: E402
 
 SCRATCH_DB = "streamops_bench_rpc_crypto"
 RESULTS = REPO / "bench" / "results"

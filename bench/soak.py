@@ -56,13 +56,13 @@ from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.reconfig import machine_notes  # noqa: E402
+from demo import oracles  # noqa: E402
+from demo.stages import demo_job
 from streamops import generator, registry, spark_cluster  # noqa: E402
 from streamops.execute import faults, stages, supervisor, watchdog  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db, embedded, ledger, migrate  # noqa: E402
-from tests import oracles  # noqa: E402
-from tests.demo_jobs import demo_job
 
 RESULTS = REPO_ROOT / "bench" / "results"
 R_MAX_MS = 5000

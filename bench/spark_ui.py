@@ -38,12 +38,12 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 import httpx  # noqa: E402
 
 from bench.scratch import drop_database, end_run, scratch_site  # noqa: E402
+from demo.stages import demo_job  # noqa: E402
 from streamops import generator, registry  # noqa: E402
 from streamops.execute import stages  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.store import db  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
-from tests.demo_jobs import demo_job  # noqa: E402
 
 SCRATCH_DB = "streamops_bench_spark_ui"
 RESULTS = REPO / "bench" / "results"
