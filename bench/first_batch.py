@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bench.scratch import end_run
+from bench.harness import end_run, summary
 from demo.stages import demo_job
 from streamops import generator, quality, registry
 from streamops.execute import reconfigure, stages
@@ -102,10 +102,7 @@ def one_run(i: int, warm: bool, say: Callable[[str], None]) -> dict:
 
 
 def _summary(samples: list[dict], key: str) -> dict:
-    vals = [s[key] for s in samples if s.get(key) is not None]
-    if not vals:
-        return {"median": None, "min": None, "max": None, "runs": 0}
-    return {"median": round(statistics.median(vals), 2), "min": min(vals), "max": max(vals), "runs": len(vals)}
+    return summary((s.get(key) for s in samples), 2, count="runs")
 
 
 def run(runs: int, say: Callable[[str], None]) -> list[dict]:
