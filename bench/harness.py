@@ -87,12 +87,14 @@ def provenance(args: argparse.Namespace | None = None) -> dict[str, Any]:
             "written_at": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
-def write_result(name: str | Path, result: Any, args: argparse.Namespace | None = None, indent: int = 2) -> Path:
+def write_result(name: str | Path, result: Any, args: argparse.Namespace | None = None, indent: int = 2,
+                 stamp: bool = True) -> Path:
     """Write `result` as JSON to bench/results/`name` (or to the path `name`), directories made.
-    A dict gets its provenance under "provenance"; a list is written as it is (its readers index it)."""
+    A dict gets its provenance under "provenance" unless not `stamp` (a dict keyed by names, where
+    it would read as one more); a list is written as it is (its readers index it)."""
     path = Path(name) if isinstance(name, Path) else RESULTS / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(result, dict):
+    if stamp and isinstance(result, dict):
         result = {**result, "provenance": provenance(args)}
     path.write_text(json.dumps(result, indent=indent, default=str))
     return path
