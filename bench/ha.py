@@ -53,8 +53,7 @@ from pathlib import Path
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.harness import scratch_run, table, write_result  # noqa: E402
-from bench.reconfig import machine_notes  # noqa: E402
+from bench.harness import machine_notes, scratch_run, table, write_result  # noqa: E402
 from demo import oracles  # noqa: E402
 from demo.stages import demo_job
 from streamops import control, generator, processes, registry, spark_cluster  # noqa: E402

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -25,8 +26,8 @@ from bench.scratch import drop_database, end_run, scratch_database, scratch_site
 from streamops.paths import REPO_ROOT
 from streamops.store import db, migrate
 
-__all__ = ["RESULTS", "console", "drop_database", "end_run", "provenance", "scratch_database", "scratch_engine",
-           "scratch_run", "scratch_site", "shown", "summary", "table", "write_result"]
+__all__ = ["RESULTS", "console", "drop_database", "end_run", "machine_notes", "provenance", "scratch_database",
+           "scratch_engine", "scratch_run", "scratch_site", "shown", "summary", "table", "write_result"]
 
 RESULTS = REPO_ROOT / "bench" / "results"
 console = Console()
@@ -44,25 +45,51 @@ def scratch_engine(name: str) -> tuple[Engine, str]:
 
 
 @contextmanager
-def scratch_run(name: str, prefix: str, teardown: Callable[[], object] | None = None,
-                keep: bool = False) -> Iterator[Path]:
+def scratch_run(name: str, prefix: str, teardown: Callable[[], object] | None = None, keep: bool = False,
+                say: Callable[[str], None] | None = None) -> Iterator[Path]:
     """A benchmark's own site (scratch_site: database `name` and a home under /tmp) around a
     measurement with real drivers: yields the home; afterwards every driver it launched is
-    ended, then `teardown` (a cluster or broker of its own), and the site is removed unless `keep`."""
+    ended (said, with `say`), then `teardown` (a cluster or broker of its own), and the site is
+    removed unless `keep`."""
     from streamops.execute.launcher import terminate_all_drivers
 
     _, server, home = scratch_site(name, prefix)
     try:
         yield home
     finally:
-        terminate_all_drivers()
+        orphans = terminate_all_drivers()  # only drivers this process started
+        if orphans and say is not None:
+            say(f"[yellow]killed {len(orphans)} driver(s) left running: {orphans}[/yellow]")
+        db.engine().dispose()
         if teardown is not None:
             teardown()
-        db.engine().dispose()
         db.engine.cache_clear()
         if not keep:
             drop_database(server, name)
             shutil.rmtree(home, ignore_errors=True)
+        elif say is not None:
+            say(f"kept database {name} and {home}")
+
+
+def machine_notes(cluster: bool = False) -> dict:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=20).stderr.splitlines()[0]
+    except Exception:  # noqa: BLE001 - a note only
+        java = "unknown"
+    import pyspark
+
+    mem_kb = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines()
+                  if ln.startswith("MemTotal"))
+    return {
+        "cpus": os.cpu_count(), "cpu_model": cpu, "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(), "pyspark": pyspark.__version__, "java": java,
+        "platform": platform.platform(),
+        "spark_master": "embedded standalone (1 worker, 1-core executors)" if cluster else "local[cores]",
+        "state_store": "RocksDB",
+        "driver_memory": "1g",
+    }
 
 
 def _git_revision() -> str | None:

@@ -54,8 +54,7 @@ from rich.console import Console
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.harness import table, write_result  # noqa: E402
-from bench.reconfig import machine_notes  # noqa: E402
+from bench.harness import machine_notes, table, write_result  # noqa: E402
 from demo import oracles  # noqa: E402
 from demo.stages import demo_job
 from streamops import generator, registry, spark_cluster  # noqa: E402
