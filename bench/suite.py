@@ -26,9 +26,9 @@ import sys
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.console import Console
 from rich.table import Table
@@ -497,9 +497,9 @@ def _families(args: argparse.Namespace, first_seed: int, console: Console) -> tu
     return [f for f in train_fams if f not in skipped], [f for f in report_fams if f not in skipped], skipped
 
 
-@dataclass
-class Training:
-    """What the training seeds decided, before any test run exists."""
+class Training(NamedTuple):
+    """What the training seeds decided, before any test run exists. (Not a dataclass: the tests
+    load this file without registering it as a module, which a dataclass needs.)"""
     runs: list[dict]
     tuned: dict
     named: dict
