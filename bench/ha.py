@@ -53,7 +53,7 @@ from pathlib import Path
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.harness import machine_notes, scratch_run, table, write_result  # noqa: E402
+from bench.harness import load_1m, machine_notes, scratch_run, table, write_result  # noqa: E402
 from demo import oracles  # noqa: E402
 from demo.stages import demo_job
 from streamops import control, generator, processes, registry, spark_cluster  # noqa: E402
@@ -151,7 +151,7 @@ def mttr_part(kills: int, warm_spares: bool = True, cluster: bool = False, fault
             f = wait(lambda run=run, kinds=kinds: q("failures_of_run", d=run.id, kinds=kinds), 180, "recovery")[0]
             rows.append({"warm": warm, "kind": f.kind, "mttr_s": f.mttr_ms / 1000, "gap_s": f.downtime_ms / 1000,
                          "detect_s": (f.detected_at - f.failed_at).total_seconds(),
-                         "load_avg_1min": round(os.getloadavg()[0], 2)})
+                         "load_avg_1min": load_1m()})
             if fault == "sigstop":  # the supervisor killed the stopped driver: nothing is left to wake
                 rows[-1]["driver_left"] = processes.is_alive(run.pid)
                 with contextlib.suppress(ProcessLookupError):

@@ -26,8 +26,9 @@ from bench.scratch import drop_database, end_run, scratch_database, scratch_site
 from streamops.paths import REPO_ROOT
 from streamops.store import db, migrate
 
-__all__ = ["RESULTS", "console", "drop_database", "end_run", "machine_notes", "provenance", "scratch_database",
-           "scratch_engine", "scratch_run", "scratch_site", "shown", "summary", "table", "write_result"]
+__all__ = ["RESULTS", "console", "drop_database", "end_run", "load_1m", "machine_notes", "provenance",
+           "scratch_database", "scratch_engine", "scratch_run", "scratch_site", "shown", "summary", "table",
+           "write_result"]
 
 RESULTS = REPO_ROOT / "bench" / "results"
 console = Console()
@@ -130,6 +131,12 @@ def write_result(name: str | Path, result: Any, args: argparse.Namespace | None 
 def shown(path: Path) -> str:
     """`path` relative to the repository when it is inside it: shorter in a printed line."""
     return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def load_1m() -> float:
+    """The machine's 1-minute load average, as every sample records it: on a shared machine the
+    figures mean little without it."""
+    return round(os.getloadavg()[0], 2)
 
 
 def summary(values: Iterable[float | None], digits: int = 3, count: str = "n") -> dict[str, Any]:

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
-from bench.harness import summary, write_result  # noqa: E402
+from bench.harness import load_1m, summary, write_result  # noqa: E402
 from streamops import jvm_archive  # noqa: E402
 
 PROBE = r"""
@@ -85,7 +85,7 @@ def main() -> None:
     for i in range(args.runs):
         for mode in ("off", "on") if i % 2 else ("on", "off"):
             r = one_run(mode == "on", master)
-            samples[mode].append({**r, "load_1m": round(os.getloadavg()[0], 2)})
+            samples[mode].append({**r, "load_1m": load_1m()})
             print(f"run {i + 1}/{args.runs} archive {mode:3}: session {r['session_s']:.2f}s, "
                   f"first batch {r['first_batch_s']:.2f}s")
     result = {"cluster": args.cluster, "runs": args.runs, "archive": str(path),

@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
-from bench.harness import end_run, scratch_run, summary, write_result  # noqa: E402
+from bench.harness import end_run, load_1m, scratch_run, summary, write_result  # noqa: E402
 from demo.oracles import actual, expected  # noqa: E402
 from demo.stages import demo_job  # noqa: E402
 from streamops import kafka_broker, registry  # noqa: E402
@@ -204,7 +204,7 @@ def one_run(source: str, cores: int, args: argparse.Namespace, rate: int | None,
     write(lines)
     say(f"{name}: {args.backlog} records in the {'topic' if source == 'kafka' else 'directory'}; starting")
     result: dict = {"source": source, "cores": cores, "backlog": args.backlog, "trigger_ms": trigger_ms,
-                    "oversubscribed": cores > (os.cpu_count() or 1), "load_1m_before": round(os.getloadavg()[0], 2)}
+                    "oversubscribed": cores > (os.cpu_count() or 1), "load_1m_before": load_1m()}
     feed = Feed(write, rate or 0, rng, lines)
     try:
         t = time.monotonic()
@@ -260,7 +260,7 @@ def one_run(source: str, cores: int, args: argparse.Namespace, rate: int | None,
             f"sink = oracle: {equal} ({result['words']} words, {result['keys']} keys)")
         return result
     finally:
-        result["load_1m_after"] = round(os.getloadavg()[0], 2)
+        result["load_1m_after"] = load_1m()
         end_run(sid, reg, feed.stop, feed.thread, work, "bench:kafka", say, deadline_s=30)
 
 

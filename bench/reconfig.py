@@ -49,7 +49,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.harness import RESULTS, machine_notes, scratch_run, shown, write_result  # noqa: E402
+from bench.harness import RESULTS, load_1m, machine_notes, scratch_run, shown, write_result  # noqa: E402
 from demo.stages import demo_job
 from streamops import generator, quality, registry  # noqa: E402
 from streamops.execute import mechanisms, reconfigure, stages, staging  # noqa: E402
@@ -164,7 +164,7 @@ def foreign_jvms() -> int:
 
 
 def machine_load() -> dict:
-    return {"loadavg_1m": round(os.getloadavg()[0], 2), "foreign_jvms": foreign_jvms()}
+    return {"loadavg_1m": load_1m(), "foreign_jvms": foreign_jvms()}
 
 
 def wait_quiet(max_s: float) -> float:

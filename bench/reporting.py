@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.harness import RESULTS, console, drop_database, scratch_engine, table, write_result  # noqa: E402
+from bench.harness import RESULTS, console, drop_database, load_1m, scratch_engine, table, write_result  # noqa: E402
 from streamops.store import db  # noqa: E402
 
 DAY = date(2025, 1, 15)
@@ -68,7 +68,7 @@ def time_views(engine, runs: int, day: date = DAY) -> dict[str, dict]:
         out[view] = {"median_s": round(statistics.median(times), 3), "runs_s": [round(x, 3) for x in times],
                      "cpu_median_s": round(statistics.median(cpu), 3) if cpu else None,
                      "cpu_runs_s": [round(x, 3) for x in cpu], "rows": n,
-                     "loadavg_1m": round(os.getloadavg()[0], 2)}
+                     "loadavg_1m": load_1m()}
     return out
 
 

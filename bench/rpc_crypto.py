@@ -46,7 +46,7 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
 import psutil  # noqa: E402
 
-from bench.harness import end_run, scratch_run, summary, write_result  # noqa: E402
+from bench.harness import end_run, load_1m, scratch_run, summary, write_result  # noqa: E402
 from demo.stages import demo_job  # noqa: E402
 from streamops import generator, registry, spark_cluster  # noqa: E402
 from streamops.execute import stages  # noqa: E402
@@ -166,7 +166,7 @@ def throughput(url: str, conf: Path, rounds: int, say) -> list[dict]:
                 if r == 0:
                     say(f"  warm-up {mode}: shuffle {res['shuffle_s']:.2f}s, collect {res['collect_s']:.2f}s")
                     continue
-                samples.append({"round": r, "mode": mode, **res, "load_1m": round(os.getloadavg()[0], 2)})
+                samples.append({"round": r, "mode": mode, **res, "load_1m": load_1m()})
                 say(f"  round {r}/{rounds} {mode:3}: shuffle {res['shuffle_s']:.2f}s, collect {res['collect_s']:.2f}s")
     finally:
         for p in procs.values():
@@ -217,7 +217,7 @@ def stage_run(i: int, mode: str, conf: Path, secret: str, worker_pid: int, batch
     feed = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
         out_dir=out, kind="web", trace=f"constant:rate={rate}", seed=300 + i, duration_s=3600, realtime=True,
         run="live", stop_event=stop))
-    sample: dict = {"run": i, "mode": mode, "load_1m_before": round(os.getloadavg()[0], 2)}
+    sample: dict = {"run": i, "mode": mode, "load_1m_before": load_1m()}
     try:
         res = stages.start_stage(sid, reg, wait_s=300)
         feed.start()
@@ -237,7 +237,7 @@ def stage_run(i: int, mode: str, conf: Path, secret: str, worker_pid: int, batch
         sample.update(batch_ms=statistics.median(b.batch_duration_ms for b in measured),
                       cpu_cores=round((cpu1 - cpu0) / (t1 - t0), 3), executor_flags=flags,
                       rows_per_batch=statistics.median(b.input_rows for b in measured),
-                      load_1m_after=round(os.getloadavg()[0], 2))
+                      load_1m_after=load_1m())
         say(f"  run {i} {mode:3}: batch {sample['batch_ms']:.0f} ms, cpu {sample['cpu_cores']:.2f} cores, "
             f"{sample['rows_per_batch']:.0f} rows/batch, executors {flags}")
         return sample

@@ -32,7 +32,7 @@ from pathlib import Path
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.harness import drop_database, scratch_engine, table, write_result  # noqa: E402
+from bench.harness import drop_database, load_1m, scratch_engine, table, write_result  # noqa: E402
 from streamops.agent import sinks  # noqa: E402
 from streamops.store import db  # noqa: E402
 
@@ -122,7 +122,7 @@ def run_size(conn, size: int, batches: int, apply_sql: str) -> dict:
             "insert_batch": {"direct_s": round(d_s[0], 4), "stage_s": round(st_s[0], 4), "apply_s": round(ap_s[0], 4)},
             "updates_s": {"direct": [round(x, 4) for x in d_s[1:]], "stage": [round(x, 4) for x in st_s[1:]],
                           "apply": [round(x, 4) for x in ap_s[1:]]},
-            "loadavg_1m": round(os.getloadavg()[0], 2)}
+            "loadavg_1m": load_1m()}
 
 
 def _row(r: dict) -> list[str]:

@@ -35,7 +35,7 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
 import httpx  # noqa: E402
 
-from bench.harness import end_run, scratch_run, summary, write_result  # noqa: E402
+from bench.harness import end_run, load_1m, scratch_run, summary, write_result  # noqa: E402
 from demo.stages import demo_job  # noqa: E402
 from streamops import generator, registry  # noqa: E402
 from streamops.execute import stages  # noqa: E402
@@ -103,7 +103,7 @@ def one_run(i: int, ui: bool, batches: int, rate: int, say) -> dict:
     feed = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
         out_dir=out, kind="web", trace=f"constant:rate={rate}", seed=200 + i, duration_s=3600, realtime=True,
         run="live", stop_event=stop))
-    sample: dict = {"run": i, "spark_ui": ui, "load_1m_before": round(os.getloadavg()[0], 2)}
+    sample: dict = {"run": i, "spark_ui": ui, "load_1m_before": load_1m()}
     try:
         res = stages.start_stage(sid, reg, wait_s=300)
         feed.start()
@@ -123,7 +123,7 @@ def one_run(i: int, ui: bool, batches: int, rate: int, say) -> dict:
         sample.update(batch_ms=statistics.median(b.batch_duration_ms for b in measured),
                       rss_mb=_rss_mb(pids), cpu_cores=round((cpu1 - cpu0) / (t1 - t0), 3),
                       rows_per_batch=statistics.median(b.input_rows for b in measured),
-                      ui_url=dep.ui_url, load_1m_after=round(os.getloadavg()[0], 2))
+                      ui_url=dep.ui_url, load_1m_after=load_1m())
         if ui:
             sample["ui_status"] = httpx.get(f"{dep.ui_url}/StreamingQuery/", timeout=10).status_code
         say(f"  run {i} UI {'on ' if ui else 'off'}: batch {sample['batch_ms']:.0f} ms, rss {sample['rss_mb']:.0f} MB, "
