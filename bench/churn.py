@@ -11,15 +11,16 @@ sets scale_down_delay_s = reversal_interval_s = 0 and drain_backlog_s = 1e12: th
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from streamops.sim import POLICY_CONFIGS, run_simulation
-from streamops.sim.suite import FAMILIES, MissingTraceFile, suite_trace
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from bench.harness import write_result  # noqa: E402
+from streamops.sim import POLICY_CONFIGS, run_simulation  # noqa: E402
+from streamops.sim.suite import FAMILIES, MissingTraceFile, suite_trace  # noqa: E402
 
 OFF = {"scale_down_delay_s": 0.0, "reversal_interval_s": 0.0, "drain_backlog_s": 1e12}
 
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{statistics.fmean(r['seconds_above_rmax'] for r in rs):.0f} | "
               f"{statistics.fmean(r['core_hours'] for r in rs):.1f} |")
     if args.json:
-        args.json.write_text(json.dumps({"seeds": args.seeds, "overrides": over, "runs": runs}, indent=1))
+        write_result(args.json, {"seeds": args.seeds, "overrides": over, "runs": runs}, args, indent=1)
     return 0
 
 

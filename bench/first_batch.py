@@ -16,18 +16,17 @@ The runs alternate cold (no warm-up) and warm, so both see the same machine.
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
 import time
 from collections.abc import Callable
 
-from bench.scratch import end_run
+from bench.harness import end_run, load_1m, summary
+from demo.stages import demo_job
 from streamops import generator, quality, registry
 from streamops.execute import reconfigure, stages
 from streamops.store import db
 from streamops.waiting import wait_until
-from tests.demo_jobs import demo_job
 
 APP = "bench"
 TRIGGER_MS = 4000
@@ -66,7 +65,7 @@ def one_run(i: int, warm: bool, say: Callable[[str], None]) -> dict:
     feed = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
         out_dir=out, kind="web", trace=f"constant:rate={RATE}", seed=100 + i, duration_s=3600, realtime=True,
         run="live", stop_event=stop))
-    sample: dict = {"run": i, "warm_up": warm, "loadavg_1m_before": round(os.getloadavg()[0], 2)}
+    sample: dict = {"run": i, "warm_up": warm, "loadavg_1m_before": load_1m()}
     try:
         t = time.monotonic()
         res = stages.start_stage(sid, reg, wait_s=300, warm_up=warm)
@@ -92,7 +91,7 @@ def one_run(i: int, warm: bool, say: Callable[[str], None]) -> dict:
         steady2 = statistics.median(b.batch_duration_ms for b in rest[:BATCHES_AFTER])
         sample.update(live_status="done", live_first_batch_ms=first.batch_duration_ms, live_steady_batch_ms=steady2,
                       live_ratio=round(first.batch_duration_ms / steady2, 2),
-                      loadavg_1m_after=round(os.getloadavg()[0], 2))
+                      loadavg_1m_after=load_1m())
         say(f"  {'warm' if warm else 'cold'} start {i}: running in {sample['start_to_running_s']}s, first batch "
             f"{sample['first_batch_ms']} ms vs steady {steady:.0f} ms ({sample['start_ratio']}x); after the live "
             f"scale-out {first.batch_duration_ms} ms vs {steady2:.0f} ms ({sample['live_ratio']}x)")
@@ -102,10 +101,7 @@ def one_run(i: int, warm: bool, say: Callable[[str], None]) -> dict:
 
 
 def _summary(samples: list[dict], key: str) -> dict:
-    vals = [s[key] for s in samples if s.get(key) is not None]
-    if not vals:
-        return {"median": None, "min": None, "max": None, "runs": 0}
-    return {"median": round(statistics.median(vals), 2), "min": min(vals), "max": max(vals), "runs": len(vals)}
+    return summary((s.get(key) for s in samples), 2, count="runs")
 
 
 def run(runs: int, say: Callable[[str], None]) -> list[dict]:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -52,21 +51,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.reconfig import machine_notes  # noqa: E402
-from bench.scratch import drop_database, scratch_site  # noqa: E402
+from bench.harness import load_1m, machine_notes, scratch_run, table, write_result  # noqa: E402
+from demo import oracles  # noqa: E402
+from demo.stages import demo_job
 from streamops import control, generator, processes, registry, spark_cluster  # noqa: E402
 from streamops.execute import faults, replicas, stages, supervisor  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
-from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db, ledger  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
-from tests import oracles  # noqa: E402
-from tests.demo_jobs import demo_job
 
-RESULTS = REPO_ROOT / "bench" / "results"
 SCRATCH_DB = "streamops_bench_ha"
 R_MAX_MS = 5000
 SID = "bench.wc"
@@ -156,7 +151,7 @@ def mttr_part(kills: int, warm_spares: bool = True, cluster: bool = False, fault
             f = wait(lambda run=run, kinds=kinds: q("failures_of_run", d=run.id, kinds=kinds), 180, "recovery")[0]
             rows.append({"warm": warm, "kind": f.kind, "mttr_s": f.mttr_ms / 1000, "gap_s": f.downtime_ms / 1000,
                          "detect_s": (f.detected_at - f.failed_at).total_seconds(),
-                         "load_avg_1min": round(os.getloadavg()[0], 2)})
+                         "load_avg_1min": load_1m()})
             if fault == "sigstop":  # the supervisor killed the stopped driver: nothing is left to wake
                 rows[-1]["driver_left"] = processes.is_alive(run.pid)
                 with contextlib.suppress(ProcessLookupError):
@@ -265,8 +260,7 @@ def setup_part(name: str, reg: registry.Registry, seconds: float, kill_mtbf: flo
     return row
 
 
-def main(argv: list[str] | None = None) -> dict:
-    global RATE
+def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--seconds", type=float, default=180)
@@ -285,12 +279,20 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     if args.fault == "sigstop" or args.load:
         args.skip_setups = True
-    RATE = args.rate
     if args.quick:
         args.kills, args.seconds = 3, 90
-    url, admin, home = scratch_site(SCRATCH_DB, "streamops-bench-ha-")
+    return args
+
+
+# Part 2's setups: (name, reg_for's keywords).
+SETUPS: list[tuple[str, dict]] = [("(a) one run, fast failover", {}), ("(b) two static replicas", {"replicas_": 2}),
+                                  ("(c) redundancy manager", {"managed": True})]
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Part 1 (MTTR, warm spares then cold starts) and part 2 (the three setups), on a site of its own."""
     out: dict = {"machine": machine_notes(args.cluster), "args": vars(args)}
-    try:
+    with scratch_run(SCRATCH_DB, "streamops-bench-ha-", teardown=spark_cluster.down if args.cluster else None):
         if args.cluster:
             spark_cluster.up(workers=1, cores_per_worker=3, memory_per_worker="6g", progress=say)
         if args.load:
@@ -301,72 +303,65 @@ def main(argv: list[str] | None = None) -> dict:
             if args.fault == "kill":
                 out["mttr_cold"] = mttr_part(max(3, args.kills // 2), warm_spares=False, cluster=args.cluster)
         out["setups"] = [] if args.skip_setups or args.cluster else [
-            setup_part("(a) one run, fast failover", reg_for("bench/in"), args.seconds, args.kill_mtbf,
-                       args.slow_mtbf, args.seed),
-            setup_part("(b) two static replicas", reg_for("bench/in", replicas_=2), args.seconds, args.kill_mtbf,
-                       args.slow_mtbf, args.seed),
-            setup_part("(c) redundancy manager", reg_for("bench/in", managed=True), args.seconds, args.kill_mtbf,
-                       args.slow_mtbf, args.seed),
-        ]
-    finally:
-        terminate_all_drivers()
-        if args.cluster:
-            spark_cluster.down()
-        db.engine().dispose()
-        drop_database(admin, SCRATCH_DB)
-        shutil.rmtree(home, ignore_errors=True)
-    RESULTS.mkdir(exist_ok=True)
+            setup_part(name, reg_for("bench/in", **kw), args.seconds, args.kill_mtbf, args.slow_mtbf, args.seed)
+            for name, kw in SETUPS]
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    global RATE
+    args = _args(argv)
+    RATE = args.rate
+    out = measure(args)
     if args.load:
-        (RESULTS / f"ha_load{args.load}_nice{processes.DATA_PLANE_NICE}.json").write_text(
-            json.dumps(out, indent=2, default=str))
+        write_result(f"ha_load{args.load}_nice{processes.DATA_PLANE_NICE}.json", out, args)
         m, mm = out["mttr"]["median"], out["mttr"]["min_max"]
         console.print(f"{args.load} busy loops at nice {processes.DATA_PLANE_NICE}, the drivers too: MTTR median "
                       f"{m['mttr_s']:.1f}s ({mm['mttr_s'][0]:.1f}-{mm['mttr_s'][1]:.1f}), detection "
                       f"{m['detect_s']:.1f}s, output gap {m['gap_s']:.1f}s, load {mm['load_avg_1min']}")
-        return out
-    if args.fault == "sigstop":
-        name = "ha_cluster_sigstop.json" if args.cluster else "ha_sigstop.json"
-        (RESULTS / name).write_text(json.dumps(out, indent=2, default=str))
+    elif args.fault == "sigstop":
+        write_result("ha_cluster_sigstop.json" if args.cluster else "ha_sigstop.json", out, args)
         print_cluster_mttr(out, "SIGSTOP of the driver", "a cluster" if args.cluster else "a local")
-        return out
-    if args.cluster:
-        (RESULTS / "ha_cluster.json").write_text(json.dumps(out, indent=2, default=str))
+    elif args.cluster:
+        write_result("ha_cluster.json", out, args)
         print_cluster_mttr(out)
-        return out
-    (RESULTS / ("ha_quick.json" if args.quick else "ha.json")).write_text(json.dumps(out, indent=2, default=str))
-    table = Table(title=f"HA under injected faults (wordcount, {RATE} rows/s, R_max 5 s)")
-    for c in ("setup", "failures", "MTTR s", "gap/failure s", "violated 1 s windows", "core-h", "run-h",
-              "sink = truth"):
-        table.add_column(c)
+    else:
+        write_result("ha_quick.json" if args.quick else "ha.json", out, args)
+        print_setups(out, args.kills)
+    return out
+
+
+def print_setups(out: dict, kills: int) -> None:
+    """Part 2's table, each setup against (a), and part 1's MTTR."""
+    base = out["setups"][0] if out["setups"] else {}
+    rows = []
     for r in out["setups"]:
-        base = out["setups"][0]
         extra = (r["core_h"] / base["core_h"] - 1) * 100 if base["core_h"] else 0
         change = (r["violated_windows"] / base["violated_windows"] - 1) * 100 if base["violated_windows"] else 0
-        table.add_row(r["setup"], str(r["failures"]), f"{r['mttr_s'] or 0:.1f}", f"{r['gap_per_failure_s'] or 0:.1f}",
-                      f"{r['violated_windows']}/{r['observed_windows']} ({change:+.0f} % vs a)",
-                      f"{r['core_h']:.3f} ({extra:+.0f} %)", f"{r['run_h']:.3f}", str(r["sink_equals_truth"]))
-    console.print(table)
+        rows.append([r["setup"], str(r["failures"]), f"{r['mttr_s'] or 0:.1f}", f"{r['gap_per_failure_s'] or 0:.1f}",
+                     f"{r['violated_windows']}/{r['observed_windows']} ({change:+.0f} % vs a)",
+                     f"{r['core_h']:.3f} ({extra:+.0f} %)", f"{r['run_h']:.3f}", str(r["sink_equals_truth"])])
+    cols = ("setup", "failures", "MTTR s", "gap/failure s", "violated 1 s windows", "core-h", "run-h", "sink = truth")
+    console.print(table(f"HA under injected faults (wordcount, {RATE} rows/s, R_max 5 s)", cols, rows, left=cols))
     if "mttr" in out:
         m = out["mttr"]["median"]
         c = out["mttr_cold"]["median"]
-        console.print(f"MTTR of a driver kill -9 with a warm spare, median of {args.kills}: {m['mttr_s']:.1f}s "
+        console.print(f"MTTR of a driver kill -9 with a warm spare, median of {kills}: {m['mttr_s']:.1f}s "
                       f"(detection {m['detect_s']:.1f}s, output gap {m['gap_s']:.1f}s); cold start, median of "
                       f"{out['mttr_cold']['kills']}: {c['mttr_s']:.1f}s")
-    return out
 
 
 def print_cluster_mttr(out: dict, fault: str = "a driver kill -9", pool: str = "a cluster") -> None:
     """Part 1: warm spares (on a cluster pool a registered driver with no executor), then cold starts."""
-    table = Table(title=f"MTTR of {fault} on {pool} pool (wordcount, 1 s trigger)")
-    for c in ("failover", "faults", "MTTR median", "min–max", "output gap median", "detection", "load 1m min–max"):
-        table.add_column(c)
+    cols = ("failover", "faults", "MTTR median", "min–max", "output gap median", "detection", "load 1m min–max")
     parts = [("warm spare", out["mttr"])] + ([("cold start", out["mttr_cold"])] if "mttr_cold" in out else [])
+    rows = []
     for name, part in parts:
         m, mm = part["median"], part["min_max"]
-        table.add_row(name, str(part["kills"]), f"{m['mttr_s']:.1f}s", f"{mm['mttr_s'][0]:.1f}–{mm['mttr_s'][1]:.1f}s",
-                      f"{m['gap_s']:.1f}s", f"{m['detect_s']:.1f}s",
-                      f"{mm['load_avg_1min'][0]:.1f}–{mm['load_avg_1min'][1]:.1f}")
-    console.print(table)
+        rows.append([name, str(part["kills"]), f"{m['mttr_s']:.1f}s", f"{mm['mttr_s'][0]:.1f}–{mm['mttr_s'][1]:.1f}s",
+                     f"{m['gap_s']:.1f}s", f"{m['detect_s']:.1f}s",
+                     f"{mm['load_avg_1min'][0]:.1f}–{mm['load_avg_1min'][1]:.1f}"])
+    console.print(table(f"MTTR of {fault} on {pool} pool (wordcount, 1 s trigger)", cols, rows, left=cols))
 
 
 if __name__ == "__main__":

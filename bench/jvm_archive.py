@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
+from bench.harness import load_1m, summary, write_result  # noqa: E402
 from streamops import jvm_archive  # noqa: E402
 
 PROBE = r"""
@@ -65,10 +65,6 @@ def one_run(archive_on: bool, master: str | None) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
-def summary(values: list[float]) -> dict:
-    return {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values)}
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,7 +85,7 @@ def main() -> None:
     for i in range(args.runs):
         for mode in ("off", "on") if i % 2 else ("on", "off"):
             r = one_run(mode == "on", master)
-            samples[mode].append({**r, "load_1m": round(os.getloadavg()[0], 2)})
+            samples[mode].append({**r, "load_1m": load_1m()})
             print(f"run {i + 1}/{args.runs} archive {mode:3}: session {r['session_s']:.2f}s, "
                   f"first batch {r['first_batch_s']:.2f}s")
     result = {"cluster": args.cluster, "runs": args.runs, "archive": str(path),
@@ -100,9 +96,7 @@ def main() -> None:
         result[key] = {"on": on, "off": off, "off_over_on": round(off["median"] / on["median"], 2)}
         print(f"{key}: on {on['median']:.2f}s ({on['min']:.2f}-{on['max']:.2f}), off {off['median']:.2f}s "
               f"({off['min']:.2f}-{off['max']:.2f}): {result[key]['off_over_on']}x")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"results in {args.out}")
+    print(f"results in {write_result(args.out, result, args)}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ source and cores, one run:
            record stamped within its tick: the median over the feed's batches (the first left
            out) of stage_metrics.latency_p50_ms, the sink's commit time minus each output row's
            event time (a word's newest record).
-  correct  the feed stopped, the sink equals the oracle (tests/oracles.py) over every record.
+  correct  the feed stopped, the sink equals the oracle (demo/oracles.py) over every record.
 
 RATE is the same for every run, so they compare: half the first run's (kafka, 1 core) median
 drain rate, at most 80 % of what the batch cap allows a trigger (records a batch / trigger
@@ -33,8 +33,6 @@ import argparse
 import json
 import os
 import random
-import shutil
-import statistics
 import sys
 import threading
 import time
@@ -46,20 +44,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
-from bench.scratch import drop_database, end_run, scratch_site  # noqa: E402
+from bench.harness import end_run, load_1m, scratch_run, summary, write_result  # noqa: E402
+from demo.oracles import actual, expected  # noqa: E402
+from demo.stages import demo_job  # noqa: E402
 from streamops import kafka_broker, registry  # noqa: E402
 from streamops.execute import stages  # noqa: E402
-from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.generator import SCHEMAS, sample_lines  # noqa: E402
 from streamops.generator.topic import ensure_topic  # noqa: E402
 from streamops.sources import KafkaSource  # noqa: E402
 from streamops.store import db  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
-from tests.demo_jobs import demo_job  # noqa: E402
-from tests.oracles import actual, expected  # noqa: E402
 
 SCRATCH_DB = "streamops_bench_kafka"
-RESULTS = REPO / "bench" / "results"
 APP = "kb"
 DEMO = "clicks.wordcount"
 SOURCES = ("kafka", "files")
@@ -173,13 +169,6 @@ def _read(res: stages.StartResult, backlog: int) -> bool:
     return sum(b.input_rows for b in _batches(res.deployment_id)) >= backlog
 
 
-def _summary(values: list[float]) -> dict:
-    if not values:
-        return {"median": None, "min": None, "max": None, "n": 0}
-    return {"median": round(statistics.median(values), 1), "min": round(min(values), 1),
-            "max": round(max(values), 1), "n": len(values)}
-
-
 def _drain(dep_id: int) -> dict:
     """Rows/s of the drain's batches after the first, from stage_metrics."""
     done = _batches(dep_id)
@@ -187,7 +176,7 @@ def _drain(dep_id: int) -> dict:
     rates = [b.input_rows * 1000 / b.batch_duration_ms for b in after if b.batch_duration_ms > 0]
     out = {"batches": len(done), "first_batch_ms": done[0].batch_duration_ms if done else None,
            "per_batch": [{"rows": b.input_rows, "ms": b.batch_duration_ms} for b in done],
-           "rows_per_s": _summary(rates), "rows_per_batch": _summary([b.input_rows for b in after])}
+           "rows_per_s": summary(rates, 1), "rows_per_batch": summary([b.input_rows for b in after], 1)}
     if after:
         span = (after[-1].ts - after[0].ts).total_seconds() + after[-1].batch_duration_ms / 1000
         out["wall_rows_per_s"] = round(sum(b.input_rows for b in after) / span, 1) if span > 0 else None
@@ -215,7 +204,7 @@ def one_run(source: str, cores: int, args: argparse.Namespace, rate: int | None,
     write(lines)
     say(f"{name}: {args.backlog} records in the {'topic' if source == 'kafka' else 'directory'}; starting")
     result: dict = {"source": source, "cores": cores, "backlog": args.backlog, "trigger_ms": trigger_ms,
-                    "oversubscribed": cores > (os.cpu_count() or 1), "load_1m_before": round(os.getloadavg()[0], 2)}
+                    "oversubscribed": cores > (os.cpu_count() or 1), "load_1m_before": load_1m()}
     feed = Feed(write, rate or 0, rng, lines)
     try:
         t = time.monotonic()
@@ -260,10 +249,10 @@ def one_run(source: str, cores: int, args: argparse.Namespace, rate: int | None,
                        if started + timedelta(milliseconds=trigger_ms) <= b.ts < ended]
         result["feed"] = {
             "batches": len(fed_batches),
-            "latency_p50_ms": _summary([b.latency_p50_ms for b in fed_batches if b.latency_p50_ms is not None]),
-            "latency_p95_ms": _summary([b.latency_p95_ms for b in fed_batches if b.latency_p95_ms is not None]),
-            "batch_ms": _summary([b.batch_duration_ms for b in fed_batches]),
-            "rows_per_batch": _summary([b.input_rows for b in fed_batches])}
+            "latency_p50_ms": summary([b.latency_p50_ms for b in fed_batches if b.latency_p50_ms is not None], 1),
+            "latency_p95_ms": summary([b.latency_p95_ms for b in fed_batches if b.latency_p95_ms is not None], 1),
+            "batch_ms": summary([b.batch_duration_ms for b in fed_batches], 1),
+            "rows_per_batch": summary([b.input_rows for b in fed_batches], 1)}
         f = result["feed"]
         result["kept_up"] = f["batch_ms"]["median"] is not None and f["batch_ms"]["median"] < trigger_ms
         say(f"{name}: fed {fed} records at {rate}/s for {args.feed_s:.0f}s: latency p50 median "
@@ -271,7 +260,7 @@ def one_run(source: str, cores: int, args: argparse.Namespace, rate: int | None,
             f"sink = oracle: {equal} ({result['words']} words, {result['keys']} keys)")
         return result
     finally:
-        result["load_1m_after"] = round(os.getloadavg()[0], 2)
+        result["load_1m_after"] = load_1m()
         end_run(sid, reg, feed.stop, feed.thread, work, "bench:kafka", say, deadline_s=30)
 
 
@@ -319,10 +308,9 @@ def main(argv: list[str] | None = None) -> dict:
     say(f"{DEMO}: trigger {demo.trigger_interval_ms} ms, {_batch_cap(demo)} records a batch, "
         f"{demo.state_partitions} state partitions; cores {cores} on a {os.cpu_count()}-core machine"
         + (" (more cores than the machine has are oversubscribed: *)" if max(cores) > (os.cpu_count() or 1) else ""))
-    _, server, home = scratch_site(SCRATCH_DB, "streamops-bench-kafka-")
     runs: list[dict] = []
     rate = args.rate
-    try:
+    with scratch_run(SCRATCH_DB, "streamops-bench-kafka-", teardown=kafka_broker.down):
         broker, _ = kafka_broker.up()
         say(f"broker up on {broker.bootstrap}")
         for n in cores:
@@ -335,21 +323,13 @@ def main(argv: list[str] | None = None) -> dict:
                     say(f"{source}, {n} core(s): {type(e).__name__}: {e}")
                     runs.append({"source": source, "cores": n, "oversubscribed": n > (os.cpu_count() or 1),
                                  "error": f"{type(e).__name__}: {e}"})
-    finally:
-        terminate_all_drivers()
-        kafka_broker.down()
-        db.engine().dispose()
-        db.engine.cache_clear()
-        drop_database(server, SCRATCH_DB)
-        shutil.rmtree(home, ignore_errors=True)
     result = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(), "args": vars(args),
               "demo_stage": DEMO, "rate": rate, "took_s": round(time.monotonic() - t0), "runs": runs}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "kafka.json").write_text(json.dumps(result, indent=2, default=str))
+    out = write_result("kafka.json", result, args)
     print(table(runs, rate))
     if any(r["oversubscribed"] for r in runs):
         print(f"* more cores than this machine's {os.cpu_count()}")
-    print(f"took {result['took_s']}s; results in {RESULTS / 'kafka.json'}")
+    print(f"took {result['took_s']}s; results in {out}")
     return result
 
 

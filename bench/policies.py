@@ -11,7 +11,6 @@ bench/results/<trace>/<policy>/seed<k>/summary.json (+ response.png for the firs
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -19,9 +18,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-from streamops.sim import POLICY_CONFIGS, run_simulation
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from bench.harness import table, write_result  # noqa: E402
+from streamops.sim import POLICY_CONFIGS, run_simulation  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 TRACES = ["diurnal", "ramp", "steps", "spikes"]
@@ -99,6 +99,16 @@ def update_docs(table_md: str, doc: Path = ROOT.parent / "docs" / "policies.md")
     doc.write_text(text[:i] + table_md + text[j:])
 
 
+COLS = ("config", "availability", "downtime s", "s > R_max", "violated win.", "scale-outs", "scale-ins", "core-hours",
+        "conv. max")
+
+
+def _row(p: str, a: dict) -> list[str]:
+    return [p, f"{a['availability']:.4%}", f"{a['downtime_s']:.1f}", f"{a['seconds_above_rmax']:.1f}",
+            f"{a['violated_windows']:.1f}", f"{a['scale_out']:.1f}", f"{a['scale_in']:.1f}", f"{a['core_hours']:.2f}",
+            _conv(a)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--traces", nargs="+", default=TRACES)
@@ -120,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = [_one(j) for j in jobs]
     wall = time.perf_counter() - t0
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "policies.json").write_text(json.dumps(runs, indent=1, default=str))
+    write_result(args.out / "policies.json", runs, args, indent=1)
     agg = aggregate(runs)
     table_md = markdown(agg, args.traces, args.policies)
     (args.out / "policies_table.md").write_text(table_md)
@@ -130,19 +139,10 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(width=130)
     for t in args.traces:
-        table = Table(title=f"{t}: mean over seeds {args.seeds}")
-        for col in ("config", "availability", "downtime s", "s > R_max", "violated win.", "scale-outs", "scale-ins",
-                    "core-hours", "conv. max"):
-            table.add_column(col, justify="left" if col == "config" else "right")
-        for p in args.policies:
-            a = agg.get((t, p))
-            if not a:
-                continue
-            style = "bold green" if p == OURS else ("bold" if p == BASELINE else None)
-            table.add_row(p, f"{a['availability']:.4%}", f"{a['downtime_s']:.1f}", f"{a['seconds_above_rmax']:.1f}",
-                          f"{a['violated_windows']:.1f}", f"{a['scale_out']:.1f}", f"{a['scale_in']:.1f}",
-                          f"{a['core_hours']:.2f}", _conv(a), style=style)
-        console.print(table)
+        shown = [p for p in args.policies if agg.get((t, p))]
+        console.print(table(f"{t}: mean over seeds {args.seeds}", COLS, [_row(p, agg[(t, p)]) for p in shown],
+                            left=("config",),
+                            styles=["bold green" if p == OURS else ("bold" if p == BASELINE else None) for p in shown]))
     if "diurnal" in args.traces:
         ok, text = verdict(agg)
         console.print(("[green]" if ok else "[red]") + text)

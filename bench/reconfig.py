@@ -36,11 +36,9 @@ import itertools
 import json
 import math
 import os
-import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -51,15 +49,13 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.scratch import drop_database, scratch_site  # noqa: E402
+from bench.harness import RESULTS, load_1m, machine_notes, scratch_run, shown, write_result  # noqa: E402
+from demo.stages import demo_job
 from streamops import generator, quality, registry  # noqa: E402
 from streamops.execute import mechanisms, reconfigure, stages, staging  # noqa: E402
-from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db  # noqa: E402
-from tests.demo_jobs import demo_job
 
-RESULTS = REPO_ROOT / "bench" / "results"
 SCRATCH_DB = "streamops_bench_reconfig"
 APP = "bench"
 TRIGGER_MS = 1000
@@ -86,27 +82,6 @@ def say(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------- environment
-
-def machine_notes(cluster: bool = False) -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    try:
-        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=20).stderr.splitlines()[0]
-    except Exception:  # noqa: BLE001 - a note only
-        java = "unknown"
-    import pyspark
-
-    mem_kb = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines()
-                  if ln.startswith("MemTotal"))
-    return {
-        "cpus": os.cpu_count(), "cpu_model": cpu, "memory_gb": round(mem_kb / 1024 / 1024, 1),
-        "python": platform.python_version(), "pyspark": pyspark.__version__, "java": java,
-        "platform": platform.platform(),
-        "spark_master": "embedded standalone (1 worker, 1-core executors)" if cluster else "local[cores]",
-        "state_store": "RocksDB",
-        "driver_memory": "1g",
-    }
-
 
 # --------------------------------------------------------------------------- the stage
 
@@ -189,7 +164,7 @@ def foreign_jvms() -> int:
 
 
 def machine_load() -> dict:
-    return {"loadavg_1m": round(os.getloadavg()[0], 2), "foreign_jvms": foreign_jvms()}
+    return {"loadavg_1m": load_1m(), "foreign_jvms": foreign_jvms()}
 
 
 def wait_quiet(max_s: float) -> float:
@@ -629,7 +604,7 @@ def first_batch_rows(runs: int, out: Path, machine: dict) -> list[dict]:
     for r in rows:
         r["machine"] = {**machine, "trigger_interval_ms": first_batch.TRIGGER_MS, "rate_rows_per_s": first_batch.RATE,
                         "measured_at": datetime.now(UTC).isoformat(timespec="seconds")}
-    out.write_text(json.dumps(rows, indent=2, default=str))
+    write_result(out, rows)
     t = Table(title="first batch / steady batch (median, min–max; target ≤ 2×)")
     for col in ("event", "warm-up", "runs", "ratio", "first batch", "steady batch", "start → running", "load 1m"):
         t.add_column(col, justify="left" if col in ("event", "warm-up") else "right")
@@ -649,7 +624,8 @@ def first_batch_rows(runs: int, out: Path, machine: dict) -> list[dict]:
 
 # --------------------------------------------------------------------------- main
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def _args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], Path]:
+    """(the arguments, the mechanisms to measure, the result file)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--keys", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
                    help="state sizes (distinct keys)")
@@ -697,8 +673,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if unknown:
         p.error(f"unknown mechanism(s) {unknown}; available: {', '.join(mechanisms.MECHANISMS)}")
     out = args.out or RESULTS / ("reconfig_quick.json" if args.quick else "reconfig.json")
+    return args, mechs, out
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args, mechs, out = _args(argv)
     args.logs_dir = RESULTS / "reconfig_logs" / out.stem
 
     def terminated(signum, _frame):  # SIGTERM: unwind through the finally blocks (stop drivers, drop the db)
@@ -706,32 +685,30 @@ def main(argv: list[str] | None = None) -> list[dict]:
     signal.signal(signal.SIGTERM, terminated)
     shutil.rmtree(args.logs_dir, ignore_errors=True)
     started = time.monotonic()
-    url, admin, home = scratch_site(SCRATCH_DB, "streamops-bench-reconfig-")
-    if args.cluster:
-        from streamops import spark_cluster
-
-        cluster, _ = spark_cluster.up(workers=1, cores_per_worker=args.overlap_pool_cores, memory_per_worker="6g",
-                                      progress=say)
-    machine = machine_notes(args.cluster)
-    say(f"scratch database {SCRATCH_DB}, STREAMOPS_HOME {home}; mechanisms {mechs}; sizes {args.keys}; "
-        f"{args.runs} runs each")
-
     samples: list[dict] = []
     setups: dict[int, dict] = {}
     errors: list[str] = []
-    rows: list[dict] = []
     # --merge: keep the rows of sizes/mechanisms this invocation does not measure (a run split in parts).
     kept: list[dict] = []
     if args.merge and out.exists():
         kept = [r for r in json.loads(out.read_text())
                 if r["state_keys"] not in args.keys or r["mechanism"] not in mechs]
+    machine: dict = {}
 
     def save(final: bool = False) -> list[dict]:
         new = aggregate(samples, setups, {**machine, "errors": errors, "partial": not final}, args)
-        out.write_text(json.dumps(kept + new, indent=2, default=str))
+        write_result(out, kept + new)
         return kept + new
 
-    try:
+    from streamops import spark_cluster
+
+    with scratch_run(SCRATCH_DB, "streamops-bench-reconfig-", teardown=spark_cluster.down if args.cluster else None,
+                     keep=args.keep, say=say) as home:
+        if args.cluster:
+            spark_cluster.up(workers=1, cores_per_worker=args.overlap_pool_cores, memory_per_worker="6g", progress=say)
+        machine.update(machine_notes(args.cluster))
+        say(f"scratch database {SCRATCH_DB}, STREAMOPS_HOME {home}; mechanisms {mechs}; sizes {args.keys}; "
+            f"{args.runs} runs each")
         if args.cluster and args.first_batch_runs:
             first_batch_rows(args.first_batch_runs, out.with_name(f"{out.stem}_first_batch.json"), machine)
         for keys in args.keys:
@@ -742,31 +719,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 errors.append(msg)
                 say(f"[red]{msg}[/red]")
             finally:
-                rows = save()  # whatever was measured is on disk after every size
-    finally:
-        orphans = terminate_all_drivers()  # only drivers this process started
-        if orphans:
-            say(f"[yellow]killed {len(orphans)} driver(s) left running: {orphans}[/yellow]")
-        db.engine().dispose()
-        if args.cluster:
-            from streamops import spark_cluster
-
-            spark_cluster.down()
-        if not args.keep:
-            drop_database(admin, SCRATCH_DB)
-            shutil.rmtree(home, ignore_errors=True)
-        else:
-            say(f"kept database {SCRATCH_DB} and {home}")
+                save()  # whatever was measured is on disk after every size
     wall = time.monotonic() - started
     rows = save(final=True)
     for r in rows[len(kept):]:
         r["machine"]["wall_time_s"] = round(wall, 1)
         r["machine"]["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    out.write_text(json.dumps(rows, indent=2, default=str))
+    write_result(out, rows)
     print_tables(rows, wall)
     if errors:
         console.print("[red]errors:[/red] " + "; ".join(errors))
-    console.print(f"results in {out.relative_to(REPO_ROOT) if out.is_relative_to(REPO_ROOT) else out}")
+    console.print(f"results in {shown(out)}")
     return rows
 
 

@@ -12,7 +12,6 @@ heaviest view's query at the largest size to bench/results/reporting_explain.txt
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -20,18 +19,12 @@ import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.scratch import drop_database, scratch_database  # noqa: E402
-from streamops.paths import REPO_ROOT  # noqa: E402
-from streamops.store import db, migrate  # noqa: E402
+from bench.harness import RESULTS, console, drop_database, load_1m, scratch_engine, table, write_result  # noqa: E402
+from streamops.store import db  # noqa: E402
 
-RESULTS = REPO_ROOT / "bench" / "results"
 DAY = date(2025, 1, 15)
 VIEWS = ("sla_daily", "downtime_daily", "cost_daily", "reconfigurations")
-console = Console()
 
 
 def generate(engine, stages: int, day: date = DAY) -> dict:
@@ -75,7 +68,7 @@ def time_views(engine, runs: int, day: date = DAY) -> dict[str, dict]:
         out[view] = {"median_s": round(statistics.median(times), 3), "runs_s": [round(x, 3) for x in times],
                      "cpu_median_s": round(statistics.median(cpu), 3) if cpu else None,
                      "cpu_runs_s": [round(x, 3) for x in cpu], "rows": n,
-                     "loadavg_1m": round(os.getloadavg()[0], 2)}
+                     "loadavg_1m": load_1m()}
     return out
 
 
@@ -102,13 +95,8 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = [int(x) for x in args.stages.split(",")]
 
     results, explain = [], []
-    url = None
     for stages in sizes:
-        url, admin = scratch_database("streamops_bench_reporting")
-        os.environ["STREAMOPS_DATABASE_URL"] = url
-        db.engine.cache_clear()
-        engine = db.engine()
-        migrate.apply(engine)
+        engine, admin = scratch_engine("streamops_bench_reporting")
         with console.status(f"generating one day of {stages} stages at 1 s …"):
             gen = generate(engine, stages)
         console.print(f"{stages} stages: {gen['rows']:,} stage_metrics rows in {gen['generated_s']}s")
@@ -129,21 +117,14 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"benchmark": "reporting_views", "day": DAY.isoformat(), "trigger_s": 1, "runs": args.runs,
               "sizes": results, "limit_s": 10.0, "cpus": os.cpu_count(),
               "measured_at": datetime.now(UTC).replace(microsecond=0).isoformat()}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "reporting.json").write_text(json.dumps(result, indent=2))
+    write_result("reporting.json", result, args)
     if explain:
         (RESULTS / "reporting_explain.txt").write_text("\n".join(explain) + "\n")
-
-    t = Table(title=f"reporting views for one day at 1 s batches (median of {args.runs})")
-    t.add_column("stages", justify="right")
-    t.add_column("rows", justify="right")
-    for v in VIEWS:
-        t.add_column(v, justify="right")
-    t.add_column("all", justify="right")
-    for r in results:
-        t.add_row(str(r["stages"]), f"{r['rows']:,}", *(f"{r['views'][v]['median_s'] * 1000:,.0f} ms" for v in VIEWS),
-                  f"{r['total_median_s'] * 1000:,.0f} ms")
-    console.print(t)
+    console.print(table(f"reporting views for one day at 1 s batches (median of {args.runs})",
+                        ("stages", "rows", *VIEWS, "all"),
+                        [[str(r["stages"]), f"{r['rows']:,}",
+                          *(f"{r['views'][v]['median_s'] * 1000:,.0f} ms" for v in VIEWS),
+                          f"{r['total_median_s'] * 1000:,.0f} ms"] for r in results]))
     return result
 
 

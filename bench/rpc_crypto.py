@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import secrets
-import shutil
 import statistics
 import subprocess
 import sys
@@ -47,17 +46,15 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
 import psutil  # noqa: E402
 
-from bench.scratch import drop_database, end_run, scratch_site  # noqa: E402
+from bench.harness import end_run, load_1m, scratch_run, summary, write_result  # noqa: E402
+from demo.stages import demo_job  # noqa: E402
 from streamops import generator, registry, spark_cluster  # noqa: E402
 from streamops.execute import stages  # noqa: E402
-from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.paths import write_private  # noqa: E402
 from streamops.store import db  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
-from tests.demo_jobs import demo_job  # noqa: E402
 
 SCRATCH_DB = "streamops_bench_rpc_crypto"
-RESULTS = REPO / "bench" / "results"
 APP = "bench"
 TRIGGER_MS = 2000
 SKIP = 3  # batches with input before the measured ones
@@ -169,7 +166,7 @@ def throughput(url: str, conf: Path, rounds: int, say) -> list[dict]:
                 if r == 0:
                     say(f"  warm-up {mode}: shuffle {res['shuffle_s']:.2f}s, collect {res['collect_s']:.2f}s")
                     continue
-                samples.append({"round": r, "mode": mode, **res, "load_1m": round(os.getloadavg()[0], 2)})
+                samples.append({"round": r, "mode": mode, **res, "load_1m": load_1m()})
                 say(f"  round {r}/{rounds} {mode:3}: shuffle {res['shuffle_s']:.2f}s, collect {res['collect_s']:.2f}s")
     finally:
         for p in procs.values():
@@ -220,7 +217,7 @@ def stage_run(i: int, mode: str, conf: Path, secret: str, worker_pid: int, batch
     feed = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
         out_dir=out, kind="web", trace=f"constant:rate={rate}", seed=300 + i, duration_s=3600, realtime=True,
         run="live", stop_event=stop))
-    sample: dict = {"run": i, "mode": mode, "load_1m_before": round(os.getloadavg()[0], 2)}
+    sample: dict = {"run": i, "mode": mode, "load_1m_before": load_1m()}
     try:
         res = stages.start_stage(sid, reg, wait_s=300)
         feed.start()
@@ -240,7 +237,7 @@ def stage_run(i: int, mode: str, conf: Path, secret: str, worker_pid: int, batch
         sample.update(batch_ms=statistics.median(b.batch_duration_ms for b in measured),
                       cpu_cores=round((cpu1 - cpu0) / (t1 - t0), 3), executor_flags=flags,
                       rows_per_batch=statistics.median(b.input_rows for b in measured),
-                      load_1m_after=round(os.getloadavg()[0], 2))
+                      load_1m_after=load_1m())
         say(f"  run {i} {mode:3}: batch {sample['batch_ms']:.0f} ms, cpu {sample['cpu_cores']:.2f} cores, "
             f"{sample['rows_per_batch']:.0f} rows/batch, executors {flags}")
         return sample
@@ -249,11 +246,6 @@ def stage_run(i: int, mode: str, conf: Path, secret: str, worker_pid: int, batch
 
 
 # ------------------------------------------------------------------------------------------ main
-
-def summary(values: list[float]) -> dict:
-    return {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values), "n": len(values)} \
-        if values else {"median": None, "min": None, "max": None, "n": 0}
-
 
 def compare(samples: list[dict], key: str, mode: str, pair_key: str, say) -> dict:
     """`mode` against off for `key`: medians, their ratio, and the median of the per-pair ratios."""
@@ -277,16 +269,15 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     if os.environ.get(spark_cluster.ENV_MASTER):
         sys.exit(f"unset {spark_cluster.ENV_MASTER}: the bench measures its own embedded cluster")
-    url, admin, home = scratch_site(SCRATCH_DB, "streamops-bench-rpc-crypto-")
-    secret = secrets.token_hex(32)
-    conf = spark_cluster.conf_dir() / "spark-defaults.conf"
-    conf.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_private(conf, conf_text(secret, "on"))
     result: dict = {"args": vars(args), "trigger_ms": TRIGGER_MS, "shuffle_rows": SHUFFLE_ROWS,
                     "collect_mb": COLLECT_MB, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
                     "rpc_crypto": spark_cluster.RPC_CRYPTO}
     runs: list[dict] = []
-    try:
+    with scratch_run(SCRATCH_DB, "streamops-bench-rpc-crypto-", teardown=lambda: spark_cluster.down(grace_s=5)):
+        secret = secrets.token_hex(32)  # the site's home first: the conf lives in it
+        conf = spark_cluster.conf_dir() / "spark-defaults.conf"
+        conf.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private(conf, conf_text(secret, "on"))
         cluster, _ = spark_cluster.up(workers=1, cores_per_worker=6, memory_per_worker="8g", progress=print)
         worker = cluster.workers[0].pid
         if args.rounds:
@@ -299,12 +290,6 @@ def main(argv: list[str] | None = None) -> dict:
                 except Exception as e:  # noqa: BLE001 - a failed run is reported, the others still count
                     print(f"  run {i} {mode}: {type(e).__name__}: {e}")
                     runs.append({"run": i, "mode": mode, "error": f"{type(e).__name__}: {e}"})
-    finally:
-        terminate_all_drivers()
-        spark_cluster.down(grace_s=5)
-        db.engine().dispose()
-        drop_database(admin, SCRATCH_DB)
-        shutil.rmtree(home, ignore_errors=True)
     result["stage_samples"] = runs
     for key in ("shuffle_s", "collect_s"):
         for mode in ("on", "io"):
@@ -319,9 +304,7 @@ def main(argv: list[str] | None = None) -> dict:
     print("every stage run, kept up or not:")
     for key in ("batch_ms", "rows_per_batch"):
         result[f"{key}_all_runs"] = compare(runs, key, "on", "run", print)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "rpc_crypto.json").write_text(json.dumps(result, indent=2, default=str))
-    print(f"results in {RESULTS / 'rpc_crypto.json'}")
+    print(f"results in {write_result('rpc_crypto.json', result, args)}")
     return result
 
 

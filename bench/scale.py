@@ -10,25 +10,16 @@ at once, several times; reports the median and the plan of the window query.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.scratch import scratch_database  # noqa: E402
+from bench.harness import console, scratch_engine, shown, table, write_result  # noqa: E402
 from streamops import control  # noqa: E402
-from streamops.paths import REPO_ROOT  # noqa: E402
-from streamops.store import db, migrate  # noqa: E402
-
-RESULTS = REPO_ROOT / "bench" / "results"
-console = Console()
+from streamops.store import db  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -40,11 +31,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--runs", type=int, default=5)
     args = p.parse_args(argv)
 
-    url, _ = scratch_database("streamops_bench_scale")
-    os.environ["STREAMOPS_DATABASE_URL"] = url
-    db.engine.cache_clear()
-    engine = db.engine()
-    migrate.apply(engine)
+    engine, _ = scratch_engine("streamops_bench_scale")
     now = datetime.now(UTC).replace(microsecond=0)
     stages = args.apps * args.stages_per_app
     with console.status(f"generating {stages:,} stages × {args.history_s // args.trigger_s} batches …"):
@@ -81,17 +68,12 @@ def main(argv: list[str] | None = None) -> dict:
         "metrics_rows": rows, "window_rows": stages * int(120 / args.trigger_s), "runs": runs,
         "median_s": median, "explain_analyze": plan, "measured_at": now.isoformat(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"scale_{stages}_t{args.trigger_s}.json"
-    out.write_text(json.dumps(result, indent=2))
-
-    t = Table(title=f"control cycle over {stages:,} stages ({args.trigger_s}s batches, median of {args.runs})")
-    for col in ("window query", "operators", "applications", "total"):
-        t.add_column(col, justify="right")
-    t.add_row(*(f"{median[k] * 1000:.0f} ms" for k in ("windows_s", "operators_s", "applications_s", "total_s")))
-    console.print(t)
-    console.print(f"plan: {plan[-2].strip()} / {plan[-1].strip()}  "
-                  f"(full EXPLAIN ANALYZE in {out.relative_to(REPO_ROOT)})")
+    out = write_result(f"scale_{stages}_t{args.trigger_s}.json", result, args)
+    parts = ("windows_s", "operators_s", "applications_s", "total_s")
+    console.print(table(f"control cycle over {stages:,} stages ({args.trigger_s}s batches, median of {args.runs})",
+                        ("window query", "operators", "applications", "total"),
+                        [[f"{median[k] * 1000:.0f} ms" for k in parts]]))
+    console.print(f"plan: {plan[-2].strip()} / {plan[-1].strip()}  (full EXPLAIN ANALYZE in {shown(out)})")
     return result
 
 

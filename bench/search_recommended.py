@@ -10,16 +10,16 @@ Writes bench/results/search_<trace>.json and prints the table (about 15 s on 2 c
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-from streamops.sim import POLICY_CONFIGS, PolicyConfig, run_simulation
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from bench.harness import table, write_result  # noqa: E402
+from streamops.sim import POLICY_CONFIGS, PolicyConfig, run_simulation  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 B = {"policy": "token_bucket", "generator": "edf_step", "beta": 0.75}
@@ -83,16 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, a in agg.items():
         a["beats_edf_b075"] = a["above"] < base["above"] and a["down"] <= base["down"] and a["ch"] <= base["ch"]
         a["config"] = CANDIDATES[name].as_dict()
-    out = ROOT / "results" / f"search_{args.trace}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(agg, indent=1))
-    table = Table(title=f"{args.trace}, mean over seeds {args.seeds}: who beats edf_b075 on all three?")
-    for col in ("candidate", "s > R_max", "downtime s", "core-hours", "reconfigs", "beats"):
-        table.add_column(col, justify="left" if col == "candidate" else "right")
-    for name, a in sorted(agg.items(), key=lambda kv: kv[1]["above"]):
-        table.add_row(name, f"{a['above']:.1f}", f"{a['down']:.1f}", f"{a['ch']:.2f}", f"{a['rec']:.1f}",
-                      "yes" if a["beats_edf_b075"] else "", style="bold green" if name == "recommended" else None)
-    Console(width=120).print(table)
+    out = write_result(ROOT / "results" / f"search_{args.trace}.json", agg, args, indent=1, stamp=False)
+    ranked = sorted(agg.items(), key=lambda kv: kv[1]["above"])
+    Console(width=120).print(table(
+        f"{args.trace}, mean over seeds {args.seeds}: who beats edf_b075 on all three?",
+        ("candidate", "s > R_max", "downtime s", "core-hours", "reconfigs", "beats"),
+        [[name, f"{a['above']:.1f}", f"{a['down']:.1f}", f"{a['ch']:.2f}", f"{a['rec']:.1f}",
+          "yes" if a["beats_edf_b075"] else ""] for name, a in ranked], left=("candidate",),
+        styles=["bold green" if name == "recommended" else None for name, _ in ranked]))
     print(f"{len(runs)} runs in {time.perf_counter() - t0:.1f} s → {out}")
     return 0
 

@@ -30,15 +30,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.scratch import drop_database, scratch_database  # noqa: E402
+from bench.harness import drop_database, load_1m, scratch_engine, table, write_result  # noqa: E402
 from streamops.agent import sinks  # noqa: E402
-from streamops.paths import REPO_ROOT  # noqa: E402
-from streamops.store import db, migrate  # noqa: E402
+from streamops.store import db  # noqa: E402
 
-RESULTS = REPO_ROOT / "bench" / "results"
 console = Console(width=130)
 
 DIRECT_TEMPLATE = "(%s, %s, %s::jsonb, %s, %s, %s)"
@@ -125,7 +122,15 @@ def run_size(conn, size: int, batches: int, apply_sql: str) -> dict:
             "insert_batch": {"direct_s": round(d_s[0], 4), "stage_s": round(st_s[0], 4), "apply_s": round(ap_s[0], 4)},
             "updates_s": {"direct": [round(x, 4) for x in d_s[1:]], "stage": [round(x, 4) for x in st_s[1:]],
                           "apply": [round(x, 4) for x in ap_s[1:]]},
-            "loadavg_1m": round(os.getloadavg()[0], 2)}
+            "loadavg_1m": load_1m()}
+
+
+def _row(r: dict) -> list[str]:
+    m, ins = r["median"], r["insert_batch"]
+    return [f"{r['rows']:,}", f"{m['direct_s'] * 1000:,.0f} ms", f"{m['stage_s'] * 1000:,.0f} ms",
+            f"{m['apply_s'] * 1000:,.0f} ms", f"{m['staged_s'] * 1000:,.0f} ms",
+            f"{r['ratio_staged_direct']:.2f}", f"{ins['direct_s'] * 1000:,.0f} ms",
+            f"{(ins['stage_s'] + ins['apply_s']) * 1000:,.0f} ms"]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -137,16 +142,13 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = [int(x) for x in args.sizes.split(",")]
 
     name = f"streamops_bench_sink_{os.getpid()}"
-    url, admin = scratch_database(name)
-    os.environ["STREAMOPS_DATABASE_URL"] = url
-    db.engine.cache_clear()
+    engine, admin = scratch_engine(name)
     results = []
     try:
-        migrate.apply(db.engine())
-        db.engine().dispose()
+        engine.dispose()
         apply_sql = psycopg2_sql(db.query("sink_apply").text)
         # One connection for both paths: connecting is the same cost either way, and not the database's.
-        conn = db.writer_connection(url)
+        conn = db.writer_connection(os.environ["STREAMOPS_DATABASE_URL"])
         try:
             for size in sizes:
                 results.append(run_size(conn, size, args.batches, apply_sql))
@@ -160,20 +162,10 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"benchmark": "sink_staging", "page_rows": sinks.WRITE_PAGE, "batches": args.batches,
               "sizes": results, "cpus": os.cpu_count(),
               "measured_at": datetime.now(UTC).replace(microsecond=0).isoformat()}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "sink.json").write_text(json.dumps(result, indent=2))
-
-    t = Table(title=f"sink write per batch, direct upsert vs staged + apply (median of {args.batches} update batches)")
-    for c in ("rows", "direct", "stage", "apply", "staged (stage + apply)", "staged/direct",
-              "insert batch: direct", "insert batch: staged"):
-        t.add_column(c, justify="right")
-    for r in results:
-        m, ins = r["median"], r["insert_batch"]
-        t.add_row(f"{r['rows']:,}", f"{m['direct_s'] * 1000:,.0f} ms", f"{m['stage_s'] * 1000:,.0f} ms",
-                  f"{m['apply_s'] * 1000:,.0f} ms", f"{m['staged_s'] * 1000:,.0f} ms",
-                  f"{r['ratio_staged_direct']:.2f}", f"{ins['direct_s'] * 1000:,.0f} ms",
-                  f"{(ins['stage_s'] + ins['apply_s']) * 1000:,.0f} ms")
-    console.print(t)
+    write_result("sink.json", result, args)
+    console.print(table(f"sink write per batch, direct upsert vs staged + apply (median of {args.batches} update "
+                        "batches)", ("rows", "direct", "stage", "apply", "staged (stage + apply)", "staged/direct",
+                                     "insert batch: direct", "insert batch: staged"), map(_row, results)))
     return result
 
 

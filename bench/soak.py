@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
 import shutil
@@ -46,25 +45,23 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
 from rich.console import Console
-from rich.table import Table
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.reconfig import machine_notes  # noqa: E402
+from bench.harness import machine_notes, table, write_result  # noqa: E402
+from demo import oracles  # noqa: E402
+from demo.stages import demo_job
 from streamops import generator, registry, spark_cluster  # noqa: E402
 from streamops.execute import faults, stages, supervisor, watchdog  # noqa: E402
 from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
-from streamops.paths import REPO_ROOT  # noqa: E402
 from streamops.store import db, embedded, ledger, migrate  # noqa: E402
-from tests import oracles  # noqa: E402
-from tests.demo_jobs import demo_job
 
-RESULTS = REPO_ROOT / "bench" / "results"
 R_MAX_MS = 5000
 STAGES = {"soak.cl": "soak/cl", "soak.lo": "soak/lo"}
 FAULT_KINDS = ("slow_batch", "driver_kill", "executor_kill", "heartbeat_cut", "db_outage",
@@ -194,7 +191,7 @@ def compare(sid: str) -> dict:
     return {"keys": len(want), "rows": sum(want.values()), "lost": lost, "doubled": doubled, "exact": got == want}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _args(argv: list[str] | None) -> tuple[argparse.Namespace, tuple[str, ...]]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, default=60)
     p.add_argument("--fault-every", type=float, default=90, help="mean seconds between faults")
@@ -206,6 +203,13 @@ def main(argv: list[str] | None = None) -> dict:
     kinds = tuple(k for k in args.kinds.split(",") if k)
     if unknown := set(kinds) - set(FAULT_KINDS):
         p.error(f"--kinds: unknown {', '.join(sorted(unknown))}; known: {', '.join(FAULT_KINDS)}")
+    return args, kinds
+
+
+@contextlib.contextmanager
+def soak_site() -> Iterator[None]:
+    """A home, an embedded PostgreSQL and a Spark cluster of the soak's own (the faults stop and
+    kill them, so not the scratch site on the server the tests use), all removed afterwards."""
     home = Path(tempfile.mkdtemp(prefix="streamops-soak-"))
     os.environ["STREAMOPS_HOME"] = str(home)
     os.environ.pop("STREAMOPS_DATABASE_URL", None)
@@ -215,73 +219,9 @@ def main(argv: list[str] | None = None) -> dict:
     db.engine.cache_clear()
     migrate.apply(db.engine())
     spark_cluster.up(workers=1, cores_per_worker=2, memory_per_worker="3g", progress=say)
-    reg = soak_registry()
-    rng = random.Random(args.seed)
-    stop_feed, stop_dog = threading.Event(), threading.Event()
-    feeders = [threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
-        out_dir=registry.resolve_path(path), kind="web", trace=f"constant:rate={args.rate}", seed=i + 1,
-        duration_s=args.minutes * 60 + 60, stop_event=stop_feed)) for i, path in enumerate(STAGES.values())]
-    out: dict = {"machine": machine_notes(cluster=True), "args": vars(args), "faults": []}
-    sup_stop = sup_thread = None
     try:
-        for t in feeders:
-            t.start()
-        for sid in STAGES:
-            stages.start_stage(sid, reg, wait_s=180)
-            say(f"{sid}: running")
-        _, sup_stop, sup_thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120), say)
-        dog = threading.Thread(target=watchdog_loop, args=(reg, stop_dog), daemon=True)
-        dog.start()
-        t0 = datetime.now(UTC)
-        ends = time.monotonic() + args.minutes * 60
-        deck: list[str] = []
-        while True:
-            gap = max(20.0, rng.expovariate(1 / args.fault_every))
-            if time.monotonic() + gap >= ends:
-                break
-            time.sleep(gap)
-            if not deck:
-                deck = rng.sample(kinds, len(kinds))
-            kind = deck.pop()
-            sid = rng.choice(sorted(STAGES)) if kind != "executor_kill" else "soak.cl"
-            began = datetime.now(UTC)
-            try:
-                did = inject(kind, sid, rng)
-            except Exception as e:  # noqa: BLE001 - a fault that could not be caused is reported, not fatal
-                did = f"not caused: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            at = (began - t0).total_seconds()
-            out["faults"].append({"at_s": round(at), "kind": kind, "stage": sid, "began": began,
-                                  "ended": datetime.now(UTC), "did": did})
-            say(f"fault {len(out['faults'])} at {at / 60:.1f} min: {kind}: {did}")
-        time.sleep(max(0.0, ends - time.monotonic()))
-        t1 = datetime.now(UTC)
-        stop_feed.set()
-        for t in feeders:
-            t.join(30)
-        say("feeds stopped; waiting for the sinks to catch up")
-        settle_ends = time.monotonic() + args.settle
-        while time.monotonic() < settle_ends and not all(compare(sid)["exact"] for sid in STAGES):
-            time.sleep(10)
-        out["stages"] = {sid: {**compare(sid), "availability": round(availability(sid, t0, t1), 5)} for sid in STAGES}
-        fails = q("failures_since", a=t0)
-        out["failures"] = {
-            "by_kind": dict(Counter(f.kind for f in fails)),
-            "open": [{"id": f.id, "stage": f.stage_id, "kind": f.kind, "detected_at": f.detected_at,
-                      "detail": f.detail} for f in q("failures_open", a=t0)],
-            "gave_up": sum(1 for f in fails if f.status == "gave_up"),
-            "mttr_median_s": statistics.median(f.mttr_ms / 1000 for f in fails if f.mttr_ms) if fails else None,
-            "gap_median_s": statistics.median(f.downtime_ms / 1000 for f in fails if f.downtime_ms) if fails else None,
-        }
-        out["stages_given_up"] = [r.stage_id for r in q("stages_given_up")]
-        out["healthy_killed"] = healthy_drivers_killed(q("failures_killed_as_hung", a=t0, kinds=list(KILLED_AS_HUNG)),
-                                                       out["faults"])
-        out["minutes"] = round((t1 - t0).total_seconds() / 60, 1)
+        yield
     finally:
-        stop_dog.set()
-        stop_feed.set()
-        if sup_stop is not None:
-            sup_stop.set()
-            sup_thread.join(120)
         terminate_all_drivers()
         db.engine().dispose()
         spark_cluster.down()
@@ -290,18 +230,102 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.rmtree(home, ignore_errors=True)
         if pg_dir.is_relative_to("/var/tmp"):  # a 0700 home's cluster lives there (embedded._pick_datadir)
             shutil.rmtree(pg_dir, ignore_errors=True)
-    RESULTS.mkdir(exist_ok=True)
-    name = "soak.json" if args.minutes >= 10 else "soak_quick.json"
-    (RESULTS / name).write_text(json.dumps(out, indent=2, default=str))
-    table = Table(
-        title=f"Soak: {out['minutes']} min, {len(out['faults'])} faults "
-              f"({', '.join(f'{k} {n}' for k, n in sorted(Counter(f['kind'] for f in out['faults']).items()))})")
-    for c in ("stage", "rows", "lost", "doubled", "sink = truth", "availability"):
-        table.add_column(c)
-    for sid, r in out["stages"].items():
-        table.add_row(sid, str(r["rows"]), str(r["lost"]), str(r["doubled"]), str(r["exact"]),
-                      f"{r['availability'] * 100:.2f} %")
-    console.print(table)
+
+
+def deal_faults(args: argparse.Namespace, kinds: tuple[str, ...], t0: datetime) -> list[dict]:
+    """Random faults, each kind once a round in a shuffled deck, until --minutes are over."""
+    rng = random.Random(args.seed)
+    faults: list[dict] = []
+    ends = time.monotonic() + args.minutes * 60
+    deck: list[str] = []
+    while True:
+        gap = max(20.0, rng.expovariate(1 / args.fault_every))
+        if time.monotonic() + gap >= ends:
+            break
+        time.sleep(gap)
+        if not deck:
+            deck = rng.sample(kinds, len(kinds))
+        kind = deck.pop()
+        sid = rng.choice(sorted(STAGES)) if kind != "executor_kill" else "soak.cl"
+        began = datetime.now(UTC)
+        try:
+            did = inject(kind, sid, rng)
+        except Exception as e:  # noqa: BLE001 - a fault that could not be caused is reported, not fatal
+            did = f"not caused: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        at = (began - t0).total_seconds()
+        faults.append({"at_s": round(at), "kind": kind, "stage": sid, "began": began, "ended": datetime.now(UTC),
+                       "did": did})
+        say(f"fault {len(faults)} at {at / 60:.1f} min: {kind}: {did}")
+    time.sleep(max(0.0, ends - time.monotonic()))
+    return faults
+
+
+def outcome(args: argparse.Namespace, t0: datetime, t1: datetime, faults: list[dict]) -> dict:
+    """Once the sinks caught up (or --settle is over): each stage against the truth, the failures."""
+    say("feeds stopped; waiting for the sinks to catch up")
+    settle_ends = time.monotonic() + args.settle
+    while time.monotonic() < settle_ends and not all(compare(sid)["exact"] for sid in STAGES):
+        time.sleep(10)
+    fails = q("failures_since", a=t0)
+    return {
+        "stages": {sid: {**compare(sid), "availability": round(availability(sid, t0, t1), 5)} for sid in STAGES},
+        "failures": {
+            "by_kind": dict(Counter(f.kind for f in fails)),
+            "open": [{"id": f.id, "stage": f.stage_id, "kind": f.kind, "detected_at": f.detected_at,
+                      "detail": f.detail} for f in q("failures_open", a=t0)],
+            "gave_up": sum(1 for f in fails if f.status == "gave_up"),
+            "mttr_median_s": statistics.median(f.mttr_ms / 1000 for f in fails if f.mttr_ms) if fails else None,
+            "gap_median_s": statistics.median(f.downtime_ms / 1000 for f in fails if f.downtime_ms) if fails else None,
+        },
+        "stages_given_up": [r.stage_id for r in q("stages_given_up")],
+        "healthy_killed": healthy_drivers_killed(q("failures_killed_as_hung", a=t0, kinds=list(KILLED_AS_HUNG)),
+                                                 faults),
+        "minutes": round((t1 - t0).total_seconds() / 60, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args, kinds = _args(argv)
+    with soak_site():
+        reg = soak_registry()
+        stop_feed, stop_dog = threading.Event(), threading.Event()
+        feeders = [threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
+            out_dir=registry.resolve_path(path), kind="web", trace=f"constant:rate={args.rate}", seed=i + 1,
+            duration_s=args.minutes * 60 + 60, stop_event=stop_feed)) for i, path in enumerate(STAGES.values())]
+        out: dict = {"machine": machine_notes(cluster=True), "args": vars(args), "faults": []}
+        sup_stop = sup_thread = None
+        try:
+            for t in feeders:
+                t.start()
+            for sid in STAGES:
+                stages.start_stage(sid, reg, wait_s=180)
+                say(f"{sid}: running")
+            _, sup_stop, sup_thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120), say)
+            threading.Thread(target=watchdog_loop, args=(reg, stop_dog), daemon=True).start()
+            t0 = datetime.now(UTC)
+            out["faults"] = deal_faults(args, kinds, t0)
+            t1 = datetime.now(UTC)
+            stop_feed.set()
+            for t in feeders:
+                t.join(30)
+            out.update(outcome(args, t0, t1, out["faults"]))
+        finally:
+            stop_dog.set()
+            stop_feed.set()
+            if sup_stop is not None:
+                sup_stop.set()
+                sup_thread.join(120)
+    write_result("soak.json" if args.minutes >= 10 else "soak_quick.json", out, args)
+    print_soak(out)
+    return out
+
+
+def print_soak(out: dict) -> None:
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(Counter(f["kind"] for f in out["faults"]).items()))
+    cols = ("stage", "rows", "lost", "doubled", "sink = truth", "availability")
+    console.print(table(f"Soak: {out['minutes']} min, {len(out['faults'])} faults ({kinds})", cols,
+                        [[sid, str(r["rows"]), str(r["lost"]), str(r["doubled"]), str(r["exact"]),
+                          f"{r['availability'] * 100:.2f} %"] for sid, r in out["stages"].items()], left=cols))
     f = out["failures"]
     console.print(f"failures: {f['by_kind']}; open at the end {len(f['open'])}, given up {f['gave_up']}; "
                   f"MTTR median {f['mttr_median_s'] or 0:.1f}s, output gap median {f['gap_median_s'] or 0:.1f}s; "
@@ -312,7 +336,6 @@ def main(argv: list[str] | None = None) -> dict:
     for o in f["open"]:
         console.print(f"open at the end: failure {o['id']} {o['stage']} {o['kind']} since {o['detected_at']:%H:%M:%S}: "
                       f"{o['detail']}")
-    return out
 
 
 if __name__ == "__main__":

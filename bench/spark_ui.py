@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import shutil
 import statistics
 import sys
 import threading
@@ -37,16 +35,14 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
 import httpx  # noqa: E402
 
-from bench.scratch import drop_database, end_run, scratch_site  # noqa: E402
+from bench.harness import end_run, load_1m, scratch_run, summary, write_result  # noqa: E402
+from demo.stages import demo_job  # noqa: E402
 from streamops import generator, registry  # noqa: E402
 from streamops.execute import stages  # noqa: E402
-from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.store import db  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
-from tests.demo_jobs import demo_job  # noqa: E402
 
 SCRATCH_DB = "streamops_bench_spark_ui"
-RESULTS = REPO / "bench" / "results"
 APP = "bench"
 TRIGGER_MS = 2000
 SKIP = 4  # batches with input before the measured ones
@@ -107,7 +103,7 @@ def one_run(i: int, ui: bool, batches: int, rate: int, say) -> dict:
     feed = threading.Thread(target=generator.generate, daemon=True, kwargs=dict(
         out_dir=out, kind="web", trace=f"constant:rate={rate}", seed=200 + i, duration_s=3600, realtime=True,
         run="live", stop_event=stop))
-    sample: dict = {"run": i, "spark_ui": ui, "load_1m_before": round(os.getloadavg()[0], 2)}
+    sample: dict = {"run": i, "spark_ui": ui, "load_1m_before": load_1m()}
     try:
         res = stages.start_stage(sid, reg, wait_s=300)
         feed.start()
@@ -127,7 +123,7 @@ def one_run(i: int, ui: bool, batches: int, rate: int, say) -> dict:
         sample.update(batch_ms=statistics.median(b.batch_duration_ms for b in measured),
                       rss_mb=_rss_mb(pids), cpu_cores=round((cpu1 - cpu0) / (t1 - t0), 3),
                       rows_per_batch=statistics.median(b.input_rows for b in measured),
-                      ui_url=dep.ui_url, load_1m_after=round(os.getloadavg()[0], 2))
+                      ui_url=dep.ui_url, load_1m_after=load_1m())
         if ui:
             sample["ui_status"] = httpx.get(f"{dep.ui_url}/StreamingQuery/", timeout=10).status_code
         say(f"  run {i} UI {'on ' if ui else 'off'}: batch {sample['batch_ms']:.0f} ms, rss {sample['rss_mb']:.0f} MB, "
@@ -138,20 +134,14 @@ def one_run(i: int, ui: bool, batches: int, rate: int, say) -> dict:
         end_run(sid, reg, stop, feed, out.parent, "bench:spark_ui", say, deadline_s=20)
 
 
-def summary(values: list[float]) -> dict:
-    return {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values)} if values \
-        else {"median": None, "min": None, "max": None}
-
-
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3, help="runs per mode (on, off), alternating")
     p.add_argument("--batches", type=int, default=20, help="measured batches per run")
     p.add_argument("--rate", type=int, default=300, help="rows per second of the realtime feed")
     args = p.parse_args(argv)
-    url, admin, home = scratch_site(SCRATCH_DB, "streamops-bench-spark-ui-")
     samples: list[dict] = []
-    try:
+    with scratch_run(SCRATCH_DB, "streamops-bench-spark-ui-"):
         for i in range(args.runs):
             for ui in (False, True) if i % 2 else (True, False):
                 try:
@@ -159,11 +149,6 @@ def main(argv: list[str] | None = None) -> dict:
                 except Exception as e:  # noqa: BLE001 - a failed run is reported, the others still count
                     print(f"  run {i} UI {'on' if ui else 'off'}: {type(e).__name__}: {e}")
                     samples.append({"run": i, "spark_ui": ui, "error": f"{type(e).__name__}: {e}"})
-    finally:
-        terminate_all_drivers()
-        db.engine().dispose()
-        drop_database(admin, SCRATCH_DB)
-        shutil.rmtree(home, ignore_errors=True)
     result: dict = {"args": vars(args), "trigger_ms": TRIGGER_MS, "when": time.strftime("%Y-%m-%d %H:%M:%S"),
                     "cpus": os.cpu_count(), "samples": samples}
     # A run that fell behind (other work on the machine) reads more rows a batch: its batch time
@@ -183,9 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
                        "pair_ratio_median": pair}
         print(f"{key}: UI on {on['median']} ({on['min']}-{on['max']}), off {off['median']} "
               f"({off['min']}-{off['max']}): on/off {ratio}; per pair {result[key]['pair_ratios']}, median {pair}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "spark_ui.json").write_text(json.dumps(result, indent=2, default=str))
-    print(f"results in {RESULTS / 'spark_ui.json'}")
+    print(f"results in {write_result('spark_ui.json', result, args)}")
     return result
 
 

@@ -20,7 +20,6 @@ bench/results/suite_table.md (--quick: suite_quick.json / suite_quick_table.md).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -29,16 +28,18 @@ from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.console import Console
 from rich.table import Table
 
-from streamops.plan.options import AppOptions
-from streamops.sim import POLICY_CONFIGS, PolicyConfig, SimConfig, run_simulation
-from streamops.sim.bound import Frontier, frontier, model_from_sim, regret, window_open_mask
-from streamops.sim.frontier_chart import Panel, plot_frontiers
-from streamops.sim.suite import (
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from bench.harness import table, write_result  # noqa: E402
+from streamops.plan.options import AppOptions  # noqa: E402
+from streamops.sim import POLICY_CONFIGS, PolicyConfig, SimConfig, run_simulation  # noqa: E402
+from streamops.sim.bound import Frontier, frontier, model_from_sim, regret, window_open_mask  # noqa: E402
+from streamops.sim.frontier_chart import Panel, plot_frontiers  # noqa: E402
+from streamops.sim.suite import (  # noqa: E402
     FAMILIES,
     HELD_OUT,
     TEST_SEEDS,
@@ -481,37 +482,40 @@ def _regret_table(title: str, ranking: list[dict], marks: dict[str, str], top: i
     return t
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="1 training seed, 1 test seed, 3 families")
-    ap.add_argument("--families", nargs="+", choices=list(FAMILIES), help="training families (default: all)")
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=ROOT / "results")
-    ap.add_argument("--update-docs", action="store_true",
-                    help="replace the suite:begin/end block of docs/policies.md (not with --quick)")
-    args = ap.parse_args(argv)
-    if args.quick and args.update_docs:
-        ap.error("--update-docs needs the full bench (without --quick)")
-    console = Console(width=140)
-    train_seeds = TRAIN_SEEDS[:1] if args.quick else TRAIN_SEEDS
-    test_seeds = TEST_SEEDS[:1] if args.quick else TEST_SEEDS
+def _families(args: argparse.Namespace, first_seed: int, console: Console) -> tuple[list[str], list[str], dict]:
+    """(training families, reported families, skipped ones: family → why): a family whose trace
+    file is missing is skipped, said."""
     train_fams = [f for f in (args.families or (QUICK_FAMILIES if args.quick else TRAIN_FAMILIES)) if f not in HELD_OUT]
     report_fams = train_fams + [f for f in HELD_OUT if f not in train_fams]
     skipped = {}
     for f in list(report_fams):
         try:
-            suite_trace(f, train_seeds[0])
+            suite_trace(f, first_seed)
         except MissingTraceFile as e:
             skipped[f] = str(e)
             console.print(f"[yellow]note: family {f} skipped: {e}")
-    train_fams = [f for f in train_fams if f not in skipped]
-    report_fams = [f for f in report_fams if f not in skipped]
+    return [f for f in train_fams if f not in skipped], [f for f in report_fams if f not in skipped], skipped
 
+
+class Training(NamedTuple):
+    """What the training seeds decided, before any test run exists. (Not a dataclass: the tests
+    load this file without registering it as a module, which a dataclass needs.)"""
+    runs: list[dict]
+    tuned: dict
+    named: dict
+    price: dict
+    best: dict
+    bounds: list[dict]
+    wall_s: float
+    bounds_s: float
+
+
+def _training(train_fams: list[str], train_seeds: list[int], n_jobs: int, console: Console) -> Training:
     t0 = time.perf_counter()
     train_jobs = [(n, pc, f, s, "train") for n, pc in CANDIDATES.items() for f in train_fams for s in train_seeds]
     console.print(f"training: {len(CANDIDATES)} candidates × {len(train_fams)} families × seeds {list(train_seeds)} "
                   f"= {len(train_jobs)} runs")
-    train = _run(train_jobs, args.jobs)
+    train = _run(train_jobs, n_jobs)
     t_train = time.perf_counter() - t0
     # The choice, from the training runs only; fixed before any test run exists.
     tuned = select(train, CANDIDATES, train_seeds)
@@ -530,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # issue 29: regret against each training trace's clairvoyant frontier; still training runs only.
     tb = time.perf_counter()
-    train_bounds = _bounds([(f, s) for f in train_fams for s in train_seeds], args.jobs)
+    train_bounds = _bounds([(f, s) for f in train_fams for s in train_seeds], n_jobs)
     train = with_regret(train, train_bounds, PRICES)
     price, best = choose(train, CANDIDATES, train_seeds)
     t_bounds = time.perf_counter() - tb
@@ -541,10 +545,68 @@ def main(argv: list[str] | None = None) -> int:
                   f"mpc's price from training: [bold]{price['choice']}[/] = {price['price']:g} core-s per s "
                   f"({price['scores']['priced_regret']:.3f}). Rule: {REGRET_RULE} "
                   f"Bounds of {len(train_bounds)} traces in {t_bounds:.0f} s.")
+    return Training(train, tuned, named, price, best, train_bounds, t_train, t_bounds)
 
+
+def _head(tr: Training, train_fams: list[str], train_seeds: list[int], test_seeds: list[int],
+          test_scores: dict[str, dict], policies: list[str], test_runs: int, wall: float, n_jobs: int) -> list[str]:
+    """The lines above the families' tables in suite_table.md (and docs/policies.md)."""
+    tuned, named = tr.tuned, tr.named
+    head = [f"Tuned on seeds {list(train_seeds)} of {', '.join(train_fams)}; reported on seeds {list(test_seeds)}. "
+            f"`tuned` = **{tuned['choice']}** ({tuned['scores']['families_met']}/{tuned['scores']['families']} "
+            f"training families meet all goals, mean training loss {tuned['scores']['mean_loss']:.3f}); the named "
+            f"configuration training alone chooses: **{named['choice']}**. "
+            f"Goals per family, against {BASELINE} on the same seeds: "
+            + "; ".join(f"{k} = {d}" for k, (_, d) in GOALS.items()) + ". Conv. max: \"–\" = the trace has no step.",
+            "", "| config | test families meeting all goals | mean test loss |", "|---|---:|---:|"]
+    head += [f"| {p} | {test_scores[p]['families_met']}/{test_scores[p]['families']} | "
+             f"{test_scores[p]['mean_loss']:.3f} |"
+             for p in policies if p in test_scores]
+    return head + ["", f"{len(tr.runs)} training + {test_runs} test runs, {wall:.0f} s wall with --jobs {n_jobs}."]
+
+
+def _print_test(console: Console, agg: dict, report_fams: list[str], test_seeds: list[int], policies: list[str],
+                test_scores: dict[str, dict], regrets: dict[str, dict], priced: dict[str, dict], price: float) -> None:
+    """The test seeds' tables: one per family, the goals met, the regret."""
+    for f in report_fams:
+        rows = family_rows(agg, f, policies)
+        console.print(table(f"{f} (test seeds {list(test_seeds)}){' [held out]' if f in HELD_OUT else ''}: "
+                            f"{FAMILIES[f]}", COLS, rows, left=("config", "goals"),
+                            styles=["bold green" if r[0] == "tuned" else ("bold" if r[0] == BASELINE else None)
+                                    for r in rows]))
+    console.print(table("test: families meeting all goals (A R C V D)", ("config", "families", "mean loss"),
+                        [[p, f"{test_scores[p]['families_met']}/{test_scores[p]['families']}",
+                          f"{test_scores[p]['mean_loss']:.3f}"] for p in policies if p in test_scores],
+                        left=("config",)))
+    shown = [p for p in policies if p in regrets and p in priced]
+    console.print(table(f"test: regret against the clairvoyant frontier (seeds {list(test_seeds)})",
+                        ("config", f"priced regret at {price:g}", "core regret", "violation regret"),
+                        [[p, f"{priced[p]['priced_regret']:.1%}", f"{regrets[p]['core_regret']:.1%}",
+                          f"{regrets[p]['violation_regret']:.1%}"] for p in shown], left=("config",),
+                        styles=["bold green" if p in ("mpc", "regret_choice") else None for p in shown]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1 training seed, 1 test seed, 3 families")
+    ap.add_argument("--families", nargs="+", choices=list(FAMILIES), help="training families (default: all)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=ROOT / "results")
+    ap.add_argument("--update-docs", action="store_true",
+                    help="replace the suite:begin/end block of docs/policies.md (not with --quick)")
+    args = ap.parse_args(argv)
+    if args.quick and args.update_docs:
+        ap.error("--update-docs needs the full bench (without --quick)")
+    console = Console(width=140)
+    train_seeds = TRAIN_SEEDS[:1] if args.quick else TRAIN_SEEDS
+    test_seeds = TEST_SEEDS[:1] if args.quick else TEST_SEEDS
+    train_fams, report_fams, skipped = _families(args, train_seeds[0], console)
+
+    t0 = time.perf_counter()
+    tr = _training(train_fams, train_seeds, args.jobs, console)
+    price, best = tr.price, tr.best
     t1 = time.perf_counter()
-    tuned_pc = CANDIDATES[tuned["choice"]]
-    labels = {"tuned": tuned["choice"], "regret_choice": best["choice"]}
+    labels = {"tuned": tr.tuned["choice"], "regret_choice": best["choice"]}
     test, test_jobs, first = _test_runs(labels, report_fams, test_seeds, args.jobs, CANDIDATES[price["choice"]])
     test_bounds = _bounds([(f, s) for f in report_fams for s in test_seeds], args.jobs)
     test = with_regret(test, test_bounds, PRICES)
@@ -561,18 +623,8 @@ def main(argv: list[str] | None = None) -> int:
                  + regret_markdown(regrets, priced, price["price"], policies, report_fams, mpc_ahead))
     agg = aggregate(test)
     test_scores = {s["name"]: s for s in score(test, policies)}
-    head = [f"Tuned on seeds {list(train_seeds)} of {', '.join(train_fams)}; reported on seeds {list(test_seeds)}. "
-            f"`tuned` = **{tuned['choice']}** ({tuned['scores']['families_met']}/{tuned['scores']['families']} "
-            f"training families meet all goals, mean training loss {tuned['scores']['mean_loss']:.3f}); the named "
-            f"configuration training alone chooses: **{named['choice']}**. "
-            f"Goals per family, against {BASELINE} on the same seeds: "
-            + "; ".join(f"{k} = {d}" for k, (_, d) in GOALS.items()) + ". Conv. max: \"–\" = the trace has no step.",
-            "", "| config | test families meeting all goals | mean test loss |", "|---|---:|---:|"]
-    head += [f"| {p} | {test_scores[p]['families_met']}/{test_scores[p]['families']} | "
-             f"{test_scores[p]['mean_loss']:.3f} |"
-             for p in policies if p in test_scores]
-    head += ["", f"{len(train)} training + {len(test_jobs)} test runs, {wall:.0f} s wall with --jobs {args.jobs}."]
-    table_md = markdown(agg, report_fams, policies, head)
+    table_md = markdown(agg, report_fams, policies, _head(tr, train_fams, train_seeds, test_seeds, test_scores,
+                                                          policies, len(test_jobs), wall, args.jobs))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "suite_quick" if args.quick else "suite"
     charts = pareto_charts(test, test_bounds, report_fams, list(POLICY_CONFIGS) + [
@@ -582,9 +634,10 @@ def main(argv: list[str] | None = None) -> int:
     result = {"train_seeds": list(train_seeds), "test_seeds": list(test_seeds), "train_families": train_fams,
               "report_families": report_fams, "skipped": skipped, "families": FAMILIES, "rule": RULE,
               "goals": {k: d for k, (_, d) in GOALS.items()},
-              "tuned": {"choice": tuned["choice"], "config": tuned_pc.as_dict(), "training": tuned["scores"]},
-              "named_choice": {"choice": named["choice"], "training": named["scores"]},
-              "training_ranking": [{k: v for k, v in s.items() if k != "per_family"} for s in tuned["ranking"]],
+              "tuned": {"choice": tr.tuned["choice"], "config": CANDIDATES[tr.tuned["choice"]].as_dict(),
+                        "training": tr.tuned["scores"]},
+              "named_choice": {"choice": tr.named["choice"], "training": tr.named["scores"]},
+              "training_ranking": [{k: v for k, v in s.items() if k != "per_family"} for s in tr.tuned["ranking"]],
               "test_scores": test_scores, "regret_rule": REGRET_RULE,
               "regret_choice": {"choice": best["choice"], "config": CANDIDATES[best["choice"]].as_dict(),
                                 "training": best["scores"]},
@@ -593,47 +646,22 @@ def main(argv: list[str] | None = None) -> int:
               "training_regret_ranking": [{k: v for k, v in s.items() if k != "per_family"} for s in best["ranking"]],
               "test_regrets": regrets, "test_priced_regrets": priced, "mpc_ahead": mpc_ahead,
               "charts": [str(c) for c in charts],
-              "bounds": {"train": train_bounds, "test": test_bounds}, "bounds_wall_s": round(t_bounds, 1),
-              "wall_s": round(wall, 1), "train_wall_s": round(t_train, 1),
+              "bounds": {"train": tr.bounds, "test": test_bounds}, "bounds_wall_s": round(tr.bounds_s, 1),
+              "wall_s": round(wall, 1), "train_wall_s": round(tr.wall_s, 1),
               "test_wall_s": round(t_test, 1), "jobs": args.jobs,
-              "candidates": {n: pc.as_dict() for n, pc in CANDIDATES.items()}, "runs": {"train": train, "test": test}}
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
+              "candidates": {n: pc.as_dict() for n, pc in CANDIDATES.items()}, "runs": {"train": tr.runs, "test": test}}
+    write_result(args.out / f"{stem}.json", result, args, indent=1)
     (args.out / f"{stem}_table.md").write_text(table_md)
     if args.update_docs:
         update_docs(table_md)
         update_docs(regret_md, marker="regret")
 
-    for f in report_fams:
-        table = Table(title=f"{f} (test seeds {list(test_seeds)}){' [held out]' if f in HELD_OUT else ''}: "
-                            f"{FAMILIES[f]}")
-        for col in COLS:
-            table.add_column(col, justify="left" if col in ("config", "goals") else "right")
-        for row in family_rows(agg, f, policies):
-            table.add_row(*row, style="bold green" if row[0] == "tuned" else ("bold" if row[0] == BASELINE else None))
-        console.print(table)
-    summary = Table(title="test: families meeting all goals (A R C V D)")
-    for col in ("config", "families", "mean loss"):
-        summary.add_column(col, justify="left" if col == "config" else "right")
-    for p in policies:
-        if p in test_scores:
-            summary.add_row(p, f"{test_scores[p]['families_met']}/{test_scores[p]['families']}",
-                            f"{test_scores[p]['mean_loss']:.3f}")
-    console.print(summary)
-    rt = Table(title=f"test: regret against the clairvoyant frontier (seeds {list(test_seeds)})")
-    for col in ("config", f"priced regret at {price['price']:g}", "core regret", "violation regret"):
-        rt.add_column(col, justify="left" if col == "config" else "right")
-    for p in policies:
-        if p in regrets and p in priced:
-            r = regrets[p]
-            rt.add_row(p, f"{priced[p]['priced_regret']:.1%}", f"{r['core_regret']:.1%}",
-                       f"{r['violation_regret']:.1%}",
-                       style="bold green" if p in ("mpc", "regret_choice") else None)
-    console.print(rt)
+    _print_test(console, agg, report_fams, test_seeds, policies, test_scores, regrets, priced, price["price"])
     console.print(f"mpc ahead of every other named configuration on {len(mpc_ahead)}/{len(report_fams)} "
                   "families: "
                   f"{', '.join(mpc_ahead) or 'none'}; charts: {', '.join(str(c) for c in charts)}")
-    console.print(f"tuned = {tuned['choice']}, named choice = {named['choice']} (both from training only). "
-                  f"{len(train)} training runs in {t_train:.0f} s, {len(test_jobs)} test runs in {t_test:.0f} s: "
+    console.print(f"tuned = {tr.tuned['choice']}, named choice = {tr.named['choice']} (both from training only). "
+                  f"{len(tr.runs)} training runs in {tr.wall_s:.0f} s, {len(test_jobs)} test runs in {t_test:.0f} s: "
                   f"{wall:.0f} s wall (--jobs {args.jobs}) → {args.out / (stem + '.json')}")
     return 0
 

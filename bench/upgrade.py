@@ -27,16 +27,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
-from bench.scratch import drop_database, scratch_site  # noqa: E402
+from bench.harness import scratch_run, write_result  # noqa: E402
 from streamops import quality, registry  # noqa: E402
 from streamops.execute import reconfigure, stages  # noqa: E402
-from streamops.execute.launcher import terminate_all_drivers  # noqa: E402
 from streamops.store import db  # noqa: E402
 from streamops.waiting import wait_until  # noqa: E402
 from tests.integration import test_own_jobs as own  # noqa: E402
 
 SCRATCH_DB = "streamops_bench_upgrade"
-RESULTS = REPO / "bench" / "results"
 SID = "own.sessions"
 
 
@@ -97,16 +95,9 @@ def main(argv: list[str] | None = None) -> dict:
                    help="active_backup (the issue's measure), pause_resume, or auto (deploy's default: the cost rule)")
     args = p.parse_args(argv)
     say = lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True)  # noqa: E731
-    _, server, home = scratch_site(SCRATCH_DB, "streamops-bench-upgrade-")
-    try:
+    with scratch_run(SCRATCH_DB, "streamops-bench-upgrade-"):
         result = run(args.runs, say, args.mechanism)
-    finally:
-        terminate_all_drivers()
-        db.engine.cache_clear()
-        drop_database(server, SCRATCH_DB)
-        shutil.rmtree(home, ignore_errors=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "upgrade.json").write_text(json.dumps(result, indent=2, default=str))
+    write_result("upgrade.json", result, args)
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))
     return result
 

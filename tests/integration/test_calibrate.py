@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from demo import oracles
+from demo.stages import demo_job
 from streamops import generator, quality, registry
 from streamops.execute import reconfigure, stages
-from tests import oracles
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import _commits
 

@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from demo import oracles
 from spark_apps.stage import start_stage_queries
 from streamops import generator, registry
 from streamops.agent.metrics import StageContext
 from streamops.execute import checkpoint
-from tests import oracles
 from tests.integration.test_workloads import _stage
 
 pytestmark = pytest.mark.db

@@ -7,8 +7,8 @@ from datetime import UTC
 import pytest
 from typer.testing import CliRunner
 
+from demo.stages import demo_job
 from streamops.cli import app
-from tests.demo_jobs import demo_job
 
 runner = CliRunner()
 

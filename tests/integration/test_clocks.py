@@ -21,11 +21,11 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from streamops import registry
 from streamops.execute import stages, supervisor, watchdog
 from streamops.store import db, failures
 from streamops.store import reconfigurations as rstore
-from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 

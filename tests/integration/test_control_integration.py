@@ -11,10 +11,10 @@ from datetime import UTC
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from spark_apps.stage import JAVA_OPTIONS_ENV
 from streamops import control, generator, registry
 from streamops.execute import stages
-from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

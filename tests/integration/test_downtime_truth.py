@@ -15,11 +15,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from demo.stages import demo_job
 from streamops import registry, spark_cluster
 from streamops.execute import stages, supervisor, watchdog
 from streamops.store import failures, ledger
 from streamops.store import reconfigurations as rstore
-from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 

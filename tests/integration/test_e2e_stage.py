@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from streamops import generator, registry
 from streamops.execute import stages
-from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from streamops import control, forecast_pass, registry
 from streamops.execute import stages
 from streamops.plan.options import OperatorOptions
 from streamops.store import db
-from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 

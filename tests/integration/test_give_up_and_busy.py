@@ -16,13 +16,13 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from streamops import quality, registry
 from streamops.execute import reconfigure, stages, supervisor
 from streamops.orchestrate import tasks
 from streamops.store import failures, ledger
 from streamops.store import reconfigurations as rstore
 from streamops.waiting import wait_until
-from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 

@@ -1,6 +1,6 @@
 """High availability end to end: the supervisor's failover and replica sets, on real drivers.
 
-The oracle is the ground truth of one failure-free run (tests/oracles.py): whatever is killed, the
+The oracle is the ground truth of one failure-free run (demo/oracles.py): whatever is killed, the
 final sink must equal it row for row, never more (a doubled batch) and never less.
 """
 
@@ -14,10 +14,10 @@ import time
 import pytest
 from sqlalchemy import text
 
+from demo import oracles
+from demo.stages import demo_job
 from streamops import generator, registry
 from streamops.execute import replicas, stages, supervisor
-from tests import oracles
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder
 

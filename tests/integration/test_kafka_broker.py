@@ -264,8 +264,8 @@ def _read_topic(topic: str, total: int, timeout_s: float = 60) -> list:
 def settle_against_topic(engine, sid: str, feeder: TopicFeeder, topic: str) -> tuple[list, dict]:
     """Stop feeding, then wait until the wordcount sink equals an oracle over every message the
     topic holds, read by a client of its own: (the messages, the expected counts)."""
+    from demo.oracles import actual, expected
     from tests.integration.test_e2e_stage import eventually
-    from tests.oracles import actual, expected
 
     feeder.stop.set()
     feeder.thread.join(10)
@@ -304,12 +304,12 @@ def test_a_kafka_stage_counts_exactly_once_through_poison_and_a_driver_kill(brok
     oracle that reads the topic with its own client and applies check_line and the job's rule,
     and the quarantine holds each poison message once, by `topic/partition/offset`. The
     connector (`spark.jars`, local files) is pyspark 4.3.0's 4.2.0 one."""
+    from demo.oracles import actual, expected
+    from demo.stages import demo_job
     from streamops import registry
     from streamops.execute import stages
     from streamops.store import ledger
-    from tests.demo_jobs import demo_job
     from tests.integration.test_e2e_stage import eventually
-    from tests.oracles import actual, expected
 
     topic = _topic(partitions=2)
     stage = {**demo_job("wordcount", {"kind": "kafka", "topic": topic, "max_offsets_per_trigger": 1000,

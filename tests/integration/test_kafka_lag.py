@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from streamops import control, registry
 from streamops.agent.agent import StageAgent
 from streamops.agent.metrics import StageContext
@@ -21,7 +22,6 @@ from streamops.plan.change import InvalidChange, validate_change
 from streamops.plan.options import OperatorOptions
 from streamops.report import prometheus
 from streamops.store import db
-from tests.demo_jobs import demo_job
 from tests.unit.test_kafka_source import PROGRESS
 
 pytestmark = pytest.mark.db

@@ -39,8 +39,8 @@ def _records(n: int, seed: int) -> list[tuple[str, str]]:
 def _wordcount_stage(topic: str, app: str = "k", **source):
     """A wordcount stage `app.wc` over `topic`; each test its own app: a stage's checkpoint (in the
     session's home) holds its topic's offsets."""
+    from demo.stages import demo_job
     from streamops import registry
-    from tests.demo_jobs import demo_job
 
     stage = {**demo_job("wordcount", {"kind": "kafka", "topic": topic, "max_offsets_per_trigger": 1000, **source}),
              "cores": {"initial": 1, "max": 1}, "state_partitions": 2, "trigger_interval_ms": 1000, "pool": "p"}
@@ -58,11 +58,11 @@ def test_records_deleted_before_a_stopped_stage_read_them_are_a_data_lost_failur
     Its run fails at once (failOnDataLoss=true); the watchdog records `data_lost` with the topic,
     both partitions and their exact ranges, gives it up (no restart into the same error), and
     `status` says so with the way on."""
+    from demo.oracles import actual, expected
     from streamops import status_view
     from streamops.execute import stages, watchdog
     from streamops.store import db, ledger
     from tests.integration.test_e2e_stage import eventually
-    from tests.oracles import actual, expected
 
     # its own app: test_kafka_broker's stage is k.wc, and a session's checkpoints outlive a test
     topic, sid = _topic(partitions=2), "dl.wc"
@@ -117,9 +117,9 @@ def test_gen_produces_a_traced_rate_to_a_kafka_stages_topic_over_its_partitions(
     import yaml
     from typer.testing import CliRunner
 
+    from demo.stages import demo_job
     from streamops import cli, registry
     from streamops.records import check_line
-    from tests.demo_jobs import demo_job
 
     topic = f"gen-{int(time.time() * 1000)}"
     stage = {**demo_job("wordcount", {"kind": "kafka", "topic": topic}), "pool": "p", "cores": {"initial": 1, "max": 1}}

@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from demo import oracles
+from demo.stages import demo_job
 from spark_apps.stage import start_stage_queries
 from streamops import generator, registry
 from streamops.agent.metrics import StageContext
 from streamops.generator import SCHEMAS
 from streamops.records import check_line
-from tests import oracles
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 
 pytestmark = pytest.mark.db

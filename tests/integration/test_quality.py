@@ -14,10 +14,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from streamops.quality import gate_new_run, run_suites, suites
 from streamops.quality.runner import Validator, to_result
 from streamops.store import db
-from tests.demo_jobs import demo_job
 from tests.integration.test_reporting_sql import D, add_app, at
 
 pytestmark = pytest.mark.db

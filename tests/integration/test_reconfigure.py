@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from demo import oracles
+from demo.stages import demo_job
 from streamops import generator, quality, registry
 from streamops.execute import checkpoint, mechanisms, reconfigure, stages, staging
-from tests import oracles
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]

@@ -31,12 +31,12 @@ import psutil
 import pytest
 from sqlalchemy import text
 
+from demo import oracles
+from demo.stages import demo_job
 from streamops import generator, quality, registry
 from streamops.checkpoint_layout import FileSourceBacklog
 from streamops.execute import mechanisms, reconfigure, stages
 from streamops.paths import REPO_ROOT
-from tests import oracles
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 
 # Not yet in `make test`: long (real drivers under continuous load) and not yet green on a quiet

@@ -11,7 +11,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from tests.demo_jobs import demo_job
+from demo.stages import demo_job
 
 pytestmark = pytest.mark.db
 

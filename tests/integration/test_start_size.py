@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from streamops import generator, registry
 from streamops.execute import stages
 from streamops.run_spec import RunSpec
-from tests.demo_jobs import demo_job
 
 pytestmark = [pytest.mark.db]
 

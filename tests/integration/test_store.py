@@ -12,9 +12,9 @@ import psycopg2
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
+from demo.stages import demo_job
 from streamops.store import db, embedded, migrate, roles
 from tests.conftest import drop_database, recreate_database
-from tests.demo_jobs import demo_job
 
 
 @pytest.fixture

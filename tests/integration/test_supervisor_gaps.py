@@ -17,10 +17,10 @@ from datetime import UTC
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from streamops import registry
 from streamops.execute import replicas, stages, supervisor
 from streamops.waiting import wait_until
-from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 

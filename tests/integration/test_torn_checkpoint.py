@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from demo import oracles
+from demo.stages import demo_job
 from streamops import generator, registry
 from streamops.checkpoint_layout import last_committed_batch, last_planned_batch
 from streamops.execute import stages
-from tests import oracles
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import _commits, eventually
 
 # A real fault on a real driver (about 40 s): make test-chaos; the repair itself is

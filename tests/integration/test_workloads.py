@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
+from demo import oracles
+from demo.stages import demo_job
 from spark_apps.stage import start_stage_queries
 from streamops import generator, registry
 from streamops.agent.agent import StageAgent
 from streamops.agent.metrics import StageContext
 from streamops.agent.sinks import ParquetSink, PostgresUpsertSink
-from tests import oracles
-from tests.demo_jobs import demo_job
 
 pytestmark = pytest.mark.db
 

@@ -23,12 +23,12 @@ import pytest
 import yaml
 from sqlalchemy import text
 
+from demo import oracles
+from demo.stages import demo_job
 from streamops import generator, registry
 from streamops.execute import stages
 from streamops.paths import REPO_ROOT
-from tests import oracles
 from tests.conftest import ARTIFACTS, _server_url, drop_database, recreate_database
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from demo import oracles
+from demo.stages import demo_job
 from streamops import generator, registry
 from streamops.execute import stages, supervisor
 from streamops.generator.records import dumps
 from streamops.store import db, embedded, migrate
-from tests import oracles
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos]

@@ -20,11 +20,11 @@ import psutil
 import pytest
 from sqlalchemy import text
 
+from demo import oracles
+from demo.stages import demo_job
 from streamops import checkpoint_layout, generator, registry
 from streamops.execute import stages, supervisor
 from streamops.store import db
-from tests import oracles
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder
 from tests.system.test_chaos import private_database  # noqa: F401 (a fixture)

@@ -14,10 +14,10 @@ import time
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from streamops import kafka_broker, quality, registry
 from streamops.execute import reconfigure, stages, watchdog
 from streamops.store import ledger
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 
 pytest.importorskip("confluent_kafka")

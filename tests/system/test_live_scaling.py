@@ -14,9 +14,9 @@ import psutil
 import pytest
 from sqlalchemy import text
 
+from demo.stages import demo_job
 from streamops import processes, quality, registry, spark_cluster
 from streamops.execute import checkpoint, reconfigure, stages
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder, _commits, _row, _settle_and_compare
 

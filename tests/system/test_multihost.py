@@ -23,9 +23,9 @@ import pytest
 import yaml
 from sqlalchemy import create_engine, text
 
+from demo import oracles
+from demo.stages import demo_job
 from streamops import generator
-from tests import oracles
-from tests.demo_jobs import demo_job
 from tests.integration.test_e2e_stage import eventually
 from tests.integration.test_reconfigure import Feeder
 from tests.system import netns

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from demo.stages import demo_job
 from streamops import registry
 from streamops.agent.kafka_lag import TopicBacklog, kafka_lag
 from streamops.analyze.stats import StageStats, ds2_target, useful_cores
@@ -18,7 +19,6 @@ from streamops.plan.cost import CostModel
 from streamops.plan.model import PRESTAGE, SCALE_OUT, OperatorState
 from streamops.plan.operator import OperatorContext, operator_cycle
 from streamops.plan.options import OperatorOptions
-from tests.demo_jobs import demo_job
 
 # A progress of Spark 4's Kafka source, as the driver's listener gets it (json), trimmed.
 PROGRESS = {

@@ -9,8 +9,8 @@ import pydantic
 import pytest
 import yaml
 
+from demo.stages import demo_job
 from streamops import registry
-from tests.demo_jobs import demo_job
 
 GOOD = {
     "pools": {"p1": {"cores": 2, "network_delay_ms": {"p2": 5}}, "p2": {"cores": 4}},

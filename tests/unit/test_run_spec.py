@@ -5,9 +5,9 @@ from __future__ import annotations
 import pydantic
 import pytest
 
+from demo.stages import demo_job
 from streamops import registry
 from streamops.run_spec import CommandOutcome, FaultArgs, RepartitionArgs, RunSpec, ScaleArgs, StopArgs, command_args
-from tests.demo_jobs import demo_job
 
 
 def _spec(**over: object) -> RunSpec:

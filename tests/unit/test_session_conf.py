@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from demo.stages import demo_job
 from spark_apps.stage import JAVA_OPTIONS_ENV, session_conf
 from streamops import jvm_archive
-from tests.demo_jobs import demo_job
 
 
 def test_java_options_reach_the_driver_and_its_executors_and_nothing_is_added_without_them(monkeypatch):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from demo.stages import demo_job
 from streamops import registry
-from tests.demo_jobs import demo_job
 
 
 def test_an_upgrade_keeps_cores_and_pool_and_never_goes_live():

@@ -1,6 +1,6 @@
-"""The demo's jobs (examples/jobs/demo_jobs) as the tests declare their stages: a job, its input
+"""The demo's jobs (examples/jobs/demo_jobs) as tests and benchmarks declare their stages: a job, its input
 schema, event time and watermark, and the sink's key and version, by the name the oracles use
-(tests/oracles.py). The platform itself knows none of these names."""
+(demo/oracles.py). The platform itself knows none of these names."""
 
 from __future__ import annotations
 
