@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from demo.stages import demo_job
 from streamops.execute import supervisor as sup_mod
-from tests.demo_jobs import demo_job
 
 
 def _apps(path: Path, *names: str, mtime_ns: int) -> None:
