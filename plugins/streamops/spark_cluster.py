@@ -14,14 +14,11 @@ each worker hands it to its executors in their environment: the secret is on no 
 Without it, a process that reaches the master's port cannot register. Not SPARK_CONF_DIR: Spark
 puts it on every JVM's classpath, where a non-empty directory stops the class archive's mapping.
 
-Every RPC is also encrypted (`RPC_CRYPTO`, issue 44): AES-GCM with the key exchange's version 2,
-and no fallback to SASL, so a process without encryption is refused instead of served in the
-clear. Tasks carry what their closures hold, a sink's database URL among them (a password when
-the URL has one, else the path of its passfile). The same file carries it to every process: the
-master and workers read it, and a driver hands `spark.network.*` to its executors on their
-command lines. `up` adds it to a conf from before it and restarts a running cluster on its ports.
-Local disk (`spark.io.encryption.enabled`: shuffle files, spills) stays plain: it is on the
-workers' own disks, beside this file and the database's passfile.
+Every RPC is also encrypted (`RPC_CRYPTO`, issue 44: AES-GCM, key exchange version 2, no SASL
+fallback), since tasks carry what their closures hold, a sink's database URL among them. The same
+file carries it to the master and workers; a driver hands it to its executors. `up` adds it to a
+conf from before it and restarts a running cluster on its ports. Local disk (shuffle files,
+spills) stays plain: it is on the workers' own disks, beside this file and the passfile.
 """
 
 from __future__ import annotations
@@ -204,8 +201,7 @@ def free_port(host: str = LOOPBACK) -> int:
     """A port free on `host` now (the kernel's choice); whoever binds it next gets it."""
     with socket.socket() as s:
         s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+        return int(s.getsockname()[1])
 
 
 def master_state(c: Cluster, timeout_s: float = 3.0) -> dict[str, Any] | None:
