@@ -197,7 +197,9 @@ def engine(test_env):
 
 TRUNCATE_ALL = text(
     "TRUNCATE pools, apps, stages, deployments, heartbeats, stage_commands, quarantine, requests, decisions, "
-    "reconfigurations, app_control, operator_state, stage_metrics, sink_outputs, sink_staging, sink_commits CASCADE")
+    "reconfigurations, app_control, operator_state, stage_metrics, sink_outputs, sink_staging, sink_commits, "
+    # a pruned id stays fenced: a later test's own run ids (5, 6, …) must not meet an earlier test's
+    "deployments_pruned CASCADE")
 # Sessions of the test database, other than this one, that are inside a transaction.
 BUSY_SESSIONS = text(
     "SELECT pid, application_name, state, left(query, 120) AS query FROM pg_stat_activity "
