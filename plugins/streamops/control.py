@@ -24,8 +24,9 @@ from sqlalchemy import Connection, Row
 from streamops.analyze.stats import StageStats, useful_cores
 from streamops.forecast_pass import with_forecasts
 from streamops.plan.application import AppView, application_cycle
-from streamops.plan.change import Current, StageNow, grant_refusal
+from streamops.plan.change import Current, StageNow, grant_refusal, live_scale_in
 from streamops.plan.cost import CostModel, Observation
+from streamops.plan.kinds import MechanismName
 from streamops.plan.model import RECONFIGURATIONS, REPLICA_ACTIONS, AppState, Decision, OperatorState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
@@ -182,7 +183,9 @@ def _open_work(conn: Connection, names: list[str], now: datetime, dry_run: bool)
     stages_now: dict[str, StageNow] = {}
     last_change: dict[str, LastChange] = {}
     for s in conn.execute(db.query("stages_now"), {"apps": names}):
-        stages_now[s.stage_id] = StageNow(Current(s.cores, s.pool, s.state_partitions), s.in_flight, s.settled_at)
+        kind = "local" if (s.pool_master or "local").startswith("local") else "standalone"  # registry.Pool.kind
+        stages_now[s.stage_id] = StageNow(Current(s.cores, s.pool, s.state_partitions), s.in_flight, s.settled_at,
+                                          kind, s.executor_cores or 1)
         if s.last_requested_at is not None:
             last_change[s.stage_id] = LastChange(s.last_requested_at, s.last_action, s.last_from_cores,
                                                  s.last_to_cores)
@@ -210,11 +213,12 @@ def _decide_app(a: Row, work: _OpenWork, app_windows: list[StageStats], now: dat
     refused: list[tuple[Request, str]] = []
     asking: list[Request] = []
     for req in work.open_by_app.get(a.name, []):
-        why = grant_refusal(req, work.stages_now.get(req.stage_id))
+        now_ = work.stages_now.get(req.stage_id)
+        why = grant_refusal(req, now_)
         if why:
             refused.append((req, why))
         else:
-            asking.append(req)
+            asking.append(replace(req, live=live_scale_in(req, now_)))
     facts = {w.stage_id: StageFacts(work.last_change.get(w.stage_id), draining(w.backlog_rows, w.input_rate, opts))
              for w in app_windows}
     facts.update({sid: StageFacts(lc) for sid, lc in work.last_change.items() if sid not in facts})
@@ -241,7 +245,9 @@ def _record(conn: Connection, decided: list[_AppDecided], now: datetime, dry_run
     grants = [(app, r) for app, r in granted if r.action in RECONFIGURATIONS]
     by_decision = {did: rid for rid, did in db.bulk("reconfigurations_plan", [
         {**_fields(r), "app": app, "request_id": r.id, "decision_id": decision_of[r.id],
-         "state_bytes": int(r.snapshot.get("state_bytes") or 0)} for app, r in grants], conn)}
+         "state_bytes": int(r.snapshot.get("state_bytes") or 0),
+         # a live scale-in was granted outside the window for being live: it runs live or not at all
+         "mechanism": MechanismName.LIVE if r.live else None} for app, r in grants], conn)}
     planned = {r.id: by_decision[decision_of[r.id]] for _, r in grants if decision_of[r.id] in by_decision}
     for _, r in grants:
         if r.id not in planned:
@@ -314,6 +320,6 @@ def to_rows(report: CycleReport) -> list[dict[str, Any]]:
                 "target": d.request.target_cores if d.request.target_pool is None else d.request.target_pool,
                 "outcome": d.outcome, "reason": d.reason, "gain": d.request.gain, "cost_ms": d.request.cost_ms,
                 "tokens": f"{d.tokens_before:g}→{d.tokens_after:g}", "reconfiguration": reconf,
-                "defer_until": d.defer_until,
+                "defer_until": d.defer_until, "live": d.request.live,
             })
     return rows

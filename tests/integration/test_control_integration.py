@@ -193,3 +193,44 @@ def test_the_operator_s_window_starts_after_a_live_change_and_is_empty_while_one
         conn.execute(text("INSERT INTO reconfigurations (stage_id, app, action, from_cores, target_cores, status, "
                           "requested_by) VALUES ('lw.s', 'lw', 'scale_out', 3, 4, 'running', 'policy:edf')"))
     assert window() == (0, 0), "no window while a change is in flight"
+
+
+def test_a_scale_in_a_cluster_stage_takes_live_is_granted_outside_the_window_to_run_live(clean_db):
+    """Issue 46 item 4: a scale-in realized by giving executors back (a standalone pool, whole
+    executors, the state partitions kept) touches no checkpoint and stops nothing, so re-plan
+    grants it outside the maintenance window, planned with mechanism `live`: it runs live or not
+    at all. The same scale-in of a local stage (local[N] is fixed at start) waits for the window."""
+    from datetime import datetime, timedelta
+
+    reg = registry.parse({
+        "pools": {"p": {"cores": 8}},
+        "apps": {"lv": {"r_max_ms": 3000, "maintenance_window": {"cron": "0 3 1 1 *", "duration_min": 30},
+                        "control": {"policy": "token_bucket", "capacity": 1, "beta": 0.75},
+                        "stages": {n: {**demo_job("wordcount", {"kind": "files", "path": f"lv/{n}"}),
+                                       "cores": {"initial": 4, "min": 1, "max": 4}, "pool": "p"}
+                                   for n in ("cluster", "local")}}},
+    })
+    stages.sync_registry(reg)
+    now = datetime.now(UTC)
+    pools = {"cluster": '{"pool": {"master": "embedded", "cores": 8, "executor_cores": 1}}',
+             "local": '{"pool": {"master": "local", "cores": 8, "executor_cores": 1}}'}
+    with clean_db.begin() as conn:
+        for n, config in pools.items():
+            conn.execute(text(
+                "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, "
+                "status, started_at, running_at) VALUES (:s, 'p', 4, 4, CAST(:c AS jsonb), 'local', '/c', 'running', "
+                ":t, :t)"), {"s": f"lv.{n}", "c": config, "t": now - timedelta(hours=2)})
+            conn.execute(text(
+                "INSERT INTO requests (stage_id, app, action, target_cores, gain, cost_ms, reason, policy, snapshot, "
+                "created_at, refreshed_at) VALUES (:s, 'lv', 'scale_in', 2, 1, 1000, 'S low', 'edf', "
+                "'{\"cores\": 4}', :m, now())"),
+                {"s": f"lv.{n}", "m": now - timedelta(hours=2)})  # wanted longer than scale_down_delay_s
+
+    report = control.replan("lv", operators=False)
+    rows = {r["stage"]: r for r in control.to_rows(report)}
+    assert rows["lv.cluster"]["outcome"] == "granted" and rows["lv.cluster"]["live"], rows["lv.cluster"]
+    assert "live scale-in" in rows["lv.cluster"]["reason"]
+    assert rows["lv.local"]["outcome"] == "deferred" and not rows["lv.local"]["live"], rows["lv.local"]
+    planned = _rows(clean_db, "SELECT stage_id, status, mechanism FROM reconfigurations WHERE app = 'lv'")
+    assert [(r["stage_id"], r["status"], r["mechanism"]) for r in planned] == [("lv.cluster", "pending", "live")]
+    assert _rows(clean_db, "SELECT tokens FROM app_control WHERE app = 'lv'")[0]["tokens"] == 1, "no token spent"

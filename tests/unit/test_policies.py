@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -673,6 +674,31 @@ def test_disruptive_actions_deferred_outside_the_window(action, now, defer_until
 def test_token_bucket_never_grants_scale_in_with_a_token_outside_the_window():
     decisions, _ = app_cycle([req("a", SCALE_IN)], state=AppState(tokens=1.0), response=500.0)
     assert [d.outcome for d in decisions] == ["deferred"]
+
+
+def test_a_live_scale_in_is_granted_outside_the_window_and_spends_neither_a_token_nor_its_budget():
+    """Issue 46 item 4: executors given back while the query runs involve no checkpoint and no
+    outage; the window and its budget are for checkpoint-based changes."""
+    live = replace(req("a", SCALE_IN), live=True)
+    decisions, state = app_cycle([live, req("b", SCALE_IN)], state=AppState(tokens=1.0), now=NOON)
+    assert {d.request.stage_id: d.outcome for d in decisions} == {"a": "granted", "b": "deferred"}
+    assert "live scale-in" in next(d.reason for d in decisions if d.outcome == "granted")
+    assert state.tokens == 1.0 and state.window_actions == 0
+    decisions, state = app_cycle([live], state=AppState(tokens=0.0), now=IN_WINDOW)
+    assert [d.outcome for d in decisions] == ["granted"] and state.window_actions == 0, "the window's budget kept"
+
+
+def test_only_a_scale_in_the_running_stage_can_take_live_is_live():
+    from streamops.plan.change import Current, StageNow, live_scale_in
+
+    cluster = StageNow(Current(cores=4, pool="c", partitions=8), pool_kind="standalone", executor_cores=2)
+    assert live_scale_in(req("a", SCALE_IN, cores=2), cluster)
+    assert not live_scale_in(req("a", SCALE_IN, cores=3), cluster), "not whole executors"
+    assert not live_scale_in(req("a", SCALE_IN, cores=2, pool="d"), cluster), "another pool"
+    assert not live_scale_in(req("a", SCALE_OUT, cores=6), cluster), "a scale-out is not a scale-in"
+    local = StageNow(Current(cores=4, pool="c", partitions=8))
+    assert not live_scale_in(req("a", SCALE_IN, cores=2), local), "local[N] is fixed at start"
+    assert not live_scale_in(req("a", SCALE_IN, cores=2), StageNow(Current())), "not running"
 
 
 def test_window_budget_granted_inside_and_reset_in_the_next_window():

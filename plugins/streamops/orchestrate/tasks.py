@@ -144,8 +144,9 @@ def replan_apps() -> list[str]:
 
 def replan(app: str) -> list[dict[str, Any]]:
     """One Application Manager cycle for `app` (its stages' Operator Managers first). Local
-    grants (pre-stage, release) are realized here; granted scale-outs are returned as confs for
-    `streamops_reconfigure`; disruptive grants stay pending for the maintenance window."""
+    grants (pre-stage, release) are realized here; granted scale-outs and live scale-ins are
+    returned as confs for `streamops_reconfigure`; disruptive grants stay pending for the
+    maintenance window."""
     from streamops import control
     from streamops.execute import staging
 
@@ -167,7 +168,7 @@ def replan(app: str) -> list[dict[str, Any]]:
         elif r["action"] == "release_prestage":
             staging.release(r["stage"])
             _say(f"stage {r['stage']}: action=release staged copy discarded")
-        elif r["action"] == Action.SCALE_OUT and r["reconfiguration"]:
+        elif (r["action"] == Action.SCALE_OUT or r["live"]) and r["reconfiguration"]:  # live scale-ins: now
             realize.append({"stage": r["stage"], "action": RESUME_PENDING, "reconfiguration": r["reconfiguration"]})
     return realize
 

@@ -163,11 +163,15 @@ def _spend_tokens(ledger: _Ledger, reconfigs: list[Request], tokens: float, net:
 def _in_window(ledger: _Ledger, reconfigs: list[Request], tokens: float, app: AppView, window: WindowState,
                used: int) -> int:
     """Disruptive actions: granted while the maintenance window is open and its budget lasts,
-    deferred to its next opening otherwise. Returns the window's actions used."""
+    deferred to its next opening otherwise. A scale-in taken live is no disruption: granted now,
+    outside the window's budget. Returns the window's actions used."""
     for r in (r for r in reconfigs if r.action in DISRUPTIVE):
         if ledger.stage_taken(r, tokens):
             continue
-        if window.open and used < app.window_max_actions:
+        if r.live:
+            ledger.grant(r, "a live scale-in: executors given back while the query runs, no checkpoint "
+                            "involved and no outage, so no maintenance window", tokens, tokens)
+        elif window.open and used < app.window_max_actions:
             used += 1
             ledger.grant(r, f"maintenance window open since {window.start:%H:%M}; "
                             f"action {used} of {app.window_max_actions}", tokens, tokens)

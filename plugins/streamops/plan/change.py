@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from streamops.plan.mechanism import repartition_refusal
-from streamops.plan.model import Request, stage_id
+from streamops.plan.mechanism import live_refusal, repartition_refusal
+from streamops.plan.model import SCALE_IN, Request, stage_id
 
 ACTIONS = ("scale_out", "scale_in", "migrate", "upgrade")
 
@@ -163,6 +163,18 @@ class StageNow:
     current: Current
     in_flight: bool = False
     settled_at: datetime | None = None
+    pool_kind: str = "local"  # of its live run's pool: local | standalone
+    executor_cores: int = 1
+
+
+def live_scale_in(r: Request, now: StageNow | None) -> bool:
+    """Whether scale-in `r` can be taken live by the running stage: executors removed while the
+    query runs, the pool and state partitions kept (plan.mechanism.live_refusal). Such a change
+    has no outage and touches no checkpoint, so it needs no maintenance window (issue 46)."""
+    if r.action != SCALE_IN or now is None or now.current.cores is None or r.target_cores is None:
+        return False
+    return live_refusal(SCALE_IN, now.pool_kind, now.current.pool or "", r.target_pool, r.target_cores,
+                        now.executor_cores, now.current.partitions, None) is None
 
 
 def is_noop(current: Current, cores: int | None, pool: str | None, partitions: int | None = None) -> bool:

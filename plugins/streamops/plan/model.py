@@ -36,6 +36,9 @@ class Request:
     id: int | None = field(default=None, compare=False)
     made_at: datetime | None = field(default=None, compare=False)  # its Operator Manager's latest word
     first_made_at: datetime | None = field(default=None, compare=False)  # asked for since (refreshed without a break)
+    # A scale-in the running stage can take live (executors removed while the query runs, no
+    # checkpoint involved: plan.change.live_scale_in): no outage, so no maintenance window.
+    live: bool = field(default=False, compare=False)
 
     @property
     def value(self) -> float:

@@ -178,12 +178,15 @@ def model_from_sim(cfg: Any, app_opts: Any, downtimes: dict[str, dict[str, float
     learned)."""
     stages, load = [], 1.0
     mean = math.exp(cfg.downtime_sigma ** 2 / 2)
+    live = cfg.pool_kind == "standalone"  # every change live: no outage (a relaxation past the state partitions)
     for s in cfg.stages:
-        if cfg.mechanism == "active_backup":
+        if live:
+            out_s, overlap = 0.0, 0.0
+        elif cfg.mechanism == "active_backup":
             out_s, overlap = cfg.active_backup_median_s * mean, cfg.overlap_median_s * mean
         else:
             out_s, overlap = cfg.prestaged_median_s * mean, 0.0
-        in_s = cfg.pause_resume_median_s * mean + s.state_bytes / 1e6 * cfg.state_s_per_mb
+        in_s = 0.0 if live else cfg.pause_resume_median_s * mean + s.state_bytes / 1e6 * cfg.state_s_per_mb
         o = (downtimes or {}).get(s.name, {})
         stages.append(BoundStage(s.name, s.rate_per_core, s.base_latency_ms, s.cores, s.min_cores, s.max_cores,
                                  float(o.get("scale_out", out_s)), float(o.get("scale_in", in_s)), overlap, load))
@@ -191,16 +194,19 @@ def model_from_sim(cfg: Any, app_opts: Any, downtimes: dict[str, dict[str, float
     return BoundModel(tuple(stages), cfg.r_max_ms, cfg.queue_ms, cfg.rho_cap,
                       window_s=int(round(app_opts.control_interval_s)),
                       tokens=int(math.floor(app_opts.capacity)) if app_opts.policy == "token_bucket" else len(stages),
-                      window_max_actions=cfg.window_max_actions, arrival_sd=cfg.arrival_noise,
+                      window_max_actions=len(stages) if live else cfg.window_max_actions, arrival_sd=cfg.arrival_noise,
                       capacity_sd=cfg.capacity_noise)
 
 
 def window_open_mask(cfg: Any, duration_s: int, window_s: int) -> list[bool]:
-    """Per control interval: is the app's maintenance window open at its start (SimConfig's cron)."""
+    """Per control interval: is the app's maintenance window open at its start (SimConfig's cron);
+    always, on a standalone pool, where a scale-in is live and needs no window."""
     from streamops.plan.application import AppView, maintenance_window
 
     app = AppView(cfg.app, cfg.r_max_ms, cfg.window_cron, cfg.window_minutes, cfg.window_max_actions)
     n = int(math.ceil(duration_s / window_s))
+    if cfg.pool_kind == "standalone":
+        return [True] * n
     start: datetime = cfg.start
     return [maintenance_window(app, start + timedelta(seconds=w * window_s)).open for w in range(n)]
 

@@ -38,6 +38,7 @@ from streamops.analyze.forecast import Forecaster, bucket_means, innovation_sd
 from streamops.analyze.season import SkillTracker, season_of
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
+from streamops.plan.change import live_scale_in
 from streamops.plan.cost import CostModel, Observation
 from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, REPLICA_ACTIONS, AppState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
@@ -256,11 +257,14 @@ class Simulation:
         growing = any(_slope(st.backlog[sl]) > 0 for st in self.stages)
         now = self.cfg.start + timedelta(seconds=t)
         order = {st.spec.name: i for i, st in enumerate(self.stages)}
-        requests = sorted(self.open.values(), key=lambda r: (order.get(r.stage_id, 0), r.action))
+        by_name = {st.spec.name: st for st in self.stages}
+        # a scale-in the stage can take live needs no window: production's test (plan.change)
+        requests = sorted((replace(r, live=live_scale_in(r, sim_mechanism.stage_now(self.cfg, by_name[r.stage_id])))
+                           if r.stage_id in by_name else r for r in self.open.values()),
+                          key=lambda r: (order.get(r.stage_id, 0), r.action))
         decisions, self.app_state = application_cycle(self.app, self.app_opts, self.app_state, requests,
                                                       response_ms, growing, now, self._facts(t))
         self.tokens.append((t, self.app_state.tokens))
-        by_name = {st.spec.name: st for st in self.stages}
         for d in decisions:
             r = d.request
             counts = self.decisions.setdefault(r.action, {"granted": 0, "declined": 0, "deferred": 0})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+from streamops.plan.change import Current, StageNow
 from streamops.plan.kinds import MechanismName
 from streamops.plan.mechanisms import Situation, choose
 from streamops.plan.model import MIGRATE, Request
@@ -19,15 +20,24 @@ from streamops.sim.stagerun import StageRun
 
 
 def situation(cfg: SimConfig, st: StageRun, r: Request, target: int, staged_ready: bool) -> Situation:
-    """A simulated stage as the executor would read it: a running driver on a local pool (its
-    cores fixed at start), a file source, and room for the new run beside the old one in the
-    target pool when `cfg.mechanism` is "active_backup" (none when it is "pause_resume")."""
+    """A simulated stage as the executor would read it: a running driver on a pool of
+    `cfg.pool_kind` (1-core executors on a standalone one), a file source, and room for the new
+    run beside the old one in the target pool when `cfg.mechanism` is "active_backup" (none when
+    it is "pause_resume")."""
     room = target if cfg.mechanism == MechanismName.ACTIVE_BACKUP else 0
     return Situation(
-        action=r.action, running=True, pool=st.pool, pool_kind="local", executor_cores=1, current_cores=st.n,
+        action=r.action, running=True, pool=st.pool, pool_kind=cfg.pool_kind, executor_cores=1, current_cores=st.n,
         target_pool=r.target_pool if r.action == MIGRATE else None, target_cores=target, target_partitions=None,
-        state_partitions=st.spec.state_partitions if st.spec.state_bytes > 0 else None,
-        target_pool_free=room, target_pool_total=room, staged_ready=staged_ready)
+        state_partitions=_partitions(st), target_pool_free=room, target_pool_total=room, staged_ready=staged_ready)
+
+
+def stage_now(cfg: SimConfig, st: StageRun) -> StageNow:
+    """The simulated stage as re-plan reads it before it grants (plan.change.StageNow)."""
+    return StageNow(Current(st.n, st.pool, _partitions(st)), pool_kind=cfg.pool_kind, executor_cores=1)
+
+
+def _partitions(st: StageRun) -> int | None:
+    return st.spec.state_partitions if st.spec.state_bytes > 0 else None  # a stateless stage has none
 
 
 def carry_out(cfg: SimConfig, st: StageRun, r: Request, target: int, staged_ready: bool,

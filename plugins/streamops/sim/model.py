@@ -138,6 +138,10 @@ class SimConfig:
     # active_backup: the pools have room for the new run beside the old one, and production's rule
     # (sim/mechanism.py) picks active_backup for scale-outs and migrations; pause_resume: no room
     mechanism: str = "pause_resume"
+    # local: each driver's local[N] is fixed at start, every change restarts it; standalone: the
+    # stages run on a cluster pool of 1-core executors, and a change within the state partitions
+    # is made live (no outage), a live scale-in without a maintenance window (issue 46 item 4)
+    pool_kind: str = "local"
     pause_resume_median_s: float = 10.0
     prestaged_median_s: float = 5.0
     active_backup_median_s: float = 0.5
@@ -165,6 +169,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.mechanism not in ("pause_resume", "active_backup"):
             raise ValueError(f"mechanism must be pause_resume or active_backup, got {self.mechanism!r}")
+        if self.pool_kind not in ("local", "standalone"):
+            raise ValueError(f"pool_kind must be local or standalone, got {self.pool_kind!r}")
         if self.response_stat not in ("p95", "mean"):
             raise ValueError(f"response_stat must be p95 or mean, got {self.response_stat!r}")
         if not self.stages:
