@@ -36,6 +36,8 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
         redundancy: bool = typer.Option(False, "--redundancy", help="the redundancy manager sets the replicas"),
         restart_s: float | None = typer.Option(None, help="seconds a killed driver takes to come back "
                                                               "(default 10)"),
+        pool_kind: str = typer.Option("local", help="local (every change restarts the driver) or standalone "
+                                                    "(1-core executors: changes live, scale-ins without a window)"),
         slo_price: float | None = typer.Option(None, min=0, help="the price of one second above R_max in "
                                                                      "core-seconds, for --policy mpc (default "
                                                                      f"{OperatorOptions().slo_price:g})"),
@@ -61,7 +63,7 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
         return _sim_calibrate(calibrate, since, until, minutes, out, export_trace, seed)
     config = _policy_config(policy)
     overrides: dict[str, Any] = {**({} if config == policy else {"operator": policy}),
-                                 **({} if restart_s is None else {"restart_s": restart_s}),
+                                 **({} if restart_s is None else {"restart_s": restart_s}), "pool_kind": pool_kind,
                                  **({} if slo_price is None else {"slo_price": slo_price})}
     with console.status(f"simulating {policy} on {trace} …"):
         from streamops.sim import run_simulation
@@ -74,7 +76,7 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
     _print_summary(summary, seed)
     say(f"wrote {out / 'summary.json'} and {out / 'response.png'}")
     if bound:
-        _sim_bound(summary, config, trace, duration, out)
+        _sim_bound(summary, config, trace, duration, out, pool_kind)
 
 
 def _policy_config(policy: str) -> str:
@@ -104,7 +106,7 @@ def _print_summary(summary: dict[str, Any], seed: int) -> None:
     console.print(t)
 
 
-def _sim_bound(summary: dict, policy: str, trace: str, duration: float | None, out: Path) -> None:
+def _sim_bound(summary: dict, policy: str, trace: str, duration: float | None, out: Path, pool_kind: str) -> None:
     """`sim --bound`: the trace's clairvoyant frontier, the policy's run on it, its regret."""
     import csv
 
@@ -114,7 +116,7 @@ def _sim_bound(summary: dict, policy: str, trace: str, duration: float | None, o
 
     tr = load_trace(trace)
     T = int(duration if duration is not None else tr.default_duration_s)
-    cfg = SimConfig()
+    cfg = SimConfig(pool_kind=pool_kind)
     model = model_from_sim(cfg, resolve_policy(policy).app_opts())  # the policy's own bucket
     with console.status(f"the clairvoyant bound of {trace} ({T} s, {T // model.window_s} intervals) …"):
         front = frontier([tr.rows(t) for t in range(T)], model, window_open_mask(cfg, T, model.window_s))
