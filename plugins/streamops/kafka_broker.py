@@ -282,7 +282,7 @@ def _format(b: Broker, config: Path) -> None:
     creds = _credentials()
     scram = f"{MECHANISM}=[name={creds['username']},password={creds['password']}]"  # url-safe: no quoting
     argfile = home() / "format.args"
-    write_private(argfile, "\n".join(["format", "--config", str(config), "--cluster-id", b.cluster_id,
+    write_private(argfile, "\n".join(["format", "--config", str(config), f"--cluster-id={b.cluster_id}",
                                       "--add-scram", scram]) + "\n")
     try:
         res = subprocess.run([*_jvm("kafka.tools.StorageTool"), f"@{argfile}"], capture_output=True, text=True,
@@ -294,11 +294,15 @@ def _format(b: Broker, config: Path) -> None:
 
 
 def _new_cluster_id() -> str:
-    """A Kafka cluster id: a random UUID's 16 bytes in url-safe base64, unpadded (22 chars)."""
+    """A Kafka cluster id: a random UUID's 16 bytes in url-safe base64, unpadded (22 chars), drawn
+    again while it starts with "-", as Kafka's own Uuid.randomUuid does: kafka-storage's argument
+    parser takes such a value for an option (1 format in 64 failed in the clean-clone CI)."""
     import base64
     import uuid
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while (cid := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        continue
+    return cid
 
 
 def free_port(host: str = LOOPBACK) -> int:

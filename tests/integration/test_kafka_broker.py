@@ -360,3 +360,20 @@ def test_a_kafka_stage_counts_exactly_once_through_poison_and_a_driver_kill(brok
     assert all(reason.startswith(kind) for kind, reason in quarantined.values()), quarantined
     print(f"{len(messages)} messages ({len(bad)} poison), {sum(want.values())} words in {len(want)} keys, "
           f"{_commits(clean_db, sid)} commits; {', '.join(phases)}")
+
+
+def test_a_cluster_id_that_starts_with_a_dash_formats_and_none_is_drawn(tmp_path, monkeypatch):
+    """kafka-storage's parser took `--cluster-id -V6k…` for an option, and 1 format in 64 failed
+    (the clean-clone CI of 2026-11-28): the value goes as `--cluster-id=…`, and new ids are drawn
+    again while they start with "-", as Kafka's own Uuid.randomUuid does."""
+    import base64
+
+    monkeypatch.setenv("STREAMOPS_HOME", str(tmp_path))  # a log directory of its own: no broker runs on it
+    dashed = "-" + base64.urlsafe_b64encode(bytes(16)).decode().rstrip("=")[1:]
+    b = kafka_broker.Broker(kafka_broker.free_port(), kafka_broker.free_port(), dashed)
+    kafka_broker._format(b, kafka_broker._write_config(b))
+    meta = (kafka_broker.log_dir() / "meta.properties").read_text()
+    assert f"cluster.id={dashed}" in meta, meta
+    draws = iter([uuid.UUID(bytes=bytes([0xF8]) + bytes(15)), uuid.UUID(bytes=bytes([0x10]) + bytes(15))])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))  # the first encodes to "-A…"
+    assert not kafka_broker._new_cluster_id().startswith("-")
