@@ -213,12 +213,12 @@ def _decide_app(a: Row, work: _OpenWork, app_windows: list[StageStats], now: dat
     refused: list[tuple[Request, str]] = []
     asking: list[Request] = []
     for req in work.open_by_app.get(a.name, []):
-        now_ = work.stages_now.get(req.stage_id)
-        why = grant_refusal(req, now_)
+        stage_now = work.stages_now.get(req.stage_id)
+        why = grant_refusal(req, stage_now)
         if why:
             refused.append((req, why))
         else:
-            asking.append(replace(req, live=live_scale_in(req, now_)))
+            asking.append(replace(req, live=live_scale_in(req, stage_now)))
     facts = {w.stage_id: StageFacts(work.last_change.get(w.stage_id), draining(w.backlog_rows, w.input_rate, opts))
              for w in app_windows}
     facts.update({sid: StageFacts(lc) for sid, lc in work.last_change.items() if sid not in facts})
