@@ -50,6 +50,8 @@ def _value(v: Any) -> str:
 def _type(default: Any, choices: tuple[str, ...]) -> str:
     if choices:
         return " \\| ".join(f"`{c}`" for c in choices)
+    if default is None:  # an optional number, unset by default (slo_price)
+        return "number"
     return {bool: "bool", int: "int", float: "number"}.get(type(default), type(default).__name__)
 
 

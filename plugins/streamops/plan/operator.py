@@ -18,6 +18,7 @@ from typing import Any
 
 from streamops.analyze.fuzzy import bottleneck_score
 from streamops.analyze.stats import StageStats, busy_fraction, ds2_target, load_ratio, true_rate_per_core
+from streamops.plan.budget import BASE_PRICE, Budget
 from streamops.plan.model import MIGRATE, PRESTAGE, RELEASE, SCALE_IN, SCALE_OUT, OperatorState, Request
 from streamops.plan.mpc import demand_path, plan_cores, spread_path
 from streamops.plan.options import OperatorOptions
@@ -38,6 +39,7 @@ class OperatorContext:
     pools: dict[str, PoolRoom] = field(default_factory=dict)  # other pools, for migration targets
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     app_stages: int = 1  # stages of the app: they share its R_max (mpc splits the price of a second above it)
+    budget: Budget | None = None  # the app's error budget now (plan/budget.py): mpc's price follows it
 
 
 def _risk(u: float, latency_ms: float | None, r_max_ms: float, target: float) -> float:
@@ -195,11 +197,22 @@ def ds2(s: StageStats, opt: OperatorOptions, state: OperatorState,
     return [], state
 
 
+def _slo_price(opt: OperatorOptions, ctx: OperatorContext) -> tuple[float, str]:
+    """The app's price of a second above R_max, and what set it: the options' fixed `slo_price`,
+    else the error budget's (plan/budget.py), else the budget's base price (no budget known yet)."""
+    if opt.slo_price is not None:
+        return opt.slo_price, "slo_price, fixed"
+    if ctx.budget is not None:
+        return ctx.budget.price, ctx.budget.text()
+    return BASE_PRICE, "no error budget measured yet: the base price"
+
+
 def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
         ctx: OperatorContext) -> tuple[list[Request], OperatorState]:
     """Receding horizon priced in core-seconds (plan/mpc.py): the core count whose plan over the
-    next `mpc_horizon_s` costs least in cores held + slo_price × expected seconds above R_max +
-    slo_price × the change's learned cost, asked for only when the cheapest switch is due now."""
+    next `mpc_horizon_s` costs least in cores held + price × expected seconds above R_max +
+    price × the change's learned cost, asked for only when the cheapest switch is due now. The price
+    follows the app's error budget (`_slo_price`)."""
     mu = true_rate_per_core(s)
     if mu is None:
         return [], state
@@ -213,19 +226,20 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
     def change_s(n: int) -> float:
         return ctx.cost(s.stage_id, SCALE_OUT if n > s.cores else SCALE_IN, s.state_bytes, None) / 1000.0
 
+    app_price, priced_by = _slo_price(opt, ctx)
     # A second above R_max is the app's, and the chain's stages overload together when the load rises:
     # priced in full by each of them, it would be paid once per stage.
-    price = opt.slo_price / max(1, ctx.app_stages)
+    price = app_price / max(1, ctx.app_stages)
     p = plan_cores(s.cores, s.min_cores, s.core_cap, mu, demand, sd, opt.mpc_step_s, opt.mpc_max_utilization,
                    price, change_s, s.backlog_rows)
     snap: dict[str, Any] = {"mpc_target": p.target, "mpc_switch_step": p.switch_step,
                             "expected_above_s": round(p.expected_above_s, 1), "saving_core_s": round(p.saving, 1),
                             "demand_now": round(demand[0], 2), "demand_peak": round(max(demand), 2),
+                            "slo_price": round(app_price, 2),
                             **({"forecast_season_s": s.forecast_season_s} if use else {})}
     plan_text = (f"{p.target} cores {'now' if p.switch_step == 1 else f'in {p.switch_step - 1} steps'} save "
                  f"{p.saving:.0f} core-s over {opt.mpc_horizon_s:.0f} s at {price:.3g} core-s per s above R_max, its "
-                 f"share of {opt.slo_price:g} "
-                 f"(peak demand {max(demand):.0f} rows/s)")
+                 f"share of {app_price:.3g} ({priced_by}; peak demand {max(demand):.0f} rows/s)")
     if unskilled:
         plan_text += (f"; forecast set aside: its recent error is {s.forecast_skill:.2f}× the naive forecast's "
                       f"(> {opt.forecast_max_skill:g})")

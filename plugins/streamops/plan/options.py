@@ -82,11 +82,12 @@ class OperatorOptions:
     scale_in_to: str = option("one", (
         "edf, threshold3: give cores back one per scale-in, as the papers do, or `ds2`: straight to DS2's n* "
         "at ds2_scale_in_margin whenever that is below n and the stage is not alarming"), choices=("one", "ds2"))
-    # The receding-horizon controller (`mpc`, docs/policies.md §14.3). slo_price is its one knob;
-    # the others are its model, not knobs to tune per app.
-    slo_price: float = option(320.0, (
-        "mpc: the core-seconds one second above the app's R_max is worth (each of its k stages prices its "
-        "own with 1/k); bench/suite.py's training seeds: the lowest price that keeps goal A's 99.5 %"))
+    # The receding-horizon controller (`mpc`, docs/policies.md §14.3). Its price follows the app's
+    # error budget (plan/budget.py); the others are its model, not knobs to tune per app.
+    slo_price: float | None = option(None, (
+        "mpc: a fixed price, the core-seconds one second above the app's R_max is worth (each of its k stages "
+        "prices its own with 1/k); unset: the price follows the burn rate of the app's error budget "
+        "(slo_target), from 320"))
     mpc_horizon_s: float = option(600.0, "mpc: plan this far ahead (a restart, its catch-up, the forecast's reach)")
     mpc_step_s: float = option(60.0, "mpc: one step of the plan, seconds (the Application Manager's interval)")
     mpc_max_utilization: float = option(0.85, "mpc: above this busy fraction a stage's queueing alone eats R_max")
@@ -104,7 +105,8 @@ class OperatorOptions:
             raise ValueError("expected 0 < ds2_scale_in_margin <= target_utilization <= 1")
         if self.forecast_horizon_s < 0 or self.forecast_season_s < 0 or self.forecast_bucket_s <= 0:
             raise ValueError("expected forecast_horizon_s >= 0, forecast_season_s >= 0 and forecast_bucket_s > 0")
-        if self.slo_price < 0 or not 0 < self.mpc_max_utilization <= 1 or self.mpc_rate_sd < 0:
+        bad_price = self.slo_price is not None and self.slo_price < 0
+        if bad_price or not 0 < self.mpc_max_utilization <= 1 or self.mpc_rate_sd < 0:
             raise ValueError("expected slo_price >= 0, 0 < mpc_max_utilization <= 1 and mpc_rate_sd >= 0")
         if self.mpc_step_s <= 0 or self.mpc_horizon_s < self.mpc_step_s:
             raise ValueError("expected mpc_step_s > 0 and mpc_horizon_s >= mpc_step_s")
@@ -154,6 +156,8 @@ class AppOptions:
 
 
 def _coerce(default: Any, value: Any) -> Any:
+    if default is None:  # an optional number (unset by default): slo_price
+        return None if value is None else float(value)
     if isinstance(default, bool):
         if isinstance(value, str):
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
