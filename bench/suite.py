@@ -35,9 +35,17 @@ from rich.table import Table
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 from bench.harness import table, write_result  # noqa: E402
+from streamops.plan.budget import BASE_PRICE  # noqa: E402
 from streamops.plan.options import AppOptions  # noqa: E402
 from streamops.sim import POLICY_CONFIGS, PolicyConfig, SimConfig, run_simulation  # noqa: E402
-from streamops.sim.bound import Frontier, frontier, model_from_sim, regret, window_open_mask  # noqa: E402
+from streamops.sim.bound import (  # noqa: E402
+    Frontier,
+    frontier,
+    model_from_sim,
+    reactive_floor,
+    regret,
+    window_open_mask,
+)
 from streamops.sim.frontier_chart import Panel, plot_frontiers  # noqa: E402
 from streamops.sim.suite import (  # noqa: E402
     FAMILIES,
@@ -90,11 +98,21 @@ GRID: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
 # issue 29: the receding-horizon controller at other prices (its default price is one of these runs).
 MPC = POLICY_CONFIGS["mpc"]
 MPC_PRICES = (10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0)
-GRID += [(f"mpc_p{p:g}", "mpc", {**MPC.operator_options, "slo_price": p}, MPC.app_options) for p in MPC_PRICES
-         if p != MPC.op_opts().slo_price]
+GRID += [(f"mpc_p{p:g}", "mpc", {**MPC.operator_options, "slo_price": p}, MPC.app_options) for p in MPC_PRICES]
 CANDIDATES: dict[str, PolicyConfig] = {**POLICY_CONFIGS, **{n: PolicyConfig(n, op, oo, ao) for n, op, oo, ao in GRID}}
+
+
+def price_of(pc: PolicyConfig) -> float:
+    """The price a configuration's regret is priced at: mpc's fixed `slo_price`, else the error
+    budget's base price (the budget moves it around that, plan/budget.py)."""
+    p = pc.op_opts().slo_price
+    return BASE_PRICE if p is None else p
+
+
 # every price a configuration is scored at: each mpc candidate's own
-PRICES = tuple(sorted({pc.op_opts().slo_price for pc in CANDIDATES.values() if pc.operator == "mpc"}))
+PRICES = tuple(sorted({price_of(pc) for pc in CANDIDATES.values() if pc.operator == "mpc"}))
+SLO_TARGET = SimConfig().slo_target  # every suite app's: the share of seconds within R_max
+DIURNAL = ("diurnal_noise", "flash_crowd", "outage", "weekly_growth", "issue15_day")
 
 # Per family, means over its seeds, against edf_b075 on the same seeds (convergence: max over seeds).
 GOALS: dict[str, tuple[str, str]] = {
@@ -112,8 +130,17 @@ RULE = ("among candidates with runs on every training family: most families meet
         "ties by name. Only runs with a training seed are read.")
 QUICK_FAMILIES = ("flash_crowd", "outage", "step_drift")
 METRICS = ("availability", "downtime_s", "seconds_above_rmax", "violated_windows", "reconfigs_per_day",
-           "core_hours", "flip_flops", "changes_per_stage_day")
+           "core_hours", "flip_flops", "changes_per_stage_day", "sla_compliance")
 CHURN = ("flip_flops", "changes_per_stage_day")  # plan.stability.churn, per run
+
+
+def _mean(rs: list[dict], m: str) -> float | None:
+    """The mean of a figure over runs; runs from before issue 46 carry no churn figures (counted as
+    none) and no sla_compliance (then None)."""
+    if m in CHURN:
+        return statistics.fmean(r.get(m, 0.0) for r in rs)
+    vals = [r.get(m) for r in rs]
+    return None if any(v is None for v in vals) else statistics.fmean(float(v) for v in vals if v is not None)
 
 
 def _one(job: tuple[str, PolicyConfig, str, int, str]) -> dict[str, Any]:
@@ -124,7 +151,8 @@ def _one(job: tuple[str, PolicyConfig, str, int, str]) -> dict[str, Any]:
     return {"policy": label, "config": pc.name, "family": family, "seed": seed, "split": split,
             "trace": s["trace"], "duration_s": s["duration_s"], "availability": s["availability"],
             "downtime_s": s["downtime_s"], "seconds_above_rmax": s["seconds_above_rmax"],
-            "violated_windows": s["violated_windows"], "reconfigurations_total": s["reconfigurations_total"],
+            "violated_windows": s["violated_windows"], "sla_compliance": s["sla_compliance"],
+            "reconfigurations_total": s["reconfigurations_total"],
             "reconfigurations": s["reconfigurations"],
             "reconfigs_per_day": round(s["reconfigurations_total"] / days, 3),
             "flip_flops": s["flip_flops"], "changes_per_stage_day": s["changes_per_stage_day"],
@@ -140,8 +168,7 @@ def aggregate(runs: Iterable[dict]) -> dict[tuple[str, str], dict[str, Any]]:
         groups.setdefault((r["family"], r["policy"]), []).append(r)
     agg = {}
     for key, rs in groups.items():
-        # runs from before issue 46 carry no churn figures: counted as none
-        a: dict[str, Any] = {m: statistics.fmean(r.get(m, 0.0) if m in CHURN else r[m] for r in rs) for m in METRICS}
+        a: dict[str, Any] = {m: _mean(rs, m) for m in METRICS}
         a["seeds"] = sorted(r["seed"] for r in rs)
         a["convergence_max"] = max((r["convergence_decisions_max"] for r in rs if r["convergence_decisions"]),
                                    default=None)
@@ -219,24 +246,32 @@ def _bound(job: tuple[str, int]) -> dict[str, Any]:
     T = int(tr.default_duration_s)
     cfg = SimConfig()
     model = replace(model_from_sim(cfg, AppOptions()), tokens=len(cfg.stages))
-    f = frontier([tr.rows(t) for t in range(T)], model, window_open_mask(cfg, T, model.window_s))
-    return {"family": family, "seed": seed, "duration_s": T, "points": f.rows(),
+    rates, open_mask = [tr.rows(t) for t in range(T)], window_open_mask(cfg, T, model.window_s)
+    f, floor = frontier(rates, model, open_mask), reactive_floor(rates, model, open_mask)
+    return {"family": family, "seed": seed, "duration_s": T, "points": f.rows(), "floor_points": floor.rows(),
             "run_s": round(time.perf_counter() - t0, 2)}
 
 
 def with_regret(runs: Iterable[dict], bounds: Iterable[dict], prices: Iterable[float] = ()) -> list[dict]:
     """Each run with its regret against its trace's frontier (sim.bound.regret) and, per price in
     `prices`, the frontier's least cost there (`bound_cost`, core-seconds + price x seconds above)."""
+    bounds = list(bounds)
     fr = {(b["family"], b["seed"]): Frontier.from_rows(b["points"], b["duration_s"]) for b in bounds}
+    floors = {(b["family"], b["seed"]): Frontier.from_rows(b["floor_points"], b["duration_s"]) for b in bounds
+              if "floor_points" in b}
     prices = sorted(set(prices))
     out = []
     for r in runs:
-        f = fr.get((r["family"], r["seed"]))
+        key = (r["family"], r["seed"])
+        f = fr.get(key)
         if f is None:
             out.append(r)
             continue
         least = {f"{p:g}": min(q.core_hours * 3600 + p * q.seconds_above for q in f.points) for p in prices}
-        out.append({**r, **regret(f, r["core_hours"], r["seconds_above_rmax"]), "bound_cost": least})
+        against_floor = {} if key not in floors else {
+            f"floor_{k}": v for k, v in regret(floors[key], r["core_hours"], r["seconds_above_rmax"]).items()}
+        out.append({**r, **regret(f, r["core_hours"], r["seconds_above_rmax"]), **against_floor,
+                    "bound_cost": least})
     return out
 
 
@@ -282,7 +317,7 @@ def choose(train: list[dict], candidates: dict[str, PolicyConfig],
     seeds = set(seeds)
     runs = [r for r in train if r["seed"] in seeds]
     mpcs = [n for n, pc in candidates.items() if pc.operator == "mpc"]
-    by_price = [s for s in priced_scores(runs, lambda n: candidates[n].op_opts().slo_price, mpcs) if s["complete"]]
+    by_price = [s for s in priced_scores(runs, lambda n: price_of(candidates[n]), mpcs) if s["complete"]]
     if not by_price:
         raise ValueError("no mpc candidate has priced regrets on every training family (were the bounds computed?)")
     by_price.sort(key=lambda s: s["price"])
@@ -300,28 +335,31 @@ def _r(v: float | None) -> float:
     return 0.0 if v is None else max(0.0, float(v))  # beyond the bound on that axis: no regret
 
 
-def _beyond(r: dict) -> bool:
-    """The run is better than the bound on an axis: the model and the simulator disagree there."""
-    return any(r[k] is None or r[k] < 0 for k in ("core_regret", "violation_regret"))
+def _beyond(r: dict, prefix: str = "") -> bool:
+    """The run is better than the bound on an axis: the model and the simulator disagree there
+    (against the reactive floor, `floor_`, it may be luck)."""
+    return any(r[prefix + k] is None or r[prefix + k] < 0 for k in ("core_regret", "violation_regret"))
 
 
-def regret_scores(runs: Iterable[dict], names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def regret_scores(runs: Iterable[dict], names: Iterable[str] | None = None, prefix: str = "") -> list[dict[str, Any]]:
     """Per configuration: mean core and violation regret per family (means over seeds) and over
-    the families, and the score (their mean), best first."""
-    groups, families, policies = _by_policy_family(runs, "core_regret", names)
+    the families, and the score (their mean), best first; against the clairvoyant frontier, or
+    with prefix `floor_` against the reactive floor."""
+    groups, families, policies = _by_policy_family(runs, prefix + "core_regret", names)
     out = []
     for p in policies:
         per = {}
         for f in families:
             rs = groups.get((p, f))
             if rs:
-                core = statistics.fmean(_r(r["core_regret"]) for r in rs)
-                viol = statistics.fmean(_r(r["violation_regret"]) for r in rs)
+                def mean(k: str, rs: list[dict] = rs) -> float:
+                    return statistics.fmean(_r(r[prefix + k]) for r in rs)
+
+                core, viol = mean("core_regret"), mean("violation_regret")
                 per[f] = {"core_regret": round(core, 4), "violation_regret": round(viol, 4),
-                          "score": round((core + viol) / 2, 4),
-                          "beyond_bound": sum(_beyond(r) for r in rs),
-                          "extra_core_hours": round(statistics.fmean(_r(r["extra_core_hours"]) for r in rs), 3),
-                          "extra_seconds_above": round(statistics.fmean(_r(r["extra_seconds_above"]) for r in rs), 1)}
+                          "score": round((core + viol) / 2, 4), "beyond_bound": sum(_beyond(r, prefix) for r in rs),
+                          "extra_core_hours": round(mean("extra_core_hours"), 3),
+                          "extra_seconds_above": round(mean("extra_seconds_above"), 1)}
         complete = len(per) == len(families) and bool(families)
         means = {k: round(statistics.fmean(v[k] for v in per.values()), 4) if complete else math.inf
                  for k in ("core_regret", "violation_regret", "score")}
@@ -354,7 +392,18 @@ def pareto_charts(runs: list[dict], bounds: list[dict], families: list[str], nam
 
 
 def regret_markdown(axes: dict[str, dict], priced: dict[str, dict], price: float, names: list[str],
-                    families: list[str], mpc_ahead: list[str]) -> str:
+                    families: list[str], mpc_ahead: list[str], against: str = "") -> str:
+    if against:  # the axes only: priced regret is against the clairvoyant frontier
+        lines = [f"| config (against {against}) | core regret | violation regret | " + " | ".join(families) + " |",
+                 "|---|---:|---:|" + "---:|" * len(families)]
+        for n in names:
+            a = axes.get(n)
+            if a is None or not a["complete"]:
+                continue
+            cells = [f"{a['per_family'][f]['core_regret']:.0%} / {a['per_family'][f]['violation_regret']:.0%}"
+                     if f in a["per_family"] else "" for f in families]
+            lines.append(f"| {n} | {a['core_regret']:.1%} | {a['violation_regret']:.1%} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
     lines = [f"| config | priced regret at {price:g} | core regret | violation regret | "
              + " | ".join(families) + " |", "|---|---:|---:|---:|" + "---:|" * len(families)]
     for n in names:
@@ -370,6 +419,45 @@ def regret_markdown(axes: dict[str, dict], priced: dict[str, dict], price: float
               f"configuration on {len(mpc_ahead)} of {len(families)} families"
               + (f" ({', '.join(mpc_ahead)})." if mpc_ahead else ".")]
     return "\n".join(lines)
+
+
+def budget_check(agg: dict, families: list[str], policies: list[str], floor: dict[str, dict],
+                 clairvoyant: dict[str, dict], name: str = "mpc") -> tuple[list[list[str]], list[str]]:
+    """Issue 46's done-when for the budget-driven `name`, per family and in all: does it meet the
+    apps' slo_target (share of seconds within R_max), with the fewest core-hours of those that do;
+    its flip-flops and changes per stage per day; its regret against the reactive floor."""
+    rows, met, cheapest, flips, diurnal_changes = [], 0, 0, 0.0, 0.0
+    for f in families:
+        a = agg.get((f, name))
+        if a is None or a["sla_compliance"] is None:
+            continue
+        meeting = {p: agg[(f, p)]["core_hours"] for p in policies if (f, p) in agg
+                   and (agg[(f, p)]["sla_compliance"] or 0.0) >= SLO_TARGET}
+        ok = name in meeting
+        least = min(meeting, key=lambda p: (meeting[p], p), default=None)
+        met += ok
+        cheapest += ok and meeting[name] <= meeting[least or name]
+        flips += a["flip_flops"]
+        if f in DIURNAL:
+            diurnal_changes = max(diurnal_changes, a["changes_per_stage_day"])
+        rows.append([f, f"{a['sla_compliance']:.2%}", "yes" if ok else "no",
+                     "–" if least is None else f"{least} ({meeting[least]:.2f})", f"{a['core_hours']:.2f}",
+                     f"{a['flip_flops']:.1f}", f"{a['changes_per_stage_day']:.2f}"])
+    fl, cl = floor.get(name, {}), clairvoyant.get(name, {})
+    summary = [
+        f"`{name}` meets the slo_target ({SLO_TARGET:.0%} of seconds within R_max) on {met}/{len(rows)} families "
+        f"(done when ≥ 7 of 8), with the fewest core-hours of the configurations that meet it on {cheapest} "
+        "(≥ 6)",
+        f"flip-flops, summed over the families' seed means: {flips:.1f} (done when 0); the most changes per stage per "
+        f"compressed day on a diurnal family: {diurnal_changes:.2f} (≤ 3)",
+        f"regret against the reactive floor: violation {fl.get('violation_regret', math.nan):.1%} (≤ 15 %), "
+        f"core {fl.get('core_regret', math.nan):.1%} (≤ 20 %); against the clairvoyant frontier: violation "
+        f"{cl.get('violation_regret', math.nan):.1%}, core {cl.get('core_regret', math.nan):.1%}"]
+    return rows, summary
+
+
+BUDGET_COLS = ("family", "within R_max", "meets slo_target", "fewest core-hours meeting it", "core-hours",
+               "flip-flops", "changes/stage/day")
 
 
 def _bounds(jobs: list[tuple[str, int]], n_jobs: int) -> list[dict]:
@@ -429,6 +517,12 @@ def markdown(agg: dict, families: list[str], policies: list[str], head: list[str
                   "|---|" + "---:|" * (len(COLS) - 2) + "---|"]
         lines += ["| " + " | ".join(r) + " |" for r in family_rows(agg, f, policies)] + [""]
     return "\n".join(lines)
+
+
+def _budget_markdown(rows: list[list[str]], summary: list[str], seeds: Iterable[int]) -> str:
+    lines = [f"The budget-driven `mpc` (its price follows the app's error budget, plan/budget.py) on the test seeds "
+             f"{list(seeds)}:", "", "| " + " | ".join(BUDGET_COLS) + " |", "|---|" + "---:|" * (len(BUDGET_COLS) - 1)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows] + [""] + [f"- {x}." for x in summary])
 
 
 DOCS_IMG = ROOT.parent / "docs" / "img"
@@ -607,7 +701,8 @@ def main(argv: list[str] | None = None) -> int:
     price, best = tr.price, tr.best
     t1 = time.perf_counter()
     labels = {"tuned": tr.tuned["choice"], "regret_choice": best["choice"]}
-    test, test_jobs, first = _test_runs(labels, report_fams, test_seeds, args.jobs, CANDIDATES[price["choice"]])
+    # `mpc` runs as a user gets it: priced by its error budget, not at the price training chose
+    test, test_jobs, first = _test_runs(labels, report_fams, test_seeds, args.jobs, POLICY_CONFIGS["mpc"])
     test_bounds = _bounds([(f, s) for f in report_fams for s in test_seeds], args.jobs)
     test = with_regret(test, test_bounds, PRICES)
     t_test = time.perf_counter() - t1
@@ -615,13 +710,19 @@ def main(argv: list[str] | None = None) -> int:
 
     policies = [*POLICY_CONFIGS, *labels]
     regrets = {s["name"]: s for s in regret_scores(test, policies)}
+    floors = {s["name"]: s for s in regret_scores(test, policies, "floor_")}
     priced = {s["name"]: s for s in priced_scores(test, lambda n: price["price"], policies)}
     mpc_ahead = ahead_of_all(priced, "mpc", POLICY_CONFIGS)
     regret_md = (f"Regret on the test seeds {list(test_seeds)} against each trace's clairvoyant frontier (§14.1). "
-                 f"`regret_choice` = **{best['choice']}**, and `mpc` runs at **{price['price']:g}** core-s per s "
-                 f"({price['choice']}), both chosen on the training seeds alone by the rule: {REGRET_RULE}\n\n"
+                 f"`regret_choice` = **{best['choice']}**, chosen on the training seeds alone, and the regret priced "
+                 f"at **{price['price']:g}** core-s per s ({price['choice']}), by the rule: {REGRET_RULE} `mpc` "
+                 "itself prices a second above R_max by its error budget (plan/budget.py).\n\n"
                  + regret_markdown(regrets, priced, price["price"], policies, report_fams, mpc_ahead))
     agg = aggregate(test)
+    check_rows, check_summary = budget_check(agg, report_fams, policies, floors, regrets)
+    regret_md += ("\n\n" + _budget_markdown(check_rows, check_summary, test_seeds)
+                  + "\n\n" + regret_markdown(floors, priced, price["price"], policies, report_fams, mpc_ahead,
+                                              against="the reactive floor"))
     test_scores = {s["name"]: s for s in score(test, policies)}
     table_md = markdown(agg, report_fams, policies, _head(tr, train_fams, train_seeds, test_seeds, test_scores,
                                                           policies, len(test_jobs), wall, args.jobs))
@@ -644,7 +745,8 @@ def main(argv: list[str] | None = None) -> int:
               "mpc_price": {"choice": price["choice"], "price": price["price"],
                             "config": CANDIDATES[price["choice"]].as_dict(), "training": price["scores"]},
               "training_regret_ranking": [{k: v for k, v in s.items() if k != "per_family"} for s in best["ranking"]],
-              "test_regrets": regrets, "test_priced_regrets": priced, "mpc_ahead": mpc_ahead,
+              "test_regrets": regrets, "test_floor_regrets": floors, "test_priced_regrets": priced,
+              "mpc_ahead": mpc_ahead, "budget_check": {"rows": check_rows, "summary": check_summary},
               "charts": [str(c) for c in charts],
               "bounds": {"train": tr.bounds, "test": test_bounds}, "bounds_wall_s": round(tr.bounds_s, 1),
               "wall_s": round(wall, 1), "train_wall_s": round(tr.wall_s, 1),
@@ -657,6 +759,10 @@ def main(argv: list[str] | None = None) -> int:
         update_docs(regret_md, marker="regret")
 
     _print_test(console, agg, report_fams, test_seeds, policies, test_scores, regrets, priced, price["price"])
+    console.print(table(f"test: issue 46's done-when for the budget-driven mpc (seeds {list(test_seeds)})",
+                        BUDGET_COLS, check_rows, left=("family", "fewest core-hours meeting it")))
+    for line in check_summary:
+        console.print(line)
     console.print(f"mpc ahead of every other named configuration on {len(mpc_ahead)}/{len(report_fams)} "
                   "families: "
                   f"{', '.join(mpc_ahead) or 'none'}; charts: {', '.join(str(c) for c in charts)}")

@@ -327,3 +327,38 @@ def test_regret_choice_reads_training_runs_only_and_prices_both_axes():
     assert test_scores["late"]["per_family"]["f1"]["beyond_bound"] == len(TEST_SEEDS)
     priced = {s["name"]: s for s in bench.priced_scores(scored, lambda n: 1000.0)}
     assert bench.ahead_of_all(priced, "on_frontier", ["late"]) == []  # late beats it on test
+
+
+def test_the_budget_check_says_where_mpc_meets_the_slo_and_whether_it_is_the_cheapest_that_does():
+    """Issue 46's done-when, computed from the test runs: slo_target met, fewest core-hours among
+    the configurations that meet it, flip-flops, changes per stage per day on diurnal families."""
+    bench = _bench()
+    T = 7200
+
+    def run(policy, fam, above, ch, flips=0, reconf=6):
+        return {**_run(policy, fam, 101, above, ch=ch, flips=flips, reconf=reconf), "sla_compliance": 1 - above / T}
+
+    runs = [run("mpc", "flash_crowd", 50, 10.0), run("ds2", "flash_crowd", 20, 12.0),  # both meet 99 %: mpc cheaper
+            run("edf", "flash_crowd", 200, 8.0),  # cheaper, but 97.2 % within R_max
+            run("mpc", "outage", 100, 9.0, flips=1, reconf=24), run("ds2", "outage", 30, 8.0)]
+    rows, summary = bench.budget_check(bench.aggregate(runs), ["flash_crowd", "outage"], ["mpc", "ds2", "edf"],
+                                       floor={}, clairvoyant={})
+    by = {r[0]: dict(zip(bench.BUDGET_COLS, r, strict=True)) for r in rows}
+    assert by["flash_crowd"]["meets slo_target"] == "yes" and by["flash_crowd"]["fewest core-hours meeting it"] \
+        == "mpc (10.00)"
+    assert by["outage"]["meets slo_target"] == "no" and by["outage"]["fewest core-hours meeting it"] == "ds2 (8.00)"
+    assert "on 1/2 families" in summary[0] and "cheapest" not in summary[0] and "it on 1 " in summary[0]
+    assert "1.0 (done when 0)" in summary[1] and "4.00 (≤ 3)" in summary[1]  # outage is a diurnal family
+
+
+def test_runs_are_scored_against_the_reactive_floor_beside_the_frontier():
+    bench = _bench()
+    floor_pts = [{"core_hours": 12.0, "seconds_above_rmax": 120.0, "changes": 2, "price": 0.0},
+                 {"core_hours": 24.0, "seconds_above_rmax": 20.0, "changes": 4, "price": 1.0}]
+    bounds = [{**b, "floor_points": floor_pts} for b in _bounds_rows(("f1",), (101,))]
+    scored = bench.with_regret([_run("p", "f1", 101, 120, ch=24.0)], bounds)
+    (r,) = scored
+    assert r["core_regret"] == pytest.approx(1 - 10.0 / 24.0, abs=0.05)  # the frontier: ~10 core-hours at 100 s
+    assert r["floor_core_regret"] == pytest.approx(0.5)  # the floor: 12 core-hours at 120 s
+    floors = {s["name"]: s for s in bench.regret_scores(scored, prefix="floor_")}
+    assert floors["p"]["core_regret"] == pytest.approx(0.5) and floors["p"]["complete"]

@@ -11,7 +11,6 @@ import typer
 from rich.table import Table
 
 from streamops.cli.common import console, fail, say
-from streamops.plan.options import OperatorOptions
 
 app = typer.Typer()
 TRACE_HELP = ("diurnal, ramp, steps, spikes, a generator spec, a CSV file with columns t_s,rate (or a stage_metrics "
@@ -38,9 +37,9 @@ def sim(policy: str = typer.Option("recommended", help="a named configuration (s
                                                               "(default 10)"),
         pool_kind: str = typer.Option("local", help="local (every change restarts the driver) or standalone "
                                                     "(1-core executors: changes live, scale-ins without a window)"),
-        slo_price: float | None = typer.Option(None, min=0, help="the price of one second above R_max in "
-                                                                     "core-seconds, for --policy mpc (default "
-                                                                     f"{OperatorOptions().slo_price:g})"),
+        slo_price: float | None = typer.Option(None, min=0, help="a fixed price of one second above R_max in "
+                                                                     "core-seconds, for --policy mpc (default: "
+                                                                     "none, the price follows the error budget)"),
         bound: bool = typer.Option(False, "--bound", help="also the clairvoyant bound of the trace: DIR/frontier.csv "
                                                           "and DIR/frontier.png, with the policy's run as a point and "
                                                           "its regret (docs/policies.md §14)"),

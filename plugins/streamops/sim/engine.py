@@ -38,6 +38,7 @@ from streamops.analyze.forecast import Forecaster, bucket_means, innovation_sd
 from streamops.analyze.season import SkillTracker, season_of
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
+from streamops.plan.budget import Budget, Seconds, budget, windows
 from streamops.plan.change import live_scale_in
 from streamops.plan.cost import CostModel, Observation
 from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, REPLICA_ACTIONS, AppState, Request
@@ -98,6 +99,8 @@ class Simulation:
         self.decisions: dict[str, dict[str, int]] = {}
         self.requests_made = 0
         self.tokens: list[tuple[int, float]] = []
+        # the app's error budget over the trace's (compressed) day, as production's over a UTC day
+        self.budget_windows = windows(float(trace.meta.get("day_s", 86400.0)), app_opts.control_interval_s)
         self.forecaster = Forecaster()  # with `forecast`: each stage's input-rate forecast, refitted as it goes
         self.skill = SkillTracker()  # and its recent error against the naive forecast's
 
@@ -174,10 +177,24 @@ class Simulation:
         return {"forecast_rate": f.peak, "forecast_path": f.path, "forecast_sd": innovation_sd(history),
                 "forecast_skill": skill, "forecast_season_s": season}
 
+    def _budget(self, t: int) -> Budget:
+        """The app's error budget at t (plan/budget.py): the seconds above R_max in its two burn
+        windows and in its period so far; every simulated second is measured."""
+        w = self.budget_windows
+        above = self.response[:t] > self.cfg.r_max_ms
+
+        def since(lo: float) -> Seconds:
+            i = max(0, int(lo))
+            return Seconds(t - i, float(above[i:].sum()))
+
+        return budget(self.cfg.slo_target, w, since(t - w.short_s), since(t - w.long_s), since(t - t % w.period_s))
+
     def _operator_cycles(self, t: int) -> None:
+        app_budget = self._budget(t) if self.operator == "mpc" else None  # the one policy with a price
         for st in self.stages:
             stats = self._stats(st, t)
-            reqs, st.op_state = operator_cycle(self.operator, stats, self.op_opts, st.op_state, self._ctx(st))
+            ctx = replace(self._ctx(st), budget=app_budget)
+            reqs, st.op_state = operator_cycle(self.operator, stats, self.op_opts, st.op_state, ctx)
             name = st.spec.name
             proposed = set()
             for r in reqs:

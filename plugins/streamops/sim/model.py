@@ -119,6 +119,7 @@ class SimConfig:
     app: str = "taxi"
     stages: tuple[StageSpec, ...] = DEFAULT_STAGES
     r_max_ms: float = 200.0  # EDF ran with R_max = 200 ms
+    slo_target: float = 0.99  # share of seconds within R_max: the registry's default; mpc's price follows its budget
     # The maintenance window, in simulated time: 30 min every 2 h centred on the diurnal
     # trough (the compressed "night" at t = 2 h, 4 h …).
     window_cron: str = "45 1-23/2 * * *"

@@ -93,20 +93,21 @@ POLICY_CONFIGS: dict[str, PolicyConfig] = {
         {**_BUCKET, "beta": 0.75, "capacity": 2.0},
         "threshold3_tuned (same options) plus predictive input: demand = max(measured, forecast peak over the "
         "next 600 s; Holt / Holt-Winters, season 7200 s = the sim's compressed day)"),
-    # The receding-horizon controller (docs/policies.md §14.3): cores held + slo_price × expected seconds
-    # above R_max + the learned cost of a change, over the forecast with its spread; slo_price chosen
-    # on the suite's training seeds (OperatorOptions.slo_price).
+    # The receding-horizon controller (docs/policies.md §14.3): cores held + price × expected seconds
+    # above R_max + the learned cost of a change, over the forecast with its spread; the price follows
+    # the app's error budget (plan/budget.py), from 320, the price once chosen on the suite's training seeds.
     "mpc": PolicyConfig(
         "mpc", "mpc", _MPC,
         {**_BUCKET, "beta": 0.75, "capacity": 2.0},
-        "receding horizon over 600 s priced in core-seconds (slo_price, default 320 core-s per s above R_max), "
-        "on the forecast with its spread and the learned change costs; token bucket B = 2, beta 0.75"),
+        "receding horizon over 600 s priced in core-seconds, the price of a second above R_max following the "
+        "error budget's burn rate (from 320 core-s), on the forecast with its spread and the learned change costs; "
+        "token bucket B = 2, beta 0.75"),
     # The configuration with the least regret against the clairvoyant bound on the suite's training
     # seeds (bench/suite.py, docs/policies.md §14.2): today `mpc` at its default price.
     "recommended": PolicyConfig(
         "recommended", "mpc", _MPC,
         {**_BUCKET, "beta": 0.75, "capacity": 2.0},
-        "the regret choice on the training seeds (§14): mpc at slo_price 320 core-s per s above R_max"),
+        "the regret choice on the training seeds (§14): mpc, its price following the error budget"),
 }
 
 
