@@ -68,8 +68,9 @@ def supervised():
     running = []
 
     def start(reg, warm_spares: bool = True):
-        sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=90,
-                                                                                         warm_spares=warm_spares))
+        # a spare waits for batches within R_max, here at most 60 s: the tests kill mid-stream
+        sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(
+            wait_s=90, warm_spares=warm_spares, spare_at_most_after_s=60.0))
         running.append((stop, thread))
         return sup
 

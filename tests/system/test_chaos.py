@@ -282,7 +282,8 @@ def test_a_cluster_pool_driver_sigstopped_under_a_supervisor_is_found_stopped_an
     reg = _cluster_registry("chaos/stop")
     with Feeder("chaos/stop", seed=17, rate=100) as feeder:
         first = stages.start_stage("chaos.s", reg, wait_s=180)
-        sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120))
+        sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120,
+                                                                                         spare_at_most_after_s=60.0))
         try:
             eventually(lambda: _count("SELECT count(*) FROM sink_commits WHERE deployment_id = :d AND rows > 0",
                                       d=first.deployment_id) >= 2, 120, "two committed batches")

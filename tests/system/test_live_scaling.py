@@ -303,7 +303,8 @@ def test_a_killed_cluster_driver_is_handed_to_a_standby_that_held_no_executor(cl
     reg = _registry("sb")
     with Feeder("rc/sb", seed=47) as feeder:
         first = stages.start_stage("rc.sb", reg, wait_s=180)
-        sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120))
+        sup, stop, thread = supervisor.start_in_thread(reg, supervisor.SupervisorOptions(wait_s=120,
+                                                                                         spare_at_most_after_s=60.0))
         try:
             eventually(lambda: _commits(clean_db, "rc.sb") >= 2, 120, "two committed batches")
             spare_pid = eventually(lambda: sup.spare_ready("rc.sb"), 180, "a warm spare on the cluster pool")

@@ -21,14 +21,12 @@ it, so the failover does not wait for a new JVM (15–40 s on this machine under
 bounded by the poll (≤ 0.5 s), the ledger's admission, the queries' start and the first batch,
 which replays what the dead run had not committed. On a cluster pool the spare is registered
 with the master and holds no executor until it is adopted; it then asks for the run's (new
-executor JVMs). A new spare is built once the stage has recovered. See docs/ha.md for the
-measured figures.
+executor JVMs). A spare is built once the stage has caught up. See docs/ha.md for the figures.
 
 The `/metrics` exporter for Prometheus (report/prometheus.py, passed in by the CLI) runs while the
 supervisor does; one that cannot start (its port taken) is a warning, never the supervisor's end.
 Its housekeeping (every 5 s) also cancels stale pending reconfigurations (execute/pending) and,
-once a minute, measures the checkpoints' sizes that status and /metrics show.
-"""
+once a minute, measures the checkpoints' sizes that status and /metrics show."""
 
 from __future__ import annotations
 
@@ -75,6 +73,7 @@ class SupervisorOptions:
     housekeeping_s: float = 5.0  # dead Spark workers, replicas to start or stop, spares to build
     warm_spares: bool = True
     spare_after_s: float = 20.0  # after a start or a recovery, before building a spare (not during catch-up)
+    spare_at_most_after_s: float = 300.0  # … and until the stage's batches are within R_max, at most this long
     slow_poll_s: float = 5.0  # a poll slower than this: the database stalled (its beats did too)
     write_probe_s: float = gaps.WRITE_PROBE_S  # a beat's write slower than this: the database holds beats back
     gap_floor_s: float = gaps.FLOOR_S  # an output gap (no commit while input waits) is at least this long
@@ -236,9 +235,10 @@ class Supervisor:
         launcher.discard(spare)
 
     def keep_spares(self) -> None:
-        """One ready spare per running stage, with its primary's cores and pool; at most one
-        built per pass, none while a recovery runs or a stage catches up after one."""
-        wanted = {r.stage_id: r for r in db.rows("spares_wanted", settle_s=self.opts.spare_after_s)}
+        """One ready spare per running stage, with its primary's cores and pool; at most one built per
+        pass, none while a recovery runs or a stage catches up (sql/queries/spares_wanted.sql)."""
+        wanted = {r.stage_id: r for r in db.rows("spares_wanted", settle_s=self.opts.spare_after_s,
+                                                 settle_max_s=self.opts.spare_at_most_after_s)}
         with self._spares_lock:
             for sid, spare in list(self._spares.items()):
                 w = wanted.get(sid)
