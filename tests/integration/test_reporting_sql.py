@@ -577,3 +577,36 @@ def test_a_change_s_excess_gap_is_its_gap_beyond_the_stage_s_own_commit_interval
     rows = {r["id"]: r for r in view(rdb, "reconfigurations", day=now.date())}
     assert rows[noop]["excess_gap_ms"] < 1 and rows[noop]["downtime_s"] > 6, rows[noop]
     assert round(rows[stop]["excess_gap_ms"]) == 42_500 - 6_500, rows[stop]  # the last commit was at -42 s
+
+
+def test_a_new_stage_is_observed_from_its_first_query_when_no_input_waited_through_the_launch(rdb):
+    """Issue 48 item 10: a fresh demo's 70-90 s launch (JVM, warm-up) counted against R_max,
+    though the stage had never served and its first batch was on time. A first run whose first
+    batch is within R_max is observed from its query's start; a late first batch (input waited
+    through the launch) and any later run's launch still count."""
+    def first_run(app: str, first_p95: float, launch_s: float = 90.0) -> None:
+        add_app(rdb, app, r_max_ms=1000, created_at=at(0), in_service=False)
+        with rdb.begin() as conn:
+            dep = conn.execute(text(
+                "INSERT INTO deployments (stage_id, role, pool, cores, state_partitions, config, launcher, "
+                "checkpoint, status, started_at, running_at) VALUES (:sid, 'primary', 'p', 1, 2, '{}', 'local', "
+                "'/x', 'running', :a, :r) RETURNING id"),
+                {"sid": f"{app}.s", "a": at(36000), "r": at(36000 + launch_s)}).scalar_one()
+        add_batches(rdb, f"{app}.s", [(at(36000 + launch_s + k), first_p95 if k == 0 else 500, None)
+                                      for k in range(1800)], deployment_id=dep)
+
+    first_run("fresh", 500)
+    first_run("late", 5000)  # the input waited through the launch: its first batch says so
+    fresh, late = one(rdb, "sla_daily", "fresh"), one(rdb, "sla_daily", "late")
+    assert fresh["observed_s"] == pytest.approx(FULL_DAY - 36000 - 90)
+    assert late["observed_s"] == pytest.approx(FULL_DAY - 36000)
+    # a restart's launch is downtime whatever its first batch: the stage had served before it
+    with rdb.begin() as conn:
+        conn.execute(text("UPDATE deployments SET status = 'failed', stopped_at = :s WHERE stage_id = 'fresh.s'"),
+                     {"s": at(40000)})
+        dep = conn.execute(text(
+            "INSERT INTO deployments (stage_id, role, pool, cores, state_partitions, config, launcher, checkpoint, "
+            "status, started_at, running_at) VALUES ('fresh.s', 'primary', 'p', 1, 2, '{}', 'local', '/y', "
+            "'running', :a, :r) RETURNING id"), {"a": at(40000), "r": at(40060)}).scalar_one()
+    add_batches(rdb, "fresh.s", [(at(40060), 500, None)], deployment_id=dep)
+    assert one(rdb, "sla_daily", "fresh")["observed_s"] == pytest.approx(FULL_DAY - 36000 - 90)
