@@ -187,10 +187,10 @@ CROSS JOIN LATERAL reporting.ha_failures_for_day(d.day) f;
 -- it from its start to its stop, or until now when it has none; a reconfiguration of it under
 -- way; a failure of it open), from the app's registration, up to now.
 --   measured     a batch of any run of the stage speaks for the window (a batch speaks from the
---                second it started in for its trigger interval rounded up to whole seconds, as in
---                sla_daily)
+--                second it started in for its trigger interval, or its duration when it overran
+--                the trigger, rounded up to whole seconds, as in sla_daily)
 --   stalled      observed and not measured: the output stalled while the stage was in service
---                (down, starting, reconfiguring, a batch overrunning its trigger). sla_daily
+--                (down, starting, reconfiguring). sla_daily
 --                counts this time as not within R_max; downtime_daily's gaps lie in it.
 --   slow         measured, and the stage's p90 response exceeds the app's R_max (sla_daily's
 --                violated_windows test, for the stage alone). A run's p90 in a window is the
@@ -326,7 +326,7 @@ BEGIN
                 FROM (
                     SELECT m.stage_id,
                            floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
-                           LEAST(3600, ceil(COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000'))::int AS hold_s,
+                           LEAST(3600, ceil(GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000'))::int AS hold_s,
                            COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
                                     m.latency_p95_ms) > st.r_max_ms AS high  -- NULL without latencies: neither
                     FROM stage_metrics m
@@ -382,8 +382,8 @@ BEGIN
          AND m.ts < LEAST(upto, day_from + make_interval(secs => upper(b.mixed)))
         CROSS JOIN LATERAL (
             SELECT floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
-                   LEAST(3600, ceil(COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000'))::int AS hold_s,
-                   LEAST(float8 '1', COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000') AS wt,
+                   LEAST(3600, ceil(GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000'))::int AS hold_s,
+                   LEAST(float8 '1', GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000') AS wt,
                    COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
                             m.latency_p95_ms) AS p90
         ) x
