@@ -48,6 +48,12 @@ def test_a_budget_to_spare_lowers_the_price_toward_the_cheapest_plan():
     assert some.factor == pytest.approx(0.5) and none_above.price < some.price < BASE_PRICE
 
 
+def test_a_calm_hour_after_a_fast_burn_spares_nothing():
+    """The windows are quiet, but the day so far spent faster than the budget allows."""
+    b = budget(0.99, DAY, Seconds(300, 0), Seconds(3600, 0), Seconds(20000, 400))
+    assert b.price == BASE_PRICE and "disagree" in b.rule
+
+
 def test_a_spent_budget_prices_a_second_above_at_the_ceiling():
     b = budget(0.99, DAY, Seconds(300, 0), Seconds(3600, 0), Seconds(80000, 900))
     assert b.price == pytest.approx(MAX_FACTOR * BASE_PRICE) and b.left < 0 and "spent" in b.rule

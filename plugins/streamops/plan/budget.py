@@ -12,8 +12,9 @@ SLOs"): a burn counts only when a short window (it is still going on) and a long
 blip) agree.
 - the period's budget is spent: the price is at its ceiling;
 - both windows burn faster than 1: the price is multiplied by the lesser of the two rates;
-- both burn slower than 1, a budget to spare: by the greater, no lower than `MIN_FACTOR`, so
-  mpc moves toward the cheapest plan while the target still holds;
+- both burn slower than 1, and so does the period so far, a budget to spare: by the greatest of
+  the three, no lower than `MIN_FACTOR`, so mpc moves toward the cheapest plan while the
+  target still holds;
 - they disagree: the base price.
 An explicit `slo_price` overrides all of this (plan/options.py).
 """
@@ -91,13 +92,13 @@ def budget(slo_target: float, w: Windows, short: Seconds, long: Seconds, period:
            base_price: float = BASE_PRICE) -> Budget:
     """The app's budget and the price of a second above R_max that follows it (the module's rule)."""
     budget_s = (1.0 - slo_target) * w.period_s
-    bs, bl = burn_rate(short, slo_target), burn_rate(long, slo_target)
+    bs, bl, bp = (burn_rate(x, slo_target) for x in (short, long, period))
     if period.above >= budget_s:
         factor, rule = MAX_FACTOR, "the budget is spent"
     elif bs > 1 and bl > 1:
         factor, rule = min(MAX_FACTOR, bs, bl), "burning faster than the budget allows"
-    elif bs < 1 and bl < 1:
-        factor, rule = max(MIN_FACTOR, bs, bl), "a budget to spare"
+    elif bs < 1 and bl < 1 and bp < 1:  # the period so far too: a calm hour after a fast burn spares nothing
+        factor, rule = max(MIN_FACTOR, bs, bl, bp), "a budget to spare"
     else:
         factor, rule = 1.0, "the windows disagree"
     return Budget(slo_target, budget_s, period.above, bs, bl, factor, base_price * factor, rule)
