@@ -203,7 +203,8 @@ def score(runs: Iterable[dict], names: Iterable[str] | None = None,
             a = agg.get((f, p))
             if a is not None:
                 g = goals_met(a, agg[(f, baseline)])
-                per[f] = {**{m: round(a[m], 6) for m in METRICS}, "convergence_max": a["convergence_max"],
+                figures = {m: None if a[m] is None else round(a[m], 6) for m in METRICS}
+                per[f] = {**figures, "convergence_max": a["convergence_max"],
                           "goals": g, "all_goals": all(g.values()), "loss": round(loss(a, agg[(f, baseline)]), 4)}
         complete = len(per) == len(families) and bool(families)
         out.append({"name": p, "complete": complete, "families_met": sum(v["all_goals"] for v in per.values()),

@@ -30,9 +30,11 @@ def test_a_burn_rate_of_one_spends_the_budget_in_exactly_the_period():
 
 
 def test_a_fast_burn_both_windows_see_raises_the_price_by_the_lesser_rate():
-    b = budget(0.99, DAY, short=Seconds(300, 30), long=Seconds(3600, 144), period=Seconds(40000, 200))
-    assert (b.short_burn, b.long_burn) == (pytest.approx(10.0), pytest.approx(4.0))
-    assert b.price == pytest.approx(4 * BASE_PRICE) and "faster" in b.rule
+    b = budget(0.99, DAY, short=Seconds(300, 30), long=Seconds(3600, 54), period=Seconds(40000, 200))
+    assert (b.short_burn, b.long_burn) == (pytest.approx(10.0), pytest.approx(1.5))
+    assert b.price == pytest.approx(1.5 * BASE_PRICE) and "faster" in b.rule
+    fierce = budget(0.99, DAY, short=Seconds(300, 30), long=Seconds(3600, 144), period=Seconds(40000, 200))
+    assert fierce.price == pytest.approx(MAX_FACTOR * BASE_PRICE)  # no higher than the ceiling
     assert b.budget_s == pytest.approx(864.0) and b.left == pytest.approx(1 - 200 / 864)
 
 
@@ -44,8 +46,8 @@ def test_a_blip_the_long_window_does_not_confirm_keeps_the_base_price():
 def test_a_budget_to_spare_lowers_the_price_toward_the_cheapest_plan():
     none_above = budget(0.99, DAY, Seconds(300, 0), Seconds(3600, 0), Seconds(40000, 0))
     assert none_above.price == pytest.approx(MIN_FACTOR * BASE_PRICE) and none_above.left == 1.0
-    some = budget(0.99, DAY, Seconds(300, 1.5), Seconds(3600, 18), Seconds(40000, 100))
-    assert some.factor == pytest.approx(0.5) and none_above.price < some.price < BASE_PRICE
+    some = budget(0.99, DAY, Seconds(300, 2.25), Seconds(3600, 27), Seconds(40000, 100))
+    assert some.factor == pytest.approx(0.75) and none_above.price < some.price < BASE_PRICE
 
 
 def test_a_calm_hour_after_a_fast_burn_spares_nothing():
