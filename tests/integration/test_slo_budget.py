@@ -111,7 +111,7 @@ def test_the_replan_counts_the_seconds_prices_them_by_the_budget_and_stores_it(m
     assert (b["long_measured_s"], b["long_above_s"]) == (3540, 540)
     period_measured, period_above = _expected(now, 10**6)
     assert (b["period_measured_s"], b["period_above_s"]) == (period_measured, period_above)
-    assert [rows["c"][k] for k in b if k != "app"] == [0] * 6
+    assert [rows["c"][f"{w}_{k}_s"] for w in ("short", "long", "period") for k in ("measured", "above")] == [0] * 6
 
     # the budget: both windows burn faster than 1 (8 and 1.53): the price is the lesser times the base
     budget = seen["b.x"]
@@ -170,3 +170,40 @@ def test_status_the_page_and_metrics_show_the_budget(metrics):
     assert values[("streamops_slo_budget_seconds", (("app", "b"),))] == pytest.approx(8640.0)
     assert values[("streamops_slo_budget_left_ratio", (("app", "b"),))] == pytest.approx(b.left)
     assert values[("streamops_slo_price_core_seconds", (("app", "c"),))] == BASE_PRICE
+
+
+def test_the_next_cycle_counts_only_the_seconds_since_the_settled_ones_and_agrees_with_a_recount(metrics, clean_db):
+    now = metrics
+    later = now + timedelta(seconds=60)
+    if later.astimezone(UTC).date() != now.astimezone(UTC).date():
+        pytest.skip("the minute crosses 00:00 UTC: a new day's budget")
+
+    def seconds(at: datetime) -> dict:
+        with db.transaction() as conn:
+            conn.execute(db.query("slo_seconds_settings"))
+            return dict(conn.execute(db.query("slo_seconds"), {
+                "now": at, "apps": ["b"], "short_s": [300.0], "long_s": [3600.0]}).mappings().one())
+
+    with db.transaction() as conn:
+        first = budget_pass.app_budgets(conn, now)["b"]
+    with clean_db.connect() as conn:
+        settled = conn.execute(text("SELECT settled_to, settled_measured_s, settled_above_s FROM slo_budgets "
+                                    "WHERE app = 'b'")).mappings().one()
+    assert settled["settled_to"] == max(now - timedelta(seconds=3600), now - timedelta(seconds=CREATED_S))
+    # the next minute: both stages answer, 400 + 700 ms, above R_max every second
+    with db.transaction() as conn:
+        for stage, run, p95 in (("b.x", "x1", 400), ("b.y", "y1", 700)):
+            conn.execute(text(
+                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, "
+                "batch_duration_ms, latency_p95_ms) SELECT :now + make_interval(secs => j), :s, "
+                "(SELECT id FROM deployments WHERE stage_id = :s AND role = 'primary'), :r, 10000 + j, 100, 500, :p "
+                "FROM generate_series(0, 59) j"), {"now": now, "s": stage, "r": run, "p": p95})
+    incremental = seconds(later)
+    with db.transaction() as conn:
+        again = budget_pass.app_budgets(conn, later)["b"]
+    assert again.spent_s == first.spent_s + 60 == incremental["period_above_s"]
+    with clean_db.begin() as conn:
+        conn.execute(text("DELETE FROM slo_budgets"))
+    recount = seconds(later)  # the whole day counted again: the same figures
+    assert {k: v for k, v in incremental.items() if not k.startswith("settled")} == \
+        {k: v for k, v in recount.items() if not k.startswith("settled")}
