@@ -7,7 +7,8 @@
 -- As in sql/reports/10_sla.sql: the app's response in a 1-second window is the sum over its
 -- stages of the p95 latency of the batch speaking for that second. A batch speaks for the
 -- seconds from the one it started in for its trigger interval (COALESCE(trigger_interval_ms,
--- stages.trigger_ms), rounded up to whole seconds, at most an hour). A second is measured when
+-- stages.trigger_ms)), or for its duration when it overran the trigger (Spark starts the next
+-- batch as soon as it ends), rounded up to whole seconds, at most an hour. A second is measured when
 -- every stage that reported in the window (spoke for a second of it) has a batch speaking for
 -- it, and above when measured and the sum exceeds apps.r_max_ms. A batch without input (p95
 -- NULL) speaks for its seconds with 0, as there.
@@ -23,7 +24,7 @@
 --   day by every stage that reported that day. Without today's row (the day's first cycle, a
 --   re-plan that did not run for a while) it counts the day from 00:00 UTC (or the app's creation).
 -- - a batch that started before the earliest second counted speaks for it only if it started
---   within its stage's registered trigger (stages.trigger_ms) of it.
+--   within its stage's registered trigger (stages.trigger_ms) of it (an overrunning one: no).
 --
 -- Cost: one index range of the batches since the earliest second counted, one row per stage
 -- and second. Measured 2026-11-28 on the 2-core machine (embedded PostgreSQL 15, load average
@@ -75,7 +76,8 @@ st AS MATERIALIZED (
     JOIN stages s ON s.app = b.app
     CROSS JOIN clock c
     LEFT JOIN LATERAL (
-        SELECT m.ts, COALESCE(m.trigger_interval_ms, s.trigger_ms) AS trigger_ms FROM stage_metrics m
+        SELECT m.ts, GREATEST(COALESCE(m.trigger_interval_ms, s.trigger_ms), m.batch_duration_ms) AS trigger_ms
+        FROM stage_metrics m
         WHERE m.stage_id = s.stage_id AND m.ts < CAST(:now AS timestamptz)
           AND m.ts >= c.day_from + make_interval(secs => b.first_sec - 3600)
         ORDER BY m.ts DESC LIMIT 1) l ON true
@@ -92,8 +94,8 @@ stage_seconds AS (
         CROSS JOIN clock c
         CROSS JOIN LATERAL (
             SELECT floor(date_part('epoch', m.ts) - c.day_epoch)::int AS sec,
-                   LEAST(3600, GREATEST(1, ceil(COALESCE(m.trigger_interval_ms, st.trigger_ms) / float8 '1000')))::int
-                       AS hold_s) t
+                   LEAST(3600, GREATEST(1, ceil(GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms),
+                                                         m.batch_duration_ms) / float8 '1000')))::int AS hold_s) t
         WHERE m.ts >= (SELECT min(cc.day_from) + make_interval(secs => min(bb.first_sec) - max(
                                   LEAST(3600, ceil(ss.trigger_ms / float8 '1000'))))
                        FROM clock cc CROSS JOIN bounds bb JOIN st ss ON ss.app = bb.app)

@@ -207,3 +207,19 @@ def test_the_next_cycle_counts_only_the_seconds_since_the_settled_ones_and_agree
     recount = seconds(later)  # the whole day counted again: the same figures
     assert {k: v for k, v in incremental.items() if not k.startswith("settled")} == \
         {k: v for k, v in recount.items() if not k.startswith("settled")}
+
+
+def test_a_batch_that_overran_its_trigger_speaks_for_its_whole_duration(metrics, clean_db):
+    """As reporting.sla_daily (Spark starts the next batch as soon as an overrunning one ends): y's
+    batch before its silent minute took 61 s, so that minute is measured after all."""
+    now = metrics
+    query = {"now": now, "apps": ["b"], "short_s": [300.0], "long_s": [3600.0]}
+    with db.transaction() as conn:
+        before = conn.execute(db.query("slo_seconds"), query).mappings().one()
+        conn.execute(text("UPDATE stage_metrics SET batch_duration_ms = 61000 WHERE stage_id = 'b.y' AND run_id = 'y1' "
+                          "AND ts = :ts"), {"ts": now - timedelta(seconds=GAP.stop)})
+        after = conn.execute(db.query("slo_seconds"), query).mappings().one()
+    assert (before["long_measured_s"], after["long_measured_s"]) == (3540, 3600)
+    day_from = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    today = sum(1 for k in GAP if now - timedelta(seconds=k) >= day_from)  # all of it, unless just after 00:00
+    assert after["period_measured_s"] == before["period_measured_s"] + today
