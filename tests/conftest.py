@@ -198,6 +198,7 @@ def engine(test_env):
 TRUNCATE_ALL = text(
     "TRUNCATE pools, apps, stages, deployments, heartbeats, stage_commands, quarantine, requests, decisions, "
     "reconfigurations, app_control, operator_state, stage_metrics, sink_outputs, sink_staging, sink_commits, "
+    "slo_budgets, "
     # a pruned id stays fenced: a later test's own run ids (5, 6, …) must not meet an earlier test's
     "deployments_pruned CASCADE")
 # Sessions of the test database, other than this one, that are inside a transaction.

@@ -22,6 +22,7 @@ import psutil
 from sqlalchemy import Connection, Row
 
 from streamops.analyze.stats import StageStats, useful_cores
+from streamops.budget_pass import app_budgets
 from streamops.forecast_pass import with_forecasts
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.change import Current, StageNow, grant_refusal, live_scale_in
@@ -119,6 +120,8 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
     rooms = _pool_rooms(conn)
     states = {r.stage_id: OperatorState(r.prestaged) for r in conn.execute(db.query("operator_state_get"))}
     apps = {name: (float(r_max), max(1, int(n))) for name, r_max, n in conn.execute(db.query("apps_r_max")).all()}
+    # each app's error budget, mpc's price (a stage's own pass: the one the last re-plan stored)
+    budgets = app_budgets(conn, now, app, stage_app=windows[0][0].app if stage else None)
     requests: list[tuple[Request, str]] = []
     changed_states: list[dict] = []
     rng = random.Random(now.isoformat())  # migration targets: random but reproducible per cycle
@@ -126,7 +129,8 @@ def operator_pass(conn: Connection, now: datetime, app: str | None = None, stage
         kind, opts = policy.kind, policy.params
         stats = replace(stats, host_cpu=cpu, host_mem=mem)
         r_max, n_stages = apps[stats.app]
-        ctx = OperatorContext(r_max_ms=r_max, cost=cost, pools=rooms.get(stats.pool, {}), rng=rng, app_stages=n_stages)
+        ctx = OperatorContext(r_max_ms=r_max, cost=cost, pools=rooms.get(stats.pool, {}), rng=rng, app_stages=n_stages,
+                              budget=budgets.get(stats.app))
         before = states.get(stats.stage_id, OperatorState())
         reqs, after = operator_cycle(kind, stats, opts, before, ctx)
         if after != before:

@@ -171,3 +171,58 @@ def status_table(rows: Iterable[Any], width: int | None, now: datetime | None = 
     for row in data:
         t.add_row(*[row[c.header] for c in shown])
     return t
+
+
+# -- the apps: each one's SLO error budget (slo_budgets, as the last re-plan stored it) ----------
+APP_COLUMNS = [
+    Column("app", "left", 0),
+    Column("R_max", "right", 0),
+    Column("SLO", "right", 0, "SLO: the share of seconds within R_max the app aims at (slo_target)"),
+    Column("budget left", "right", 0, "budget left: of today's (UTC) seconds above R_max the SLO allows, and how "
+                                      "many are spent"),
+    Column("burn", "right", 0, "burn: seconds above R_max over the share the SLO allows, in the short / long window "
+                               "(5 min / 1 h of a day; at 1 the budget lasts the day)"),
+    Column("price", "right", 0, "price: core-seconds mpc puts on a second above R_max (plan/budget.py)"),
+    Column("why", "left", 0),
+]
+DEFAULT_WINDOWS = (300.0, 3600.0)  # plan/budget.windows of a day at a 60 s control interval
+STALE_BUDGET_S = 300.0  # older than this, the re-plan that measures the budget is not running: say so
+
+
+def _window(s: float) -> str:
+    return f"{s / 3600:g} h" if s >= 3600 and s % 3600 == 0 else f"{s / 60:g} min" if s % 60 == 0 else f"{s:g} s"
+
+
+def app_cells(r: Any, default_slo: float) -> dict[str, str]:
+    """One status_apps row → its cells: the budget left, the two burn rates, the price and why."""
+    slo = r.slo_target if r.slo_target is not None else default_slo
+    row = {"app": r.app, "R_max": f"{r.r_max_ms:,} ms", "SLO": f"{100 * slo:g} %"}
+    if r.budget_s is None:  # no re-plan has measured it yet
+        return {**row, "budget left": "–", "burn": "–", "price": "–", "why": "not measured yet (the re-plan does)"}
+    left = f"{r.left_ratio:.0%} ({r.spent_s:,.0f}/{r.budget_s:,.0f} s)"
+    burn = f"{r.short_burn:.2g} / {r.long_burn:.2g}"
+    if (r.short_s, r.long_s) != DEFAULT_WINDOWS:  # a long control interval stretches the short one
+        burn += f" ({_window(r.short_s)} / {_window(r.long_s)})"
+    why = escape(r.rule)
+    if r.budget_age_s is not None and r.budget_age_s > STALE_BUDGET_S:
+        why += f" [yellow]as of {r.budget_age_s / 60:.0f} min ago[/]"
+    return {**row, "budget left": f"[red]{left}[/]" if r.left_ratio <= 0 else left,
+            "burn": f"[red]{burn}[/]" if r.short_burn > 1 and r.long_burn > 1 else burn,
+            "price": f"{r.price:,.0f} core-s", "why": why}
+
+
+def apps_table(rows: Iterable[Any], width: int | None, default_slo: float) -> Table | None:
+    """Each app's error budget (status_apps rows); None without apps. `width` None: --wide."""
+    data = [app_cells(r, default_slo) for r in rows]
+    if not data:
+        return None
+    explain = [c.explain for c in APP_COLUMNS if c.explain]
+    t = Table(title="apps: SLO error budget today (UTC)", header_style="bold",
+              caption=_caption(explain, [], width), caption_justify="left")
+    if width is None:
+        t.width = _width(APP_COLUMNS, data)
+    for c in APP_COLUMNS:
+        t.add_column(c.header, justify=c.justify, no_wrap=c.header != "why")
+    for row in data:
+        t.add_row(*[row[c.header] for c in APP_COLUMNS])
+    return t

@@ -76,21 +76,21 @@ def test_the_watch_frame_survives_a_database_that_does_not_answer(monkeypatch):
 
     good = Table("stage", "state", "cores", title="streamops stages")
     state = cli.WatchState()
-    monkeypatch.setattr(cli_status, "status_table", lambda wide: good)
+    monkeypatch.setattr(cli_status, "status_frame", lambda wide: good)
     assert cli.watch_frame(state, wide=False) is good
-    monkeypatch.setattr(cli_status, "status_table", lambda wide: (_ for _ in ()).throw(_refused()))
+    monkeypatch.setattr(cli_status, "status_frame", lambda wide: (_ for _ in ()).throw(_refused()))
     first = render(cli.watch_frame(state, wide=False))
     since = state.down_since
     assert f"database not answering since {since:%H:%M:%S}" in first and "Connection refused" in first
     assert "streamops stages" in first, "the last table stays on screen above the line"
     release = threading.Event()
     monkeypatch.setenv(observe.TIMEOUT_ENV, "0.3")
-    monkeypatch.setattr(cli_status, "status_table", lambda wide: release.wait(30))  # a stalled server
+    monkeypatch.setattr(cli_status, "status_frame", lambda wide: release.wait(30))  # a stalled server
     t0 = time.monotonic()
     stalled = render(cli.watch_frame(state, wide=False))
     release.set()
     assert time.monotonic() - t0 < 2 and f"since {since:%H:%M:%S}" in stalled
-    monkeypatch.setattr(cli_status, "status_table", lambda wide: good)
+    monkeypatch.setattr(cli_status, "status_frame", lambda wide: good)
     assert cli.watch_frame(state, wide=False) is good and state.down_since is None
 
 

@@ -223,3 +223,20 @@ def test_retention_tallies_pruned_gaps_by_the_exporter_s_own_buckets():
     sql = (sql_dir() / "schema" / "040_run_ledger_retention.sql").read_text()
     ladder = re.search(r"ARRAY\[([0-9, ]+)\]::float8\[\]", sql).group(1)
     assert tuple(float(b) for b in ladder.split(",")) == prometheus.GAP_BUCKETS_S
+
+
+def test_each_app_s_error_budget_is_a_gauge_and_its_burn_rates_one_per_window():
+    budget = Row(app="b", slo_target=0.9, budget_s=8640.0, spent_s=540.0, left_ratio=0.9375, short_burn=8.0,
+                 long_burn=1.5, price=480.0, age_s=12.0)
+    values = _parse(prometheus.families(prometheus.Snapshot(since=SINCE, budgets=[budget])))
+    app = (("app", "b"),)
+    assert values["streamops_slo_burn_rate"] == {(("app", "b"), ("window", "long")): 1.5,
+                                                 (("app", "b"), ("window", "short")): 8.0}
+    assert values["streamops_slo_budget_seconds"] == {app: 8640.0}
+    assert values["streamops_slo_budget_spent_seconds"] == {app: 540.0}
+    assert values["streamops_slo_budget_left_ratio"] == {app: 0.9375}
+    assert values["streamops_slo_price_core_seconds"] == {app: 480.0}
+    assert values["streamops_slo_target_ratio"] == {app: 0.9}
+    assert values["streamops_slo_budget_age_seconds"] == {app: 12.0}
+    empty = _parse(prometheus.families(prometheus.Snapshot(since=SINCE)))
+    assert not any(name.startswith("streamops_slo_") for name in empty), "no budget measured: no sample"

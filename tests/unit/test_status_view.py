@@ -40,3 +40,27 @@ def test_the_checkpoint_column_gives_a_human_size_and_wide_shows_it():
     assert cells(row)[0]["ckpt"] == "728 MB"
     assert cells(SimpleNamespace(**ROW))[0]["ckpt"] == "–"  # never measured (no supervisor yet)
     assert "ckpt" in [c.header for c in status_table([row], None).columns]
+
+
+APP = dict(app="b", r_max_ms=1000, slo_target=0.9, budget_s=8640.0, spent_s=540.0, short_s=300.0, long_s=3600.0,
+           short_burn=8.0, long_burn=1.5254, price=488.1, rule="burning faster than the budget allows",
+           left_ratio=1 - 540 / 8640, budget_age_s=20.0)
+
+
+def test_an_app_s_budget_reads_left_burn_and_price_and_says_when_it_is_old_or_missing():
+    from streamops.status_view import app_cells, apps_table
+
+    cells_ = app_cells(SimpleNamespace(**APP), 0.99)
+    assert cells_["budget left"] == "94% (540/8,640 s)" and cells_["SLO"] == "90 %"
+    assert cells_["burn"] == "[red]8 / 1.5[/]", "both windows burn faster than the budget allows"
+    assert cells_["price"] == "488 core-s" and cells_["why"] == "burning faster than the budget allows"
+    stale = app_cells(SimpleNamespace(**{**APP, "budget_age_s": 1800.0, "short_s": 600.0, "long_burn": 0.5}), 0.99)
+    assert stale["burn"] == "8 / 0.5 (10 min / 1 h)" and "as of 30 min ago" in stale["why"]
+    spent = app_cells(SimpleNamespace(**{**APP, "spent_s": 9000.0, "left_ratio": 1 - 9000 / 8640}), 0.99)
+    assert spent["budget left"] == "[red]-4% (9,000/8,640 s)[/]"
+    none = SimpleNamespace(**{**APP, **{k: None for k in APP if k not in ("app", "r_max_ms")}})
+    unmeasured = app_cells(none, 0.99)
+    assert unmeasured["SLO"] == "99 %" and unmeasured["price"] == "–" and "not measured" in unmeasured["why"]
+    table = apps_table([SimpleNamespace(**APP), none], None, 0.99)
+    assert table is not None and [c.header for c in table.columns][:4] == ["app", "R_max", "SLO", "budget left"]
+    assert apps_table([], 80, 0.99) is None

@@ -25,23 +25,39 @@ def status_table(wide: bool = False) -> Table:
     return view(observe.rows("stage_status"), None if wide else console.width)
 
 
+def apps_table(wide: bool = False) -> Table | None:
+    """Each app's SLO error budget today, as the last re-plan stored it (None: no app)."""
+    from streamops.registry import App
+    from streamops.status_view import apps_table as view
+    from streamops.store import observe
+
+    return view(observe.rows("status_apps"), None if wide else console.width,
+                float(App.model_fields["slo_target"].default))
+
+
+def status_frame(wide: bool = False) -> RenderableType:
+    """What `status` prints: the apps' error budgets above the stages' table."""
+    apps, stages = apps_table(wide), status_table(wide)
+    return stages if apps is None else Group(apps, stages)
+
+
 class WatchState:
     """What `status --watch` keeps between refreshes: the last table, and since when the
     database has not answered (None while it does)."""
 
     def __init__(self) -> None:
-        self.last: Table | None = None
+        self.last: RenderableType | None = None
         self.down_since: datetime | None = None
 
 
 def watch_frame(state: WatchState, wide: bool) -> RenderableType:
-    """One refresh of `status --watch`: the table, or, while the database does not answer, the
-    last table and a line saying since when. Never raises for the database: the loop outlives
+    """One refresh of `status --watch`: the tables, or, while the database does not answer, the
+    last ones and a line saying since when. Never raises for the database: the loop outlives
     an outage (a stalled server too: the read has a deadline)."""
     from streamops.store import observe
 
     try:
-        table = observe.within(lambda: status_table(wide))
+        table = observe.within(lambda: status_frame(wide))
     except observe.NOT_ANSWERING as e:
         state.down_since = state.down_since or datetime.now()
         line = Text(f"database not answering since {state.down_since:%H:%M:%S}: {observe.reason(e)}", style="bold red")
@@ -56,13 +72,15 @@ def status(watch: bool = typer.Option(False, "--watch", "-w", help="refresh unti
            interval: float = typer.Option(2.0, help="seconds between refreshes with --watch"),
            wide: bool = typer.Option(False, "--wide", help="every column, even if the terminal is too narrow")) -> None:
     """A table per stage: run state, cores/partitions, p95 latency, rows/s in and out, backlog,
-    heartbeat age, pool, plan, failures and quarantined lines (last 24 h). On a narrow terminal
-    the least important columns are left out (the caption says which); --wide keeps them all."""
+    heartbeat age, pool, plan, failures and quarantined lines (last 24 h), under one per app: its
+    SLO error budget left today, the short/long burn rates and mpc's price of a second above R_max.
+    On a narrow terminal the least important columns are left out (the caption says which);
+    --wide keeps them all."""
     from streamops.store import observe
 
     try:
         if not watch:  # a database that does not answer: one line and exit 1 (_Commands)
-            console.print(observe.within(lambda: status_table(wide)), crop=not wide)  # --wide: no cell cut
+            console.print(observe.within(lambda: status_frame(wide)), crop=not wide)  # --wide: no cell cut
             console.print(Text(_last_report_line()), soft_wrap=wide)
             return
         state = WatchState()

@@ -88,6 +88,7 @@ class Snapshot:
     reconfigurations: Sequence[Any] = ()
     failures: Sequence[Any] = ()
     gaps: Sequence[Any] = ()
+    budgets: Sequence[Any] = ()
 
 
 def read(since: datetime) -> Snapshot:
@@ -105,6 +106,7 @@ def read(since: datetime) -> Snapshot:
             reconfigurations=q(db.query("metrics_reconfigurations")),
             failures=q(db.query("metrics_failures")),
             gaps=q(db.query("metrics_output_gaps"), bounds=list(GAP_BUCKETS_S)),
+            budgets=q(db.query("metrics_slo_budgets")),
         )
 
 
@@ -142,6 +144,32 @@ def _histogram(rows: Sequence[Any]) -> Metric:
 def _le(bound: float) -> str:
     """A bucket's bound as Prometheus client libraries spell it (1.0, 2.5)."""
     return str(floatToGoString(float(bound)))  # type: ignore[no-untyped-call]  # the library leaves it unannotated
+
+
+def _slo(rows: Sequence[Any]) -> list[Metric]:
+    """Each app's SLO error budget, as the last re-plan stored it (slo_budgets, budget_pass.py)."""
+    app = ["app"]
+    burn = GaugeMetricFamily("streamops_slo_burn_rate", "the app's share of seconds above R_max over the share its "
+                             "SLO allows, in the short and long window (5 min and 1 h at a 60 s control interval): at "
+                             "1 the day's budget lasts the day", labels=["app", "window"])
+    for r in rows:
+        burn.add_metric([str(r.app), "short"], float(r.short_burn))
+        burn.add_metric([str(r.app), "long"], float(r.long_burn))
+    return [
+        _gauge("streamops_slo_target_ratio", "the share of seconds within R_max the app's SLO aims at (slo_target)",
+               app, rows, lambda r: r.slo_target),
+        _gauge("streamops_slo_budget_seconds", "seconds above R_max the app's SLO allows in the UTC day "
+               "((1 - slo_target) x 86 400)", app, rows, lambda r: r.budget_s),
+        _gauge("streamops_slo_budget_spent_seconds", "seconds above R_max the app had so far today (UTC)", app, rows,
+               lambda r: r.spent_s),
+        _gauge("streamops_slo_budget_left_ratio", "the share of the day's error budget not spent yet (negative: "
+               "overspent)", app, rows, lambda r: r.left_ratio),
+        burn,
+        _gauge("streamops_slo_price_core_seconds", "core-seconds mpc puts on one second above the app's R_max, as the "
+               "error budget sets it (plan/budget.py)", app, rows, lambda r: r.price),
+        _gauge("streamops_slo_budget_age_seconds", "seconds since the re-plan last measured the app's error budget",
+               app, rows, lambda r: r.age_s),
+    ]
 
 
 def families(s: Snapshot, database_up: bool = True, age_s: float | None = None) -> list[Metric]:
@@ -182,6 +210,7 @@ def families(s: Snapshot, database_up: bool = True, age_s: float | None = None) 
         _counter("streamops_failures", "failures the watchdog, the supervisor or the driver recorded, by kind and "
                  "cause (real or injected)", [*RUN, "kind", "cause"], s.failures, "n"),
         _histogram(s.gaps),
+        *_slo(s.budgets),
     ]
     return out
 

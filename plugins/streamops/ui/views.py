@@ -1,6 +1,6 @@
 """What the Airflow page shows, read from PostgreSQL: every stage's row of `streamops status`
 (sql/queries/stage_status.sql) with its last failure, and per app the last hour's response
-time against R_max and the last day's failures. The same model feeds the page and its JSON.
+time against R_max, the last day's failures and its SLO error budget today. The same model feeds the page and its JSON.
 Every read is `streamops_observer`'s (observe.page_engine): the page can write nothing."""
 
 from __future__ import annotations
@@ -38,6 +38,38 @@ def slo(series: list[tuple[datetime, float]], r_max_ms: float) -> Slo:
                worst_ms=max((v for _, v in series), default=None))
 
 
+@dataclass(frozen=True)
+class Budget:
+    """The app's SLO error budget today (UTC), as the last re-plan stored it (slo_budgets): what
+    is left of it, the short and long burn rates, and the price mpc puts on a second above R_max."""
+    slo_target: float
+    budget_s: float
+    spent_s: float
+    left_ratio: float
+    short_s: float
+    long_s: float
+    short_burn: float
+    long_burn: float
+    price: float
+    rule: str
+    measured_at: datetime
+
+    @property
+    def windows(self) -> str:
+        """The burn windows as a reader says them: "5 min / 1 h"."""
+        def say(s: float) -> str:
+            return f"{s / 3600:g} h" if s >= 3600 else f"{s / 60:g} min" if s >= 60 else f"{s:g} s"
+        return f"{say(self.short_s)} / {say(self.long_s)}"
+
+
+def budget(a: Row[Any]) -> Budget | None:
+    """A ui_apps row's budget; None before the re-plan first measured it."""
+    if a.budget_s is None:
+        return None
+    return Budget(a.slo_target, a.budget_s, a.spent_s, a.left_ratio, a.short_s, a.long_s, a.short_burn,
+                  a.long_burn, a.price, a.rule, a.budget_measured_at)
+
+
 @dataclass
 class StageView:
     status: dict[str, Any]                # the stage_status row
@@ -55,6 +87,7 @@ class AppView:
     slo: Slo
     series: list[tuple[datetime, float]]
     stages: list[StageView]
+    budget: Budget | None = None
 
 
 def response_series() -> dict[str, list[tuple[datetime, float]]]:
@@ -80,7 +113,8 @@ def streams() -> list[AppView]:
         out.append(AppView(app=a.app, r_max_ms=a.r_max_ms, failures_24h=a.failures_24h,
                            failures_open=a.failures_open, downtime_24h_s=float(a.downtime_24h_s),
                            slo=slo(s, a.r_max_ms), series=s,
-                           stages=[StageView(r, failures.get(r["stage_id"])) for r in rows if r["app"] == a.app]))
+                           stages=[StageView(r, failures.get(r["stage_id"])) for r in rows if r["app"] == a.app],
+                           budget=budget(a)))
     return out
 
 
