@@ -6,7 +6,7 @@ day's seconds before the last cycle's long window are kept in `slo_budgets`, not
 R_max. The re-plan measures and stores them (`slo_budgets`: what `streamops status`, the Streams
 page and /metrics show); a stage driver's own Operator Manager, every local period, reads its
 app's stored row instead of counting the day again, and prices at the base price when the row
-is older than STORED_MAX_AGE_S (no re-plan runs).
+is older than plan.budget.STALE_AFTER_S (no re-plan runs).
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from streamops.plan.budget import BASE_PRICE, Budget, Seconds, Windows, budget, windows
+from streamops.plan.budget import BASE_PRICE, STALE_AFTER_S, Budget, Seconds, Windows, budget, windows
 from streamops.registry import App, stored_control
 from streamops.store import db
 
 log = logging.getLogger("streamops.budget")
 
 PERIOD_S = 86400.0  # the UTC day the nightly report judges
-STORED_MAX_AGE_S = 300.0  # a stored budget older than this (5 re-plan cycles at their default 60 s) is not used
 
 
 def default_slo_target() -> float:
@@ -92,9 +91,9 @@ def save(conn: Connection, measured: dict[str, Measured], now: datetime) -> None
 
 def stored(conn: Connection, now: datetime, app: str) -> Budget | None:
     """`app`'s budget as the last re-plan stored it; None when there is none, or it is older than
-    STORED_MAX_AGE_S."""
+    STALE_AFTER_S."""
     row = conn.execute(db.query("slo_budgets_get"), {"app": app}).mappings().first()
-    if row is None or (now - row["measured_at"]).total_seconds() > STORED_MAX_AGE_S:
+    if row is None or (now - row["measured_at"]).total_seconds() > STALE_AFTER_S:
         return None
     return Budget(row["slo_target"], row["budget_s"], row["spent_s"], row["short_burn"], row["long_burn"],
                   row["factor"], row["price"], row["rule"])

@@ -17,6 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from streamops.plan.budget import STALE_AFTER_S, windows
+
 
 @dataclass(frozen=True)
 class Column:
@@ -185,8 +187,8 @@ APP_COLUMNS = [
     Column("price", "right", 0, "price: core-seconds mpc puts on a second above R_max (plan/budget.py)"),
     Column("why", "left", 0),
 ]
-DEFAULT_WINDOWS = (300.0, 3600.0)  # plan/budget.windows of a day at a 60 s control interval
-STALE_BUDGET_S = 300.0  # older than this, the re-plan that measures the budget is not running: say so
+_DAY = windows(86400.0, 60.0)  # a day's burn windows at the default control interval
+DEFAULT_WINDOWS = (_DAY.short_s, _DAY.long_s)
 
 
 def _window(s: float) -> str:
@@ -204,7 +206,7 @@ def app_cells(r: Any, default_slo: float) -> dict[str, str]:
     if (r.short_s, r.long_s) != DEFAULT_WINDOWS:  # a long control interval stretches the short one
         burn += f" ({_window(r.short_s)} / {_window(r.long_s)})"
     why = escape(r.rule)
-    if r.budget_age_s is not None and r.budget_age_s > STALE_BUDGET_S:
+    if r.budget_age_s is not None and r.budget_age_s > STALE_AFTER_S:
         why += f" [yellow]as of {r.budget_age_s / 60:.0f} min ago[/]"
     return {**row, "budget left": f"[red]{left}[/]" if r.left_ratio <= 0 else left,
             "burn": f"[red]{burn}[/]" if r.short_burn > 1 and r.long_burn > 1 else burn,

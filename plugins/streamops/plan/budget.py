@@ -28,6 +28,7 @@ BASE_PRICE = 320.0  # core-seconds per second above R_max: the old default, trai
 # wider ranges met the target on no more families and cost 1-13 % more core-hours.
 MIN_FACTOR = 1 / 2  # 160 core-s: the price of a budget to spare
 MAX_FACTOR = 2.0  # 640 core-s: the price of a budget spent
+STALE_AFTER_S = 300.0  # a stored budget older than this (5 re-plans at 60 s): the re-plan is not measuring it
 SHORT_SHARE = 1 / 288  # of the period: 5 minutes of a day
 LONG_SHARE = 1 / 24  # 1 hour of a day
 
