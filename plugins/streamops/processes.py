@@ -5,6 +5,7 @@ this way; the pid files live under .streamops/run/."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -39,10 +40,21 @@ def spawn_detached(argv: Sequence[str], *, log_path: Path, pid_file: Path | None
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                                 env=None if env is None else dict(env), cwd=cwd, start_new_session=True)
+    if nice > 0:
+        _nice_session(proc.pid, nice)
     if pid_file is not None:
         pid_file.parent.mkdir(parents=True, exist_ok=True)
         pid_file.write_text(f"{proc.pid}\n")
     return proc
+
+
+def _nice_session(pid: int, nice: int) -> None:
+    """With the kernel's autogroup scheduling (`kernel.sched_autogroup_enabled`, on by default on
+    many distributions) a new session is a scheduling group of its own, and a process's nice value
+    weighs only inside its group: the group's niceness is what competes with the other sessions.
+    So the session `pid` leads gets `nice` too. Best effort: no autogroup, no file."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
 
 
 def read_pid(pid_file: Path) -> int | None:

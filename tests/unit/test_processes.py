@@ -3,10 +3,18 @@ control plane, and the pid recorded is still the command's own."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psutil
 
 from streamops import processes
 from streamops.waiting import wait_until
+
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+def _autogroup_nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])  # "/autogroup-123 nice 5"
 
 
 def test_a_niced_process_keeps_its_own_pid_and_its_children_inherit_the_niceness(tmp_path):
@@ -19,6 +27,9 @@ def test_a_niced_process_keeps_its_own_pid_and_its_children_inherit_the_niceness
         assert children and all(c.nice() == p.nice() for c in children), "a worker's executors inherit it"
         plain = processes.spawn_detached(["sleep", "30"], log_path=tmp_path / "log2")
         assert psutil.Process(plain.pid).nice() == psutil.Process().nice(), "the control plane stays as it was"
+        if AUTOGROUP.exists() and AUTOGROUP.read_text().strip() == "1":
+            # Each session its own scheduling group: only the group's niceness weighs against the others.
+            assert _autogroup_nice(proc.pid) == 5 and _autogroup_nice(plain.pid) == 0
         plain.kill()
         plain.wait(5)
     finally:
