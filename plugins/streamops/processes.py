@@ -24,6 +24,7 @@ from streamops.waiting import wait_until
 # item 4). Off (0) by default until a clean measurement shows it pays: Airflow at nice 0 would
 # then take CPU from the stages' batches too (docs/ha.md).
 DATA_PLANE_NICE = int(os.environ.get("STREAMOPS_DATA_PLANE_NICE", "0"))
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
 
 
 def spawn_detached(argv: Sequence[str], *, log_path: Path, pid_file: Path | None = None,
@@ -55,6 +56,26 @@ def _nice_session(pid: int, nice: int) -> None:
     So the session `pid` leads gets `nice` too. Best effort: no autogroup, no file."""
     with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
+
+
+def may_renice() -> bool:
+    """Whether a process niced by `spawn_detached` can be given its CPU back (`renice`): lowering
+    a session's autogroup niceness to 0 or above needs no privilege, a thread's nice value does."""
+    return os.geteuid() == 0 or AUTOGROUP.exists() and AUTOGROUP.read_text().strip() == "1"
+
+
+def renice(pid: int, nice: int) -> None:
+    """`pid`'s session, and every thread of it and its children, at `nice` (an adopted warm spare:
+    built in the background, run at the data plane's priority). Best effort: a thread gone, or a
+    nice value this user may not lower, is left as it is."""
+    _nice_session(pid, nice)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        root = psutil.Process(pid)
+        for proc in (root, *root.children(recursive=True)):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                for t in proc.threads():
+                    with contextlib.suppress(OSError):
+                        os.setpriority(os.PRIO_PROCESS, t.id, nice)
 
 
 def read_pid(pid_file: Path) -> int | None:

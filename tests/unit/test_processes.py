@@ -3,14 +3,18 @@ control plane, and the pid recorded is still the command's own."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import psutil
+import pytest
 
 from streamops import processes
 from streamops.waiting import wait_until
 
-AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+def _autogroup_on() -> bool:
+    return processes.AUTOGROUP.exists() and processes.AUTOGROUP.read_text().strip() == "1"
 
 
 def _autogroup_nice(pid: int) -> int:
@@ -27,11 +31,25 @@ def test_a_niced_process_keeps_its_own_pid_and_its_children_inherit_the_niceness
         assert children and all(c.nice() == p.nice() for c in children), "a worker's executors inherit it"
         plain = processes.spawn_detached(["sleep", "30"], log_path=tmp_path / "log2")
         assert psutil.Process(plain.pid).nice() == psutil.Process().nice(), "the control plane stays as it was"
-        if AUTOGROUP.exists() and AUTOGROUP.read_text().strip() == "1":
+        if _autogroup_on():
             # Each session its own scheduling group: only the group's niceness weighs against the others.
             assert _autogroup_nice(proc.pid) == 5 and _autogroup_nice(plain.pid) == 0
         plain.kill()
         plain.wait(5)
+    finally:
+        processes.stop(proc.pid, grace_s=1, group=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a thread's nice value needs root")
+def test_a_spare_built_nicer_is_given_the_data_plane_s_priority_whole_when_adopted(tmp_path):
+    proc = processes.spawn_detached(["sh", "-c", "sleep 30 & sleep 30 & wait"], log_path=tmp_path / "log", nice=10)
+    try:
+        p = psutil.Process(proc.pid)
+        assert wait_until(lambda: len(p.children()) == 2, 10)
+        processes.renice(proc.pid, 0)
+        assert all(psutil.Process(t.id).nice() == 0 for q in (p, *p.children()) for t in q.threads())
+        if _autogroup_on():
+            assert _autogroup_nice(proc.pid) == 0
     finally:
         processes.stop(proc.pid, grace_s=1, group=True)
 
