@@ -38,18 +38,23 @@ AS $$
         FROM (
             SELECT tstzrange(lo.at, GREATEST(lo.at, COALESCE(d.stopped_at, 'infinity'))) AS r
             FROM deployments d JOIN stages s ON s.stage_id = d.stage_id
-            -- A stage's first run is in service from its query's start (running_at) when its first
-            -- batch with input was within R_max: before that the stage had never served, and no input
-            -- had waited long (issue 48 item 10: a fresh demo's 70-90 s launch on 2 cores counted as
-            -- seconds above R_max). Any later run, and a first run whose first batch was late (input
-            -- waited through the launch), is in service from its start: a restart's gap is downtime.
+            -- A stage's first run is in service from its query's start (running_at) when no input
+            -- waited through its launch: its first batch with input was within R_max, or that batch's
+            -- oldest row (commit minus the greatest latency; `ts` is the batch's start) came after the
+            -- query started. Before that the stage had never served (issue 48 item 10: a fresh demo's
+            -- 46-90 s launch on 2 cores counted as seconds above R_max; the first batch's own latency
+            -- still counts). Any later run, and a first run that input waited for, is in service
+            -- from its start: a restart's gap is downtime.
             CROSS JOIN LATERAL (SELECT CASE WHEN d.running_at IS NOT NULL
                     AND NOT EXISTS (SELECT 1 FROM deployments e
                                     WHERE e.stage_id = d.stage_id AND e.id < d.id AND e.status <> 'refused')
-                    AND (SELECT m.latency_p95_ms FROM stage_metrics m
+                    AND (SELECT m.latency_p95_ms <= a.r_max_ms
+                                OR m.ts + make_interval(secs => (m.batch_duration_ms - m.latency_max_ms) / 1000)
+                                   >= d.running_at
+                         FROM stage_metrics m
                          WHERE m.stage_id = d.stage_id AND m.deployment_id = d.id AND m.ts >= d.started_at
                            AND m.input_rows > 0
-                         ORDER BY m.ts LIMIT 1) <= a.r_max_ms
+                         ORDER BY m.ts LIMIT 1)
                 THEN GREATEST(d.started_at, d.running_at) ELSE d.started_at END AS at) lo
             WHERE s.app = a.name AND d.status <> 'refused'
             UNION ALL

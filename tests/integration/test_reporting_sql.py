@@ -583,8 +583,10 @@ def test_a_new_stage_is_observed_from_its_first_query_when_no_input_waited_throu
     """Issue 48 item 10: a fresh demo's 70-90 s launch (JVM, warm-up) counted against R_max,
     though the stage had never served and its first batch was on time. A first run whose first
     batch is within R_max is observed from its query's start; a late first batch (input waited
-    through the launch) and any later run's launch still count."""
-    def first_run(app: str, first_p95: float, launch_s: float = 90.0) -> None:
+    through the launch) and any later run's launch still count. So does neither a cold first batch
+    whose input all came after the query started (the next demo's: 10.8 s on R_max 10 s, its
+    oldest row 9 s after the query started): its own seconds count, the launch does not."""
+    def first_run(app: str, first_p95: float, launch_s: float = 90.0, idle_s: float = 0.0) -> None:
         add_app(rdb, app, r_max_ms=1000, created_at=at(0), in_service=False)
         with rdb.begin() as conn:
             dep = conn.execute(text(
@@ -592,14 +594,17 @@ def test_a_new_stage_is_observed_from_its_first_query_when_no_input_waited_throu
                 "checkpoint, status, started_at, running_at) VALUES (:sid, 'primary', 'p', 1, 2, '{}', 'local', "
                 "'/x', 'running', :a, :r) RETURNING id"),
                 {"sid": f"{app}.s", "a": at(36000), "r": at(36000 + launch_s)}).scalar_one()
-        add_batches(rdb, f"{app}.s", [(at(36000 + launch_s + k), first_p95 if k == 0 else 500, None)
+        add_batches(rdb, f"{app}.s", [(at(36000 + launch_s + idle_s + k), first_p95 if k == 0 else 500, None)
                                       for k in range(1800)], deployment_id=dep)
 
     first_run("fresh", 500)
     first_run("late", 5000)  # the input waited through the launch: its first batch says so
-    fresh, late = one(rdb, "sla_daily", "fresh"), one(rdb, "sla_daily", "late")
+    first_run("cold", 5000, idle_s=10)  # late, but its oldest row (10.3 - 5 s) came after the start
+    fresh, late, cold = (one(rdb, "sla_daily", a) for a in ("fresh", "late", "cold"))
     assert fresh["observed_s"] == pytest.approx(FULL_DAY - 36000 - 90)
     assert late["observed_s"] == pytest.approx(FULL_DAY - 36000)
+    assert cold["observed_s"] == pytest.approx(FULL_DAY - 36000 - 90)
+    assert cold["seconds_within_rmax"] < fresh["seconds_within_rmax"], "the cold batch's own seconds count"
     # a restart's launch is downtime whatever its first batch: the stage had served before it
     with rdb.begin() as conn:
         conn.execute(text("UPDATE deployments SET status = 'failed', stopped_at = :s WHERE stage_id = 'fresh.s'"),
