@@ -38,24 +38,26 @@ AS $$
         FROM (
             SELECT tstzrange(lo.at, GREATEST(lo.at, COALESCE(d.stopped_at, 'infinity'))) AS r
             FROM deployments d JOIN stages s ON s.stage_id = d.stage_id
-            -- A stage's first run is in service from its query's start (running_at) when no input
-            -- waited through its launch: its first batch with input was within R_max, or that batch's
-            -- oldest row (commit minus the greatest latency; `ts` is the batch's start) came after the
-            -- query started. Before that the stage had never served (issue 48 item 10: a fresh demo's
-            -- 46-90 s launch on 2 cores counted as seconds above R_max; the first batch's own latency
-            -- still counts). Any later run, and a first run that input waited for, is in service
-            -- from its start: a restart's gap is downtime.
+            -- A stage's first run is in service from when it first had input, when no input waited
+            -- through its launch: its first batch with input was within R_max, or that batch's oldest
+            -- row (commit minus the greatest latency; `ts` is the batch's start) came after the query
+            -- started. It is then in service from that row, or from the query's start if the row
+            -- came before it. Before that the stage had never served and nothing waited (issue 48
+            -- item 10: a fresh demo's 46-90 s launch on 2 cores, and the 7-13 s before the first
+            -- input, counted as seconds not within R_max; the first batch's own latency still counts).
+            -- Any later run, and a first run that input waited for, is in service from its start:
+            -- a restart's gap is downtime.
+            LEFT JOIN LATERAL (SELECT m.latency_p95_ms AS p95, LEAST(m.ts, m.ts + make_interval(
+                                          secs => (m.batch_duration_ms - m.latency_max_ms) / 1000)) AS oldest
+                               FROM stage_metrics m
+                               WHERE m.stage_id = d.stage_id AND m.deployment_id = d.id AND m.ts >= d.started_at
+                                 AND m.input_rows > 0
+                               ORDER BY m.ts LIMIT 1) f ON true
             CROSS JOIN LATERAL (SELECT CASE WHEN d.running_at IS NOT NULL
                     AND NOT EXISTS (SELECT 1 FROM deployments e
                                     WHERE e.stage_id = d.stage_id AND e.id < d.id AND e.status <> 'refused')
-                    AND (SELECT m.latency_p95_ms <= a.r_max_ms
-                                OR m.ts + make_interval(secs => (m.batch_duration_ms - m.latency_max_ms) / 1000)
-                                   >= d.running_at
-                         FROM stage_metrics m
-                         WHERE m.stage_id = d.stage_id AND m.deployment_id = d.id AND m.ts >= d.started_at
-                           AND m.input_rows > 0
-                         ORDER BY m.ts LIMIT 1)
-                THEN GREATEST(d.started_at, d.running_at) ELSE d.started_at END AS at) lo
+                    AND (f.p95 <= a.r_max_ms OR f.oldest >= d.running_at)
+                THEN GREATEST(d.started_at, d.running_at, f.oldest) ELSE d.started_at END AS at) lo
             WHERE s.app = a.name AND d.status <> 'refused'
             UNION ALL
             SELECT tstzrange(c.requested_at, GREATEST(c.requested_at, COALESCE(c.finished_at,
