@@ -220,27 +220,35 @@ def warm_up_sample(stage: Stage, sample_lines: int = 400) -> list[str]:
                      ts_to=now)
 
 
-def warm_up(spark: SparkSession, stage: Stage, cores: int, partitions: int, sample_lines: int = 400) -> int:
-    """Run the stage's own query once over a sample of its input (`warm_up_sample`) into no sink,
-    with a throwaway checkpoint: class loading, code generation (cached by code), the state store
-    library and the Python workers are then warm for the real first batch, on every executor the
-    sample's tasks reach (a file per core). Returns the lines used."""
+def warm_up(spark: SparkSession, stage: Stage, cores: int, partitions: int, sample_lines: int = 400,
+            rounds: int = 1) -> tuple[int, list[float]]:
+    """Run the stage's own query `rounds` times over a sample of its input (`warm_up_sample`) into
+    no sink, each with a throwaway checkpoint: class loading, code generation (cached by code), the
+    state store library and the Python workers are then warm for the real first batch, on every
+    executor the sample's tasks reach (a file per core); later rounds warm the JIT's per-batch
+    paths (planning, the state store's commit, the checkpoint's writes), which a round runs once.
+    Returns the lines used and each round's seconds."""
     import shutil
     import tempfile
 
     lines = warm_up_sample(stage, sample_lines)
     tmp = Path(tempfile.mkdtemp(prefix="streamops-warmup-"))
+    took: list[float] = []
     try:
         write_sample(spark, stage.record_schema, lines, tmp / "in", files=cores)
         ctx = StageContext(stage_id="warm-up", deployment_id=None, cores=cores, state_partitions=partitions,
                            trigger_interval_ms=stage.trigger_interval_ms)
-        # A sample of files, whatever the source: the parse, the job and the state store warm up
-        # (a Kafka stage's connector loads with its first batch).
-        q = start_query("main", spark, stage, ctx, tmp / "in", tmp / "ckpt", available_now=True, discard=True)
-        q.awaitTermination(120)
+        for i in range(rounds):
+            started = time.monotonic()
+            # A sample of files, whatever the source: the parse, the job and the state store warm up
+            # (a Kafka stage's connector loads with its first batch).
+            q = start_query("main", spark, stage, ctx, tmp / "in", tmp / f"ckpt-{i}", available_now=True,
+                            discard=True)
+            q.awaitTermination(120)
+            took.append(time.monotonic() - started)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return len(lines)
+    return len(lines), took
 
 
 QUARANTINE_HOLD_TRIGGERS = 1

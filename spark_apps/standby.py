@@ -58,7 +58,7 @@ def standby(stage_id: str, cores: int, ready_file: str, run: Callable[[int, Any]
             if cluster:
                 sampled, where = _warm_up_on_a_borrowed_executor(spark, stage, cores, partitions)
             else:
-                sampled = warm_up(spark, stage, cores, partitions)
+                sampled = warm_up(spark, stage, cores, partitions)[0]
         except Exception as e:  # a warm-up is an optimisation: the spare still saves the JVM start
             log.warning("action=standby warm-up failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
     Path(ready_file).touch()
@@ -117,6 +117,6 @@ def _warm_up_on_a_borrowed_executor(spark: SparkSession, stage: Stage, cores: in
     try:
         if not wait_until(lambda: len(executor_ids(sc)) >= 1, BORROW_S, interval_s=0.2):
             return 0, f"cluster, no free core within {BORROW_S:.0f}s: driver not warmed up"
-        return warm_up(spark, stage, cores, partitions), "cluster, warmed up on a borrowed executor"
+        return warm_up(spark, stage, cores, partitions)[0], "cluster, warmed up on a borrowed executor"
     finally:
         scale_to(sc, 0, timeout_s=30)

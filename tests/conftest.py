@@ -42,6 +42,9 @@ os.environ["PGTZ"] = "UTC"
 # run Java's defaults. (The name is spark_apps.stage.JAVA_OPTIONS_ENV, spelled out here so that
 # `make test-pure` does not import pyspark to read it.)
 os.environ.setdefault("STREAMOPS_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# One warm-up round per deploy, not three (spark_apps/run_stage.WARM_UP_ROUNDS): the later rounds
+# warm the JIT for a long run's first batches; a test's run lasts seconds, and deploys hundreds.
+os.environ.setdefault("STREAMOPS_WARM_UP_ROUNDS", "1")
 # The environment as the session found it (the server `make test` brought up, the real state dir).
 OUTER_ENV = {k: os.environ.get(k) for k in ("STREAMOPS_DATABASE_URL", "STREAMOPS_HOME")}
 _test_db_url: str | None = None  # set once the `test_database` fixture created the database
