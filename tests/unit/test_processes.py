@@ -72,3 +72,24 @@ def test_a_pid_file_s_process_is_stopped_and_its_file_removed(tmp_path, monkeypa
     finally:
         for p in (proc, *gens.values()):
             p.kill()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a thread's nice value needs root")
+def test_a_spare_still_building_niced_after_its_limit_gets_the_data_plane_s_priority(tmp_path, monkeypatch):
+    from streamops.execute import launcher
+
+    proc = processes.spawn_detached(["sleep", "30"], log_path=tmp_path / "log", nice=launcher.SPARE_NICE,
+                                    stdin_pipe=True)
+    spare = launcher.Spare("a.s", 1, proc, str(tmp_path / "log"), tmp_path / "ready", niced=True)
+    try:
+        spare.hurry_if_slow()
+        niced = min(19, psutil.Process().nice() + launcher.SPARE_NICE)
+        assert spare.niced and psutil.Process(proc.pid).nice() == niced, "within its limit"
+        monkeypatch.setattr(launcher, "SPARE_NICE_AT_MOST_S", 0.0)
+        spare.hurry_if_slow()
+        assert not spare.niced and psutil.Process(proc.pid).nice() == processes.DATA_PLANE_NICE
+        if _autogroup_on():
+            assert _autogroup_nice(proc.pid) == processes.DATA_PLANE_NICE
+    finally:
+        proc.kill()
+        proc.wait(5)

@@ -3,11 +3,13 @@ Spark standalone or Kubernetes pool is a new class here, not a change elsewhere.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +22,11 @@ RUN_STAGE = REPO_ROOT / "spark_apps" / "run_stage.py"
 # when it is adopted (`adopt`): its JVM start and warm-up take the CPU a running stage leaves. In a
 # fresh demo on 2 cores, taxi's batches ran 7-11 s for the 80 s its spare took, against 2-4 s.
 SPARE_NICE = 10
+# … but no longer than this: on a machine the stages keep saturated, a spare at nice 10 gets a
+# few percent of a core and would not be ready for many minutes, leaving failovers cold.
+SPARE_NICE_AT_MOST_S = 120.0
+
+log = logging.getLogger("streamops.supervisor")
 
 
 @dataclass(frozen=True)
@@ -68,10 +75,20 @@ class Spare:
     adopted: bool = False  # handed a deployment: it is a driver now, not a spare
     master: str = "local"  # its launcher's: a spare runs only a run that launcher would start
     ui_url: str | None = None  # its Spark UI, which the run it adopts keeps (None: off)
+    niced: bool = False  # built at SPARE_NICE, not yet given the data plane's priority
+    built_at: float = field(default_factory=time.monotonic)
 
     @property
     def ready(self) -> bool:
         return self.proc.poll() is None and self.ready_file.exists()
+
+    def hurry_if_slow(self) -> None:
+        """A spare still building at SPARE_NICE after SPARE_NICE_AT_MOST_S gets the data plane's priority."""
+        if self.niced and not self.ready and time.monotonic() - self.built_at > SPARE_NICE_AT_MOST_S:
+            processes.renice(self.proc.pid, processes.DATA_PLANE_NICE)
+            self.niced = False
+            log.info("stage %s: action=spare not ready after %.0fs at nice %d: built at the data plane's "
+                     "priority from now", self.stage_id, SPARE_NICE_AT_MOST_S, SPARE_NICE)
 
 
 # What a driver may inherit from its launcher's environment (the CLI, the supervisor, an Airflow
@@ -141,13 +158,14 @@ class LocalProcessLauncher:
         ready.unlink(missing_ok=True)
         ui_env, ui_url = _spark_ui(spark_ui)
         child_env = driver_env({**env, **ui_env})
+        niced = processes.may_renice() and SPARE_NICE > processes.DATA_PLANE_NICE
         proc = processes.spawn_detached(
             [sys.executable, str(RUN_STAGE), "--standby", stage_id, "--cores", str(cores), "--ready-file", str(ready),
              *args],
             log_path=log_path, env=child_env, cwd=str(REPO_ROOT), stdin_pipe=True,
-            nice=max(SPARE_NICE, processes.DATA_PLANE_NICE) if processes.may_renice() else processes.DATA_PLANE_NICE)
+            nice=SPARE_NICE if niced else processes.DATA_PLANE_NICE)
         self._children[proc.pid] = proc
-        return Spare(stage_id, cores, proc, str(log_path), ready, master=master, ui_url=ui_url)
+        return Spare(stage_id, cores, proc, str(log_path), ready, master=master, ui_url=ui_url, niced=niced)
 
     @staticmethod
     def adopt(spare: Spare, deployment_id: int) -> Launched:

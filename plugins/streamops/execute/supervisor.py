@@ -99,11 +99,9 @@ class Supervisor:
         self._reg_mtime = self._reg_file.stat().st_mtime_ns if self._reg_file is not None else 0
         self.opts = opts
         self.progress = progress
-        # Other processes to keep alive each housekeeping pass (the CLI passes Airflow's
-        # ComponentKeeper): passed in, since execute/ sits below orchestrate/.
+        # Kept alive each housekeeping pass (the CLI's Airflow ComponentKeeper; orchestrate/ is above).
         self.keepers = list(keepers)
-        # Started with `run` and closed when it ends (the CLI passes report/prometheus's /metrics
-        # exporter, beside execute/); None from it, or its failure, leaves the supervisor without one.
+        # Started with `run`, closed at its end (the CLI's /metrics exporter); None, or its failure: none.
         self.exporter = exporter
         # The latest recoveries (tests and the CLI read them), bounded: a supervisor runs for months.
         self.recoveries: deque[watchdog.Recovery] = deque(maxlen=RECOVERIES_KEPT)
@@ -246,6 +244,8 @@ class Supervisor:
                         or spare.proc.poll() is not None):
                     self._spares.pop(sid)
                     self._discard(spare)
+                else:
+                    spare.hurry_if_slow()
             missing = [sid for sid, w in wanted.items() if w.settled and sid not in self._spares]
         recovering = any(not fut.done() for fut in list(self._busy.values()))
         # Not while a recovery runs: a spare's JVM and warm-up beside it slowed one from 12 s to 22 s.
