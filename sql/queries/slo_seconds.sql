@@ -94,8 +94,8 @@ stage_seconds AS (
         CROSS JOIN clock c
         CROSS JOIN LATERAL (
             SELECT floor(date_part('epoch', m.ts) - c.day_epoch)::int AS sec,
-                   LEAST(3600, GREATEST(1, ceil(GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms),
-                                                         m.batch_duration_ms) / float8 '1000')))::int AS hold_s) t
+                   reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms),
+                                          m.batch_duration_ms) AS hold_s) t
         WHERE m.ts >= (SELECT min(cc.day_from) + make_interval(secs => min(bb.first_sec) - max(
                                   LEAST(3600, ceil(ss.trigger_ms / float8 '1000'))))
                        FROM clock cc CROSS JOIN bounds bb JOIN st ss ON ss.app = bb.app)

@@ -4,8 +4,8 @@
 -- p95 latency (the critical path of a chain, as control.app_response_ms computes it). A batch
 -- speaks for its stage in the windows from the one it started in for its trigger interval, or
 -- for its duration when it overran the trigger (Spark starts the next batch as soon as it ends),
--- rounded up to whole seconds; a stage with a sub-second trigger has several batches in a
--- window and counts with their mean. A window counts as measured when every stage of the app
+-- up to the window the next one starts in (`reporting.hold_windows`); a stage with a sub-second
+-- trigger has several batches in a window and counts with their mean. A window counts as measured when every stage of the app
 -- that reported that day has a batch speaking for it; unmeasured time (the app down, stopped,
 -- starting) counts neither as within nor as above R_max. Until issue 48, an overrunning batch
 -- spoke for its trigger interval only: a demo's taxi stage, whose batches took 3.2-3.7 s
@@ -92,7 +92,7 @@ BEGIN
         -- many windows a batch speaks for), the weighted sums. Few groups: a hash aggregate.
         -- Stages with one run that day only: the others' runs are told apart in `multi_windows`.
         SELECT st.app, floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
-               LEAST(3600, ceil(GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000'))::int AS hold_s,
+               reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS hold_s,
                sum(m.latency_p95_ms * w.wt) AS p95,
                sum(COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
                             m.latency_p95_ms) * w.wt) AS p90,
@@ -132,7 +132,7 @@ BEGIN
                   WHERE s.stage_id = ANY (multi_stages)) st ON st.stage_id = m.stage_id
             CROSS JOIN LATERAL (
                 SELECT floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
-                       LEAST(3600, ceil(GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000'))::int AS hold_s,
+                       reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS hold_s,
                        LEAST(float8 '1', GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000') AS wt,
                        COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
                                 m.latency_p95_ms) AS p90
@@ -175,7 +175,7 @@ BEGIN
                                FROM stage_metrics m
                                CROSS JOIN LATERAL (
                                    SELECT floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
-                                          LEAST(3600, ceil(GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000'))::int AS hold_s,
+                                          reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS hold_s,
                                           LEAST(float8 '1', GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000') AS wt,
                                           m.latency_p95_ms AS p95,
                                           COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',

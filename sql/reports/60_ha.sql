@@ -326,7 +326,7 @@ BEGIN
                 FROM (
                     SELECT m.stage_id,
                            floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
-                           LEAST(3600, ceil(GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000'))::int AS hold_s,
+                           reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS hold_s,
                            COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
                                     m.latency_p95_ms) > st.r_max_ms AS high  -- NULL without latencies: neither
                     FROM stage_metrics m
@@ -382,7 +382,7 @@ BEGIN
          AND m.ts < LEAST(upto, day_from + make_interval(secs => upper(b.mixed)))
         CROSS JOIN LATERAL (
             SELECT floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
-                   LEAST(3600, ceil(GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000'))::int AS hold_s,
+                   reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS hold_s,
                    LEAST(float8 '1', GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000') AS wt,
                    COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
                             m.latency_p95_ms) AS p90

@@ -634,3 +634,23 @@ def test_a_batch_that_overran_its_trigger_speaks_for_its_whole_duration(rdb):
     assert s["observed_s"] == pytest.approx(600.0)
     assert s["measured_s"] == s["seconds_within_rmax"] == 600  # before: 100 (1 s of every 6)
     assert one(rdb, "ha_windows_daily", "a")["windows_stalled"] == 0
+
+
+def test_an_overrunning_batch_and_the_next_never_share_a_window(rdb):
+    """Batches of 4.3 s on a 4 s trigger, each started as the last ended, every p95 7 s on an R_max
+    of 10 s: every second is within. Before, an overrunning batch spoke for ceil(4.3) = 5 windows
+    from the one it started in, met the next batch in one, and sla_daily summed their p95s (14 s):
+    a demo's taxi stage had 24 s above R_max in its first 8 minutes where its batches had 12."""
+    add_app(rdb, "a", r_max_ms=10000, created_at=at(36000), in_service=False)
+    add_run(rdb, "a.s", 1, at(36000), at(36000 + 430))
+    with rdb.begin() as conn:
+        for i in range(100):
+            conn.execute(text(
+                "INSERT INTO stage_metrics (ts, stage_id, run_id, batch_id, input_rows, batch_duration_ms, "
+                "trigger_interval_ms, latency_p50_ms, latency_p95_ms, latency_max_ms) "
+                "VALUES (:ts, 'a.s', 'r1', :b, 10, 4300, 4000, 6000, 7000, 7500)"),
+                {"ts": at(36000 + 0.2 + 4.3 * i), "b": i})
+    s = one(rdb, "sla_daily", "a")
+    assert s["measured_s"] == s["seconds_within_rmax"] == 430, s  # before: 360, 70 windows summed
+    assert s["violated_windows"] == 0
+    assert one(rdb, "ha_windows_daily", "a")["windows_stalled"] == 0
