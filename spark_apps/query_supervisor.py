@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from streamops import checkpoint_layout as checkpoint
 from streamops.agent import data_loss, state_schema
 from streamops.agent.errors import ErrorClass, classify
-from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, isolate
+from streamops.agent.poison import FailedBatch, PoisonBook, error_signature, isolate, telling_error
 from streamops.checkpoint_layout import QUERIES, query_checkpoint
 from streamops.registry import Stage
 
@@ -52,7 +52,7 @@ class QuerySupervisor:
             which = QUERIES[i]
             exc = q.exception()
             text = str(exc) if exc else "the query stopped by itself"
-            self.on_error(error_signature(text))
+            self.on_error(telling_error(text))
             why, backoff_s = self._handle(which, text, classify(_java_exception(q) or exc or text))
             if why:
                 return f"query {q.name} terminated: {why}"

@@ -168,3 +168,27 @@ def test_past_its_budget_the_bisection_blames_only_the_files_proven_so_far():
     files = tuple(f"f{i}" for i in range(8))
     assert isolate(files, "E: x", lambda s: "E: x", budget=3) == ("f0",)
     assert isolate(files, "E: x", lambda s: "Other: y" if "f3" in s else None) == ()
+
+
+def test_a_full_disk_under_a_foreach_batch_error_is_what_the_beats_name():
+    """The real fault (tests/system/test_outages_counted.py): the checkpoint's disk full under a
+    state store's commit reached the driver as the foreachBatch function's error, and the output
+    gap said `cause=no_progress` with "An exception was raised by the Python Proxy"."""
+    from streamops.agent.poison import error_signature, telling_error
+    from streamops.execute.gaps import cause_of
+
+    text = ("[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in foreach "
+            "batch sink. Reason: An exception was raised by the Python Proxy. Return Message: Traceback (most "
+            "recent call last):\n  File \"/x/clientserver.py\", line 644, in _call_proxy\n"
+            "py4j.protocol.Py4JJavaError: An error occurred while calling o1106.collectToPython.\n"
+            ": org.apache.spark.SparkException: [CANNOT_WRITE_STATE_STORE.CANNOT_COMMIT] Error writing state store "
+            "files for provider RocksDBStateStore[stateStoreId=StateStoreId[ operatorId=0 ], version=3]\n"
+            "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.failedToCommitStateFileError(x.scala:2310)\n"
+            "Caused by: org.apache.hadoop.fs.FSError: java.io.IOException: No space left on device\n"
+            "Caused by: java.io.IOException: No space left on device\n")
+    assert cause_of(error_signature(text), None, False) == "no_progress", "what the beats said before"
+    assert telling_error(text) == ("Caused by: org.apache.hadoop.fs.FSError: java.io.IOException: "
+                                   "No space left on device")
+    assert cause_of(telling_error(text), None, False) == "disk_full"
+    plain = "java.lang.IllegalStateException: a bug\n\tat x.y(z.java:1)"
+    assert telling_error(plain) == error_signature(plain), "anything else: the root cause, as before"

@@ -51,6 +51,20 @@ def error_signature(text: str) -> str:
     return _VOLATILE.sub("…", root_cause(text))[:500]
 
 
+# What an output gap is named by (execute/gaps.cause_of), wherever it is in a traceback: a full
+# checkpoint disk under a state store's commit reaches the driver as the foreachBatch function's
+# error, whose innermost `…Exception:` line says "An exception was raised by the Python Proxy".
+_TELLING = ("No space left on device", "Disk quota exceeded", "could not connect to server", "Connection refused",
+            "server closed the connection", "terminating connection", "the database system is")
+
+
+def telling_error(text: str) -> str:
+    """A query's failure as its run's beats name it: the first line that says a full disk or a
+    database away, else its `error_signature`."""
+    line = next((ln.strip() for ln in text.splitlines() if any(m in ln for m in _TELLING)), None)
+    return _VOLATILE.sub("…", line)[:500] if line else error_signature(text)
+
+
 @dataclass(frozen=True)
 class FailedBatch:
     query: str          # main | quarantine
