@@ -24,7 +24,7 @@ from demo.stages import demo_job
 from streamops import generator, registry
 from streamops.execute import stages, supervisor
 from streamops.generator.records import dumps
-from streamops.store import db, embedded, migrate
+from streamops.store import db, embedded, failures, migrate
 from tests.integration.test_e2e_stage import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.chaos]
@@ -488,7 +488,9 @@ def test_a_supervisor_that_dies_is_restarted_by_the_watchdog_and_one_stopped_on_
 def test_the_supervisor_killed_then_a_driver_killed_one_watchdog_run_brings_back_both(clean_db, tmp_path, monkeypatch):
     """Issue 31: kill -9 of the supervisor, then of a driver, gave no recovery for 2 min 24 s. One
     run of the watchdog DAG's task (it runs every minute) restarts the supervisor and the stage;
-    the sink equals the ground truth."""
+    the sink equals the ground truth. Issue 48 item 2: on a stage given up on before, whose
+    dead driver was never detected: the start clears the give-up, the kill is a failure, the old
+    give-up ends at the new run's first commit, and the report counts both failures' downtime."""
     import signal
 
     import yaml
@@ -510,7 +512,14 @@ def test_the_supervisor_killed_then_a_driver_killed_one_watchdog_run_brings_back
     generator.generate(inputs, "web", "constant:rate=100", seed=5, duration_s=20, realtime=False)
     log = Path(os.environ["STREAMOPS_HOME"]) / "logs" / "supervisor.log"
     log.unlink(missing_ok=True)
+    stages.sync_registry(reg)
+    earlier, _, _ = failures.open_failure("chaos.s", "chaos", None, "query_failed", "an earlier run's bad batch",
+                                          db.now())  # not before the app's registration: the report clips that
+    failures.give_up(earlier, "3 restarts in a row failed")
+    assert _count("SELECT count(*) FROM stages WHERE stage_id = 'chaos.s' AND health = 'failed'") == 1
     first = stages.start_stage("chaos.s", reg)
+    assert _count("SELECT count(*) FROM stages WHERE stage_id = 'chaos.s' AND health = 'ok'") == 1, \
+        "a successful start clears the give-up, whoever started it"
     sup = supervisor.start_background(["--no-spares", "--poll", "1"])
     second = None
     try:
@@ -529,10 +538,20 @@ def test_the_supervisor_killed_then_a_driver_killed_one_watchdog_run_brings_back
         eventually(lambda: oracles.actual(clean_db, "chaos.s", "wordcount") == want, 180, "the sink = ground truth")
         print(f"supervisor and driver killed: sink equal to the ground truth {time.monotonic() - killed:.1f}s "
               f"after the driver's kill, within one watchdog run")
+        eventually(lambda: _count("SELECT count(*) FROM failures WHERE stage_id = 'chaos.s' "
+                                  "AND recovered_at IS NOT NULL") == 2, 60, "both failures closed")
         with clean_db.connect() as conn:
-            failures = conn.execute(text(
-                "SELECT kind, recovered_at IS NOT NULL AS closed FROM failures WHERE stage_id = 'chaos.s'")).all()
-        assert [tuple(f) for f in failures] == [("dead_pid", True)], failures
+            rows = conn.execute(text("SELECT kind, status, downtime_ms, COALESCE(last_commit_at, failed_at) AS lc "
+                                     "FROM failures WHERE stage_id = 'chaos.s' ORDER BY id")).all()
+            counted = conn.execute(text("SELECT sum(downtime_failure_s) FROM reporting.downtime_daily "
+                                        "WHERE day >= current_date - 1 AND app = 'chaos'")).scalar_one()
+        assert [(r.kind, r.status) for r in rows] == [("query_failed", "gave_up"), ("dead_pid", "recovered")], rows
+        print(f"  the kill's output gap {rows[1].downtime_ms / 1000:.1f}s; the earlier give-up ended at the new "
+              f"run's first commit ({rows[0].downtime_ms / 1000:.1f}s)")
+        # each gap runs from the last commit before it; where they overlap, a second counts once
+        (a0, a1), (b0, b1) = ((r.lc.timestamp(), r.lc.timestamp() + r.downtime_ms / 1000) for r in rows)
+        union = (a1 - a0) + (b1 - b0) - max(0.0, min(a1, b1) - max(a0, b0))
+        assert float(counted) == pytest.approx(union, abs=0.01), ("the report counts both", rows)
         assert _count("SELECT count(*) FROM deployments WHERE stage_id = 'chaos.s' "
                       "AND status IN ('starting', 'running')") == 1, "exactly one live run"
     finally:
