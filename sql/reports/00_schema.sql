@@ -12,18 +12,30 @@ SELECT g::date AS day
 FROM (SELECT min(created_at)::date AS first_day FROM public.apps) f,
      generate_series(f.first_day, current_date, interval '1 day') g;
 
--- The 1-second windows a batch speaks for, counted from the one it started in: its trigger
--- interval, or its duration when it overran the trigger (Spark starts the next batch as it ends),
--- up to the window its successor starts in, so that the two never share one; 1 for a sub-second
--- trigger, whose batches share their window by weight. Before, an overrunning batch took
--- ceil(duration) windows and met the next batch in one, where sla_daily summed their p95s: 12 of
--- the 24 s a demo's taxi stage had above R_max in its first 8 minutes were such sums. Inlined;
--- it costs sla_daily 15-20 % (850 -> 1 000 ms for 10 stages of 1 s batches a day, bench/reporting.py).
+-- The 1-second windows a batch speaks for: from `first_window` for its trigger interval, or its
+-- duration when it overran the trigger (Spark starts the next batch as it ends), up to the one
+-- nearest its end, where the next batch's begin, so two batches of a run never share one; 1 for
+-- a sub-second trigger, whose batches share the window they started in by weight. Before, an
+-- overrunning batch took ceil(duration) windows from the floor of its start and met the next
+-- batch in one, where sla_daily summed their p95s: 16 of the 42 s a demo's taxi stage had above
+-- R_max in 30 minutes. Inlined; with first_window it costs sla_daily 15-20 % (bench/reporting.py).
 CREATE FUNCTION reporting.hold_windows(ts timestamptz, trigger_ms double precision, duration_ms double precision)
 RETURNS integer LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN GREATEST(trigger_ms, duration_ms) < 1000 THEN 1
-                ELSE LEAST(3600, floor(date_part('epoch', ts) + GREATEST(trigger_ms, duration_ms) / 1000)
-                                 - floor(date_part('epoch', ts)))::int END
+                ELSE LEAST(3600, round(date_part('epoch', ts) + GREATEST(trigger_ms, duration_ms) / 1000)
+                                 - round(date_part('epoch', ts)))::int END
+$$;
+
+-- The first window (seconds after `epoch0`, a midnight) a batch speaks for: the one nearest its
+-- start for a trigger of a second or more, since Spark starts those batches on the trigger's grid
+-- of whole seconds a few ms early or late, and the floor of an early start is its predecessor's
+-- last window (a demo's taxi stage: 9 seconds "above R_max" in 10 minutes with every batch
+-- within it); the one it started in for a sub-second trigger.
+CREATE FUNCTION reporting.first_window(ts timestamptz, epoch0 double precision, trigger_ms double precision,
+                                       duration_ms double precision)
+RETURNS integer LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT (CASE WHEN GREATEST(trigger_ms, duration_ms) < 1000 THEN floor(date_part('epoch', ts) - epoch0)
+                 ELSE round(date_part('epoch', ts) - epoch0) END)::int
 $$;
 
 -- The length in seconds of the union of `ranges` (overlaps counted once).

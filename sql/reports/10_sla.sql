@@ -91,7 +91,7 @@ BEGIN
         -- One pass over the day's partition: per app, second a batch started in, and hold (how
         -- many windows a batch speaks for), the weighted sums. Few groups: a hash aggregate.
         -- Stages with one run that day only: the others' runs are told apart in `multi_windows`.
-        SELECT st.app, floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
+        SELECT st.app, reporting.first_window(m.ts, epoch0, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS sec,
                reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS hold_s,
                sum(m.latency_p95_ms * w.wt) AS p95,
                sum(COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
@@ -131,7 +131,7 @@ BEGIN
                   FROM stages s JOIN apps a ON a.name = s.app
                   WHERE s.stage_id = ANY (multi_stages)) st ON st.stage_id = m.stage_id
             CROSS JOIN LATERAL (
-                SELECT floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
+                SELECT reporting.first_window(m.ts, epoch0, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS sec,
                        reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS hold_s,
                        LEAST(float8 '1', GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000') AS wt,
                        COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
@@ -174,7 +174,7 @@ BEGIN
                                       sum(x.p90 * x.wt) / NULLIF(sum(x.wt), 0) AS p90, sum(x.wt) AS wt
                                FROM stage_metrics m
                                CROSS JOIN LATERAL (
-                                   SELECT floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
+                                   SELECT reporting.first_window(m.ts, epoch0, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS sec,
                                           reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS hold_s,
                                           LEAST(float8 '1', GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000') AS wt,
                                           m.latency_p95_ms AS p95,
@@ -182,7 +182,7 @@ BEGIN
                                                    m.latency_p95_ms) AS p90
                                ) x
                                WHERE m.stage_id = st.stage_id AND m.ts >= day_from AND m.ts < day_to
-                                 AND m.ts >= GREATEST(st.obs_from, day_from + make_interval(secs => mw.w - mw.max_hold_s + 1))
+                                 AND m.ts >= GREATEST(st.obs_from, day_from + make_interval(secs => mw.w - mw.max_hold_s))
                                  AND m.ts < LEAST(st.obs_to, day_from + make_interval(secs => mw.w + 1))
                                  AND x.sec <= mw.w AND x.sec + x.hold_s > mw.w
                                GROUP BY m.deployment_id

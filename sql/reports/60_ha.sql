@@ -325,7 +325,7 @@ BEGIN
                        generate_series(z.sec / 60, (z.sec + z.hold_s - 1) / 60) AS minute
                 FROM (
                     SELECT m.stage_id,
-                           floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
+                           reporting.first_window(m.ts, epoch0, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS sec,
                            reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS hold_s,
                            COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',
                                     m.latency_p95_ms) > st.r_max_ms AS high  -- NULL without latencies: neither
@@ -381,7 +381,7 @@ BEGIN
          AND m.ts >= GREATEST(st.lo, day_from + make_interval(secs => lower(b.mixed) - b.max_hold_s))
          AND m.ts < LEAST(upto, day_from + make_interval(secs => upper(b.mixed)))
         CROSS JOIN LATERAL (
-            SELECT floor(date_part('epoch', m.ts) - epoch0)::int AS sec,
+            SELECT reporting.first_window(m.ts, epoch0, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS sec,
                    reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS hold_s,
                    LEAST(float8 '1', GREATEST(COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) / float8 '1000') AS wt,
                    COALESCE(m.latency_p50_ms + (m.latency_p95_ms - m.latency_p50_ms) * float8 '0.8888888888888889',

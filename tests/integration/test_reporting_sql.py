@@ -220,7 +220,9 @@ def replicated_app(engine, run_ids: tuple[int | None, int | None] = (None, None)
     r = add_run(engine, "h.a", 2, at(-3600), None, status="running", role="replica-1", run_id=run_ids[1])
     b = add_run(engine, "h.b", 1, at(-3600), None, status="running")
     add_batches(engine, "h.a", [(at(43200 + i + 0.25), v, None) for i, v in enumerate(P_A)], deployment_id=p, cores=2)
-    add_batches(engine, "h.a", [(at(43200 + i + 0.6), v, None) for i, v in enumerate(R_A)], deployment_id=r, cores=2)
+    # 0.4 s after P's: a batch of a trigger of 1 s or more speaks from the window nearest its start
+    # (reporting.first_window), so both runs' batch i speak for window i
+    add_batches(engine, "h.a", [(at(43200 + i + 0.4), v, None) for i, v in enumerate(R_A)], deployment_id=r, cores=2)
     add_batches(engine, "h.b", [(at(43200 + i + 0.1), 100, None) for i in range(len(R_A))], deployment_id=b)
 
 
@@ -654,3 +656,23 @@ def test_an_overrunning_batch_and_the_next_never_share_a_window(rdb):
     assert s["measured_s"] == s["seconds_within_rmax"] == 430, s  # before: 360, 70 windows summed
     assert s["violated_windows"] == 0
     assert one(rdb, "ha_windows_daily", "a")["windows_stalled"] == 0
+
+
+def test_batches_started_a_few_ms_off_the_trigger_s_grid_never_share_a_window(rdb):
+    """Spark starts batches on the trigger's grid, a few ms early or late: 4 s batches at
+    k*4 s - 1 ms and k*4 s + 3 ms alternately, every p95 7 s on R_max 10 s. Every second is within.
+    Windows taken from the floor of each start made the early batch's first window its
+    predecessor's last: a demo's taxi stage had 9 seconds "above R_max" in 10 minutes where all
+    its batches were within."""
+    add_app(rdb, "a", r_max_ms=10000, created_at=at(36000), in_service=False)
+    add_run(rdb, "a.s", 1, at(36000), at(36000 + 400))
+    with rdb.begin() as conn:
+        for i in range(100):
+            conn.execute(text(
+                "INSERT INTO stage_metrics (ts, stage_id, run_id, batch_id, input_rows, batch_duration_ms, "
+                "trigger_interval_ms, latency_p50_ms, latency_p95_ms, latency_max_ms) "
+                "VALUES (:ts, 'a.s', 'r1', :b, 10, 2500, 4000, 6000, 7000, 7500)"),
+                {"ts": at(36000 + 4 * i + (-0.001 if i % 2 else 0.003)), "b": i})
+    s = one(rdb, "sla_daily", "a")
+    assert s["measured_s"] == s["seconds_within_rmax"] >= 399, s  # before: 50 windows summed to 14 s
+    assert one(rdb, "ha_windows_daily", "a")["windows_violated"] == 0
