@@ -93,7 +93,8 @@ stage_seconds AS (
         JOIN st ON st.stage_id = m.stage_id
         CROSS JOIN clock c
         CROSS JOIN LATERAL (
-            SELECT reporting.first_window(m.ts, c.day_epoch, COALESCE(m.trigger_interval_ms, st.trigger_ms), m.batch_duration_ms) AS sec,
+            SELECT reporting.first_window(m.ts, c.day_epoch, COALESCE(m.trigger_interval_ms, st.trigger_ms),
+                                          m.batch_duration_ms) AS sec,
                    reporting.hold_windows(m.ts, COALESCE(m.trigger_interval_ms, st.trigger_ms),
                                           m.batch_duration_ms) AS hold_s) t
         WHERE m.ts >= (SELECT min(cc.day_from) + make_interval(secs => min(bb.first_sec) - max(

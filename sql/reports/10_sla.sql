@@ -2,10 +2,11 @@
 --
 -- The app's response time at a 1-second window w is the sum over its stages of each stage's
 -- p95 latency (the critical path of a chain, as control.app_response_ms computes it). A batch
--- speaks for its stage in the windows from the one it started in for its trigger interval, or
--- for its duration when it overran the trigger (Spark starts the next batch as soon as it ends),
--- up to the window the next one starts in (`reporting.hold_windows`); a stage with a sub-second
--- trigger has several batches in a window and counts with their mean. A window counts as measured when every stage of the app
+-- speaks for its stage in the windows from the one nearest its start (`reporting.first_window`)
+-- for its trigger interval, or for its duration when it overran the trigger (Spark starts the
+-- next batch as soon as it ends), up to the one the next batch starts in (`hold_windows`); a
+-- stage with a sub-second trigger has several batches in the window they started in and counts
+-- with their mean. A window counts as measured when every stage of the app
 -- that reported that day has a batch speaking for it; unmeasured time (the app down, stopped,
 -- starting) counts neither as within nor as above R_max. Until issue 48, an overrunning batch
 -- spoke for its trigger interval only: a demo's taxi stage, whose batches took 3.2-3.7 s
