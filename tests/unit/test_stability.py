@@ -79,6 +79,21 @@ def test_a_reversal_within_the_interval_is_refused_with_that_reason(previous, ac
         assert v is None
 
 
+def test_a_scale_out_of_a_stage_falling_behind_is_never_refused_as_a_reversal():
+    """A load step soon after a scale-in: the suite's flash_crowd:101 had a 3.9x crowd 115 s after
+    `count` scaled in 12→1; the guard refused its scale-out for the rest of the 900 s interval,
+    and the stage was 785 s above R_max, its backlog at 97 000 rows."""
+    facts = StageFacts(last=last(SCALE_IN, 115, 12, 1), draining=True)
+    assert stability_verdict(req(SCALE_OUT, 1, 12), facts, NOW, OPT) is None
+    # not falling behind: still a reversal
+    v = stability_verdict(req(SCALE_OUT, 1, 12), StageFacts(last=last(SCALE_IN, 115, 12, 1)), NOW, OPT)
+    assert v is not None and v[0] == "declined" and "reverses" in v[1]
+    # and a scale-in while draining is still declined, whatever came before
+    v = stability_verdict(req(SCALE_IN, 4, 2, since_s=10 * OPT.scale_down_delay_s),
+                          StageFacts(last=last(SCALE_OUT, 115, 2, 4), draining=True), NOW, OPT)
+    assert v is not None and v[0] == "declined" and "backlog" in v[1]
+
+
 def test_application_cycle_applies_the_guard_and_spends_nothing():
     r = req(SCALE_IN, 4, 2, since_s=10 * OPT.scale_down_delay_s)
     o = req(SCALE_OUT, 2, 4)

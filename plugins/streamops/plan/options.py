@@ -136,7 +136,8 @@ class AppOptions:
         "gain is net of holding its cores until the maintenance window after next, a scale-in's adds what it saves"))
     scale_down_delay_s: float = option(3600.0, (
         "a scale-in is granted once asked for this long, seconds (Flink: scale-down.interval; §7.1)"))
-    reversal_interval_s: float = option(900.0, "a change reversing one granted less than this ago is declined, seconds")
+    reversal_interval_s: float = option(900.0, (
+        "a change reversing one granted less than this ago is declined (never a scale-out of a draining stage), seconds"))
     drain_backlog_s: float = option(10.0, "more than this many seconds of input queued: draining, no scale-in")
 
     def __post_init__(self) -> None:

@@ -5,7 +5,10 @@ bucket or the window's budget sees it, in the simulator and in production alike:
 - a scale-in is declined while the stage's backlog drains (`draining`): the cores are what
   catches it up (FLINK-31318, an autoscaler scaling down a job that was catching up);
 - a change whose direction reverses the stage's last change, granted less than
-  `reversal_interval_s` ago, is declined with that reason;
+  `reversal_interval_s` ago, is declined with that reason, except a scale-out of a stage whose
+  backlog drains: refusing cores to a stage that is falling behind turns a flip-flop into an
+  outage (a 3.9x flash crowd 115 s after a scale-in was 785 s above R_max, waiting out the
+  interval, on the suite's flash_crowd:101);
 - a scale-in is deferred until it has been asked for, without a break, for `scale_down_delay_s`
   (Flink's `job.autoscaler.scale-down.interval`): a dip shorter than that gives nothing back.
 
@@ -72,7 +75,9 @@ def stability_verdict(r: Request, facts: StageFacts, now: datetime, opt: AppOpti
     last = facts.last
     if last is not None and d != 0:
         ago = (now - last.at).total_seconds()
-        if direction(last.action, last.from_cores, last.to_cores) == -d and ago < opt.reversal_interval_s:
+        overloaded = d > 0 and facts.draining
+        if direction(last.action, last.from_cores, last.to_cores) == -d and ago < opt.reversal_interval_s \
+                and not overloaded:
             return "declined", (f"reverses the {last.action} {last.from_cores}→{last.to_cores} granted {ago:.0f} s "
                                 f"ago (< reversal_interval_s {opt.reversal_interval_s:g} s)")
     if d < 0 and opt.scale_down_delay_s > 0:
