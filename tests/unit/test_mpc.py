@@ -80,11 +80,12 @@ def test_demand_and_spread_paths():
     assert spread_path([100.0] * 2, None, 60.0, 60.0, 0.1) == [10.0, 10.0]
 
 
-def _stats(rate: float, cores: int, *, backlog: float = 0.0, forecast: tuple[float, ...] = ()) -> StageStats:
+def _stats(rate: float, cores: int, *, backlog: float = 0.0, forecast: tuple[float, ...] = (),
+           growth: float = 0.0) -> StageStats:
     span = 120.0
     rows = rate * span
     return StageStats("taxi.count", "taxi", "local", cores, 1, 12, 8, span, 60, int(rows),
-                      busy_ms=rows / (100.0 * cores) * 1000.0, backlog_rows=backlog, backlog_growth_rps=0.0,
+                      busy_ms=rows / (100.0 * cores) * 1000.0, backlog_rows=backlog, backlog_growth_rps=growth,
                       latency_p95_ms=90.0, state_bytes=200e6, forecast_path=forecast, forecast_sd=5.0,
                       forecast_rate=max(forecast) if forecast else None)
 
@@ -110,6 +111,21 @@ def test_the_operator_asks_and_the_application_manager_grants_through_the_bucket
     assert [r.action for r in low] == [SCALE_IN]
     # at the default price (320 core-s per s) a restart is dear: the idle cores are kept for now
     assert operator_cycle("mpc", _stats(30.0, 6), OperatorOptions(), OperatorState(), c)[0] == []
+
+
+def test_a_stage_falling_behind_is_sized_for_its_arrivals_not_its_throughput():
+    """At capacity, a stage processes what its cores serve, whatever arrives: 200 rows/s on 2
+    cores while its backlog grows 300 rows/s is a load of 500 rows/s, which 5 cores serve at
+    100 rows/s each, and no fewer."""
+    opt = OperatorOptions(slo_price=320.0)
+    c = OperatorContext(200.0, CostModel(), {}, random.Random(0))
+    behind = _stats(200.0, 2, backlog=300.0 * 5, growth=300.0)  # 5 s behind: it has just begun
+    assert behind.arrival_rate == 500.0
+    reqs, _ = operator_cycle("mpc", behind, opt, OperatorState(), c)
+    assert [r.action for r in reqs] == [SCALE_OUT] and reqs[0].target_cores >= 6
+    assert reqs[0].snapshot["demand_now"] == 500.0
+    # a backlog draining is arrivals below the throughput
+    assert _stats(200.0, 2, backlog=1000.0, growth=-50.0).arrival_rate == 150.0
 
 
 @pytest.mark.parametrize("bad", [{"slo_price": -1}, {"mpc_max_utilization": 0}, {"mpc_step_s": 0},

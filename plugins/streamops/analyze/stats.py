@@ -48,6 +48,12 @@ class StageStats:
         return self.input_rows / self.span_s if self.span_s > 0 else 0.0
 
     @property
+    def arrival_rate(self) -> float:
+        """Rows/s arriving: those processed plus the backlog's growth. A stage that falls behind
+        processes at its capacity, so its input rate alone understates the load it must serve."""
+        return max(0.0, self.input_rate + self.backlog_growth_rps)
+
+    @property
     def core_cap(self) -> int:
         """The most cores a policy may ask for: max_cores, or fewer when the source cannot feed them."""
         if self.max_useful_cores is None:

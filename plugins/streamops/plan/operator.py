@@ -220,7 +220,7 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
     # A forecast doing worse than holding the measured rate is set aside, and the reason says so.
     unskilled = opt.forecast and s.forecast_skill is not None and s.forecast_skill > opt.forecast_max_skill
     use = opt.forecast and not unskilled
-    demand = demand_path(s.input_rate, s.forecast_path if use else (), opt.forecast_bucket_s, steps, opt.mpc_step_s)
+    demand = demand_path(s.arrival_rate, s.forecast_path if use else (), opt.forecast_bucket_s, steps, opt.mpc_step_s)
     sd = spread_path(demand, s.forecast_sd if use else None, opt.forecast_bucket_s, opt.mpc_step_s, opt.mpc_rate_sd)
 
     def change_s(n: int) -> float:
