@@ -137,7 +137,7 @@ class AppOptions:
     scale_down_delay_s: float = option(3600.0, (
         "a scale-in is granted once asked for this long, seconds (Flink: scale-down.interval; §7.1)"))
     reversal_interval_s: float = option(900.0, (
-        "a change reversing one granted less than this ago is declined (never a scale-out of a draining stage), seconds"))
+        "a change reversing one granted less than this ago is declined (not a draining stage's scale-out), seconds"))
     drain_backlog_s: float = option(10.0, "more than this many seconds of input queued: draining, no scale-in")
 
     def __post_init__(self) -> None:
