@@ -115,8 +115,8 @@ def test_the_operator_asks_and_the_application_manager_grants_through_the_bucket
 
 def test_a_stage_falling_behind_is_sized_for_its_arrivals_not_its_throughput():
     """At capacity, a stage processes what its cores serve, whatever arrives: 200 rows/s on 2
-    cores while its backlog grows 300 rows/s is a load of 500 rows/s, which 5 cores serve at
-    100 rows/s each, and no fewer."""
+    cores while its backlog grows 300 rows/s is a load of 500 rows/s, which 5 cores of 100 rows/s
+    serve only flat out (mpc plans at most 85 % busy); sized on the 200 it processed, it asked for 5."""
     opt = OperatorOptions(slo_price=320.0)
     c = OperatorContext(200.0, CostModel(), {}, random.Random(0))
     behind = _stats(200.0, 2, backlog=300.0 * 5, growth=300.0)  # 5 s behind: it has just begun
