@@ -94,6 +94,18 @@ def test_a_scale_out_of_a_stage_falling_behind_is_never_refused_as_a_reversal():
     assert v is not None and v[0] == "declined" and "backlog" in v[1]
 
 
+def test_a_reversal_let_through_says_so_in_its_grant():
+    o = req(SCALE_OUT, 1, 12)
+    facts = {"app.s1": StageFacts(last=last(SCALE_IN, 115, 12, 1), draining=True)}
+    decisions, _ = application_cycle(APP, OPT, AppState(tokens=1.0), [o], 2000.0, True, NOW, facts)
+    assert [d.outcome for d in decisions] == ["granted"]
+    assert "reverses the scale_in 12→1 granted 115 s ago, allowed: the stage is falling behind" in decisions[0].reason
+    # a scale-out that reverses nothing says nothing of it
+    decisions, _ = application_cycle(APP, OPT, AppState(tokens=1.0), [o], 2000.0, True, NOW,
+                                     {"app.s1": StageFacts(draining=True)})
+    assert decisions[0].outcome == "granted" and "reverses" not in decisions[0].reason
+
+
 def test_application_cycle_applies_the_guard_and_spends_nothing():
     r = req(SCALE_IN, 4, 2, since_s=10 * OPT.scale_down_delay_s)
     o = req(SCALE_OUT, 2, 4)

@@ -33,7 +33,7 @@ from streamops.plan.model import (
     Request,
 )
 from streamops.plan.options import AppOptions
-from streamops.plan.stability import StageFacts, stability_verdict
+from streamops.plan.stability import StageFacts, reversal, stability_verdict
 
 TokenGenerator = Callable[[float | None, float, float], float]
 
@@ -103,28 +103,17 @@ def _decide(r: Request, outcome: str, reason: str, before: float, after: float, 
     return Decision(r, outcome, reason, round(before, 3), round(after, 3), **kw)
 
 
-def _stable(reconfigs: list[Request], facts: Mapping[str, StageFacts], now: datetime, opt: AppOptions,
-            tokens: float, decisions: list[Decision]) -> list[Request]:
-    """The requests plan.stability lets through; a decision for each one it stops."""
-    kept = []
-    for r in reconfigs:
-        verdict = stability_verdict(r, facts.get(r.stage_id, StageFacts()), now, opt)
-        if verdict is None:
-            kept.append(r)
-        else:
-            decisions.append(_decide(r, verdict[0], verdict[1], tokens, tokens))
-    return kept
-
-
 @dataclass
 class _Ledger:
     """A cycle's decisions so far, and the stages granted an action (one each per cycle)."""
 
     decisions: list[Decision] = field(default_factory=list)
     granted_stages: set[str] = field(default_factory=set)
+    notes: dict[int, str] = field(default_factory=dict)  # id(request) → what its grant's reason adds
 
     def grant(self, r: Request, reason: str, before: float, after: float, **kw: Any) -> None:
-        self.decisions.append(_decide(r, "granted", reason, before, after, **kw))
+        note = self.notes.get(id(r))
+        self.decisions.append(_decide(r, "granted", f"{reason}; {note}" if note else reason, before, after, **kw))
         self.granted_stages.add(r.stage_id)
 
     def add(self, r: Request, outcome: str, reason: str, tokens: float, **kw: Any) -> None:
@@ -137,6 +126,24 @@ class _Ledger:
             return False
         self.add(r, "declined", "another action for this stage was granted", tokens)
         return True
+
+
+def _stable(reconfigs: list[Request], facts: Mapping[str, StageFacts], now: datetime, opt: AppOptions,
+            tokens: float, ledger: _Ledger) -> list[Request]:
+    """The requests plan.stability lets through; a decision for each one it stops, and a note on
+    each reversal it lets through (a stage falling behind), which its grant's reason carries."""
+    kept = []
+    for r in reconfigs:
+        f = facts.get(r.stage_id, StageFacts())
+        verdict = stability_verdict(r, f, now, opt)
+        if verdict is not None:
+            ledger.add(r, verdict[0], verdict[1], tokens)
+            continue
+        reverses = reversal(r, f, now, opt)
+        if reverses is not None:
+            ledger.notes[id(r)] = f"it reverses {reverses}, allowed: the stage is falling behind"
+        kept.append(r)
+    return kept
 
 
 def _spend_tokens(ledger: _Ledger, reconfigs: list[Request], tokens: float, net: dict[int, float], hold_h: float,
@@ -209,7 +216,7 @@ def application_cycle(
     reconfigs = sorted((r for r in requests if r.action not in LOCAL and r.action != REMOVE_REPLICA),
                        key=lambda r: net[id(r)] / max(r.cost_ms / 1000.0, 0.001), reverse=True)
     if facts is not None:  # refused before the bucket or the window's budget sees them: nothing spent
-        reconfigs = _stable(reconfigs, facts, now, opt, tokens, ledger.decisions)
+        reconfigs = _stable(reconfigs, facts, now, opt, tokens, ledger)
     if opt.policy == "accept_all":
         for r in reconfigs:
             if not ledger.stage_taken(r, tokens):

@@ -63,6 +63,19 @@ def draining(backlog_rows: float, input_rate: float, opt: AppOptions) -> bool:
     return backlog_rows > opt.drain_backlog_s * max(input_rate, 1.0)
 
 
+def reversal(r: Request, facts: StageFacts, now: datetime, opt: AppOptions) -> str | None:
+    """What `r` reverses, when its direction is opposite to the stage's last change and that change
+    was granted less than `reversal_interval_s` ago ("the scale_in 12→1 granted 115 s ago")."""
+    d = direction(r.action, r.snapshot.get("cores"), r.target_cores)
+    last = facts.last
+    if last is None or d == 0 or direction(last.action, last.from_cores, last.to_cores) != -d:
+        return None
+    ago = (now - last.at).total_seconds()
+    if ago >= opt.reversal_interval_s:
+        return None
+    return f"the {last.action} {last.from_cores}→{last.to_cores} granted {ago:.0f} s ago"
+
+
 def stability_verdict(r: Request, facts: StageFacts, now: datetime, opt: AppOptions) -> tuple[str, str] | None:
     """(outcome, reason) when `r` must not be granted now: "declined" (it reverses a recent change,
     or scales in while catching up) or "deferred" (a scale-in inside its delay); None: it may."""
@@ -72,14 +85,9 @@ def stability_verdict(r: Request, facts: StageFacts, now: datetime, opt: AppOpti
     if d < 0 and facts.draining:
         return "declined", (f"no scale-in while the backlog drains (more than {opt.drain_backlog_s:g} s of input "
                             f"queued): its cores are catching up")
-    last = facts.last
-    if last is not None and d != 0:
-        ago = (now - last.at).total_seconds()
-        overloaded = d > 0 and facts.draining
-        if direction(last.action, last.from_cores, last.to_cores) == -d and ago < opt.reversal_interval_s \
-                and not overloaded:
-            return "declined", (f"reverses the {last.action} {last.from_cores}→{last.to_cores} granted {ago:.0f} s "
-                                f"ago (< reversal_interval_s {opt.reversal_interval_s:g} s)")
+    reverses = reversal(r, facts, now, opt)
+    if reverses is not None and not (d > 0 and facts.draining):
+        return "declined", f"reverses {reverses} (< reversal_interval_s {opt.reversal_interval_s:g} s)"
     if d < 0 and opt.scale_down_delay_s > 0:
         wanted = 0.0 if r.first_made_at is None else (now - r.first_made_at).total_seconds()
         if wanted < opt.scale_down_delay_s:
