@@ -82,6 +82,8 @@ def test_a_spare_still_building_niced_after_its_limit_gets_the_data_plane_s_prio
                                     stdin_pipe=True)
     spare = launcher.Spare("a.s", 1, proc, str(tmp_path / "log"), tmp_path / "ready", niced=True)
     try:
+        # nice(1) sets the niceness, then execs: read before that, it is the parent's (a loaded machine)
+        assert wait_until(lambda: psutil.Process(proc.pid).cmdline()[:1] == ["sleep"], 10), "nice(1) has exec'd"
         spare.hurry_if_slow()
         niced = min(19, psutil.Process().nice() + launcher.SPARE_NICE)
         assert spare.niced and psutil.Process(proc.pid).nice() == niced, "within its limit"
