@@ -122,9 +122,15 @@ def test_an_mpc_stage_plans_on_its_forecast_path_and_asks_through_the_same_pass(
         assert len(pred.forecast_path) > 1 and pred.forecast_path[-1] > pred.forecast_path[0]  # still rising
         assert pred.forecast_sd == pytest.approx(0, abs=0.5)  # a straight ramp: its steps never vary
         _, requests = control.operator_pass(conn, now, app="fc", host=(0.1, 0.3), windows=loaded)
+    # A restart a step later, from a copy staged meanwhile, costs less than one now (plan.cost's
+    # share): the first pass stages the copy, and the next, reading the operator's state back, asks.
+    staged = {r.stage_id: r for r in requests}["fc.pred"]
+    assert staged.action == "prestage" and staged.target_cores == 2 and staged.snapshot["mpc_switch_step"] == 2
+    with db.transaction() as conn:
+        _, requests = control.operator_pass(conn, now, app="fc", host=(0.1, 0.3), windows=loaded)
     asked = {r.stage_id: r for r in requests}["fc.pred"]
     assert asked.action == "scale_out" and asked.target_cores == 2, asked
     assert asked.reason.startswith("MPC") and asked.snapshot["mpc_target"] == 2
     with db.transaction() as conn:
-        policy = conn.execute(text("SELECT policy FROM requests WHERE stage_id = 'fc.pred'")).scalar_one()
-    assert policy == "mpc"
+        policy = dict(conn.execute(text("SELECT action, policy FROM requests WHERE stage_id = 'fc.pred'")).all())
+    assert policy == {"prestage": "mpc", "scale_out": "mpc"}

@@ -10,7 +10,7 @@ import pytest
 
 from streamops.analyze.stats import StageStats
 from streamops.plan.application import AppView, application_cycle
-from streamops.plan.cost import CostModel
+from streamops.plan.cost import CostModel, Observation
 from streamops.plan.model import SCALE_IN, SCALE_OUT, AppState, OperatorState
 from streamops.plan.mpc import demand_path, plan_cores, spread_path
 from streamops.plan.operator import OperatorContext, operator_cycle
@@ -21,7 +21,7 @@ STEP = 60.0
 
 def plan(demand, cores=2, price=20.0, change=10.0, sd=None, backlog=0.0, max_cores=12):
     sd = sd if sd is not None else [0.05 * d for d in demand]
-    return plan_cores(cores, 1, max_cores, 100.0, demand, sd, STEP, 0.85, price, lambda n: change, backlog)
+    return plan_cores(cores, 1, max_cores, 100.0, demand, sd, STEP, 0.85, price, lambda n, j: change, backlog)
 
 
 def test_a_load_the_cores_serve_keeps_them():
@@ -153,3 +153,29 @@ def test_a_scale_out_planned_for_later_is_staged_now_and_released_when_the_plan_
     assert [r.action for r in due] == [SCALE_OUT] and state.prestaged  # the copy is the grant's to use
     gone, state = operator_cycle("mpc", _stats(120.0, 2, forecast=(120.0,) * 11), opt, state, c)
     assert [r.action for r in gone] == ["release_prestage"] and not state.prestaged
+
+
+def test_a_switch_a_staged_copy_makes_cheaper_waits_one_step_for_it():
+    """160 rows/s on 2 cores is within reach but above mpc's 85 %: a third core is worth it. A
+    restart now costs 30 s; one a step later, from a copy staged meanwhile, 5 s. A stage whose
+    queue grows (170 rows/s and above) cannot wait."""
+    def plan_at(rate, later):
+        return plan_cores(2, 1, 12, 100.0, [rate] * 10, [0.05 * rate] * 10, STEP, 0.85, 20.0,
+                          lambda n, j: 30.0 if j == 1 else later)
+    assert (plan_at(160.0, 30.0).target, plan_at(160.0, 30.0).switch_step) == (3, 1)
+    assert (plan_at(160.0, 5.0).target, plan_at(160.0, 5.0).switch_step) == (3, 2)
+    assert plan_at(175.0, 5.0).switch_step == 1
+
+
+def test_the_operator_stages_a_copy_first_when_its_restart_is_cheaper():
+    """The stage's own pause-resumes cost 30 s; a staged restart is estimated at its share (plan.cost).
+    The first cycle stages a copy; the next asks for the scale-out from it."""
+    cost = CostModel([Observation("taxi.count", SCALE_OUT, 200e6, 15_000, "pause_resume", 15_000)])
+    c = OperatorContext(200.0, cost, {}, random.Random(0))
+    opt = OperatorOptions(slo_price=40.0)
+    reqs, state = operator_cycle("mpc", _stats(150.0, 2), opt, OperatorState(), c)
+    assert [r.action for r in reqs] == ["prestage"] and state.prestaged
+    reqs, state = operator_cycle("mpc", _stats(150.0, 2), opt, state, c)
+    assert [r.action for r in reqs] == [SCALE_OUT] and reqs[0].snapshot["mpc_target"] == 3
+    assert reqs[0].cost_ms == pytest.approx(30_000 * 10 / 16)  # priced as the staged restart it will be
+

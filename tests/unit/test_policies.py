@@ -957,13 +957,27 @@ def test_cost_is_learned_per_stage_and_mechanism_with_the_catch_up():
     # two pause-resumes: their own mean of output gap + catch-up
     assert m("s1", "scale_out", 0, "pause_resume") == pytest.approx(10_000)
     assert m.source("s1", "scale_out", "pause_resume") == "stage+mechanism"
-    # one prestaged row is too few: the stage's rows of any mechanism
-    assert m.source("s1", "scale_out", "prestaged") == "stage"
-    assert m("s1", "scale_out", 0, "prestaged") == pytest.approx((10_000 + 10_000 + 1500) / 3)
+    # one prestaged row is too few: the stage's rows of any mechanism, at a staged restart's share
+    # of a pause-resume (plan.mechanisms' 10 s of 16 s): a copy staged skips the copy and repartition
+    assert m.source("s1", "scale_out", "prestaged") == "stage × share"
+    assert m("s1", "scale_out", 0, "prestaged") == pytest.approx((10_000 + 10_000 + 1500) / 3 * 10 / 16)
     m.add(Observation("s1", "scale_out", 0, 900, "prestaged", 300))
     assert m("s1", "scale_out", 0, "prestaged") == pytest.approx(1350)
     # without a mechanism, what the stage's scale-outs cost lately
     assert m.samples("s1", "scale_out") == 4
+
+
+def test_a_mechanism_a_stage_never_used_is_learned_from_the_stages_that_did():
+    """mpc prices a scale-out a step away at a staged restart (plan.operator.mpc): a stage's first
+    one is estimated from every stage's staged restarts, not from its own pause-resumes."""
+    m = CostModel([Observation("s1", "scale_out", 0, 15_000, "pause_resume", 15_000),
+                   Observation("s2", "scale_out", 0, 4000, "prestaged", 1000),
+                   Observation("s3", "scale_out", 0, 5000, "prestaged", 2000)])
+    assert m.source("s1", "scale_out", "prestaged") == "all stages+mechanism"
+    assert m("s1", "scale_out", 0, "prestaged") == pytest.approx(6000)
+    assert m("s1", "scale_out", 0) == pytest.approx(30_000)  # no mechanism named: the stage's own
+    assert CostModel()("s9", "scale_out", 0, "prestaged") == pytest.approx(10_000 * 10 / 16)  # the prior's share
+    assert CostModel().source("s9", "scale_out", "prestaged") == "prior × share"
 
 
 def test_a_stage_s_failure_recoveries_stand_in_for_its_pause_resume_cost():

@@ -14,6 +14,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from streamops.plan.kinds import MechanismName
+from streamops.plan.mechanisms import IN_DRIVER_S, PAUSE_RESUME_S, PRESTAGED_S
+
 # Priors (ms): stop + restart of a local Spark driver measured about 10 s on 2 cores; a
 # migration adds copying the checkpoint. Ours, not the papers'; replaced as soon as history exists.
 PRIOR_MS = {"scale_out": 10_000.0, "scale_in": 10_000.0, "migrate": 15_000.0}
@@ -21,6 +24,11 @@ PRIOR_MS_PER_MB = 5.0
 MIN_ROWS = 2  # a stage's per-mechanism estimate needs this many rows; fewer: its rows of any mechanism
 RECENT = 20  # per key, only the latest rows count: a stage's cost moves with its cluster and state
 RESTART = "restart"  # the action of a failure's recovery
+# A restart mechanism's outage over a pause-resume's, as plan.mechanisms ranks them: a change by
+# one that no stage has used yet is estimated at the stage's cost of any change × this, not at
+# the cost of the pause-resumes it has seen (a staged copy skips the copy and the repartition).
+SHARE: dict[str, float] = {MechanismName.PRESTAGED: PRESTAGED_S / PAUSE_RESUME_S,
+                           MechanismName.IN_DRIVER: IN_DRIVER_S / PAUSE_RESUME_S}
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,8 @@ class CostModel:
     """Least squares `cost = a + b·state_MB` (b ≥ 0) over the first level that has rows (the
     mean when the sizes do not vary), in this order:
     1. the stage's own (action, mechanism) rows, when a mechanism is asked for (≥ `min_rows`);
+    1b. every stage's (action, mechanism) rows, for a mechanism in SHARE (≥ `min_rows`); without
+        them, such a mechanism is the levels below × its SHARE;
     2. the stage's own rows of the action, any mechanism;
     3. the stage's failure recoveries, for a pause-resume (or no mechanism named);
     4. every stage's rows of the action;
@@ -53,7 +63,8 @@ class CostModel:
             self.add(o)
 
     def add(self, o: Observation) -> None:
-        for key in ((o.stage_id, o.action, o.mechanism), (o.stage_id, o.action), (o.action,)):
+        for key in ((o.stage_id, o.action, o.mechanism), (o.stage_id, o.action), (o.action,),
+                    (None, o.action, o.mechanism)):
             rows = self.rows[key]
             rows.append(o)
             if len(rows) > RECENT and len(key) > 1:
@@ -67,24 +78,33 @@ class CostModel:
         return len(self.rows.get(key, ()))
 
     def source(self, stage_id: str, action: str, mechanism: str | None = None) -> str:
-        """Which level `estimate` uses: stage+mechanism | stage | stage restarts | all stages | prior."""
-        return self._level(stage_id, action, mechanism)[0]
+        """Which level `estimate` uses: stage+mechanism | all stages+mechanism | stage | stage restarts
+        | all stages | prior, the last four "… × share" for a mechanism in SHARE without rows of its own."""
+        name, _ = self._level(stage_id, action, mechanism)
+        return f"{name} × share" if self._scaled(name, mechanism) else name
 
     def estimate(self, stage_id: str, action: str, state_bytes: float, mechanism: str | None = None) -> float:
-        _, obs = self._level(stage_id, action, mechanism)
+        name, obs = self._level(stage_id, action, mechanism)
+        share = SHARE[mechanism or ""] if self._scaled(name, mechanism) else 1.0
         if obs:
-            return max(0.0, _fit(obs, state_bytes / 1e6))
-        return PRIOR_MS.get(action, 10_000.0) + PRIOR_MS_PER_MB * state_bytes / 1e6
+            return share * max(0.0, _fit(obs, state_bytes / 1e6))
+        return share * (PRIOR_MS.get(action, 10_000.0) + PRIOR_MS_PER_MB * state_bytes / 1e6)
+
+    @staticmethod
+    def _scaled(level: str, mechanism: str | None) -> bool:
+        return mechanism in SHARE and not level.endswith("+mechanism")
 
     def _level(self, stage_id: str, action: str, mechanism: str | None) -> tuple[str, list[Observation]]:
         levels = []
         if mechanism is not None:
             levels.append(("stage+mechanism", self.rows.get((stage_id, action, mechanism), [])))
+        if mechanism in SHARE:
+            levels.append(("all stages+mechanism", self.rows.get((None, action, mechanism), [])))
         levels.append(("stage", self.rows.get((stage_id, action), [])))
         if mechanism in (None, "pause_resume") and action != RESTART:
             levels.append(("stage restarts", self.rows.get((stage_id, RESTART), [])))
         for name, obs in levels:
-            if len(obs) >= (self.min_rows if name == "stage+mechanism" else 1):
+            if len(obs) >= (self.min_rows if name.endswith("+mechanism") else 1):
                 return name, obs
         obs = self.rows.get((action,), [])
         return ("all stages", obs) if obs else ("prior", [])

@@ -3,10 +3,11 @@
 Pure. Each cycle, for every core count n the stage may run and every step j of the horizon at
 which it could switch to n, the expected cost over the next H steps of `step_s` seconds is
 
-    Σ_h  cores_h · step_s  +  slo_price · E[seconds above R_max at step h]  +  slo_price · change_s
+    Σ_h  cores_h · step_s  +  slo_price · E[seconds above R_max at step h]  +  slo_price · change_s(n, j)
 
 where cores_h is today's count before step j and n from it, and change_s is the learned cost of
-the change (its output gap plus catch-up, `plan.cost`), paid once if n differs. The backlog is a
+the change (its output gap plus catch-up, `plan.cost`), paid once if n differs. It depends on j:
+a switch a step away can restart from a copy staged meanwhile, which costs less than one now. The backlog is a
 queue carried from step to step (it grows by demand − cores · rate); a step is above R_max while
 its queue lasts, and for the rest of it when the demand exceeds what the cores serve at
 `max_utilization`; the queue left at the horizon's end counts the seconds it takes to drain. The
@@ -51,9 +52,9 @@ def _p_above(demand: float, sd: float, capacity: float) -> float:
 
 def plan_cores(cores: int, min_cores: int, max_cores: int, rate_per_core: float, demand: Sequence[float],
                sd: Sequence[float], step_s: float, max_utilization: float, slo_price: float,
-               change_s: Callable[[int], float], backlog_rows: float = 0.0) -> MpcPlan:
+               change_s: Callable[[int, int], float], backlog_rows: float = 0.0) -> MpcPlan:
     """The cheapest plan over the horizon len(demand) (demand and sd per step, rows/s);
-    change_s(n): seconds above R_max a change to n costs (0 for n == cores). The backlog carries
+    change_s(n, j): seconds above R_max a change to n made at step j costs. The backlog carries
     from step to step: an under-sized plan pays for every step its queue lasts, not just one."""
     if not demand or len(sd) != len(demand):
         raise ValueError("demand and sd need one value per step of the horizon")
@@ -84,10 +85,9 @@ def plan_cores(cores: int, min_cores: int, max_cores: int, rate_per_core: float,
     for n in range(min_cores, max_cores + 1):
         if n == cores:
             continue
-        change = slo_price * change_s(n)
         for j in range(1, H):  # step 0 runs today's cores whatever is asked now
             core_s, above = run(j, n)
-            c = core_s + slo_price * above + change
+            c = core_s + slo_price * (above + change_s(n, j))
             if c < best.cost - 1e-9:
                 best = MpcPlan(n, j, c, stay, above)
     return best

@@ -19,6 +19,7 @@ from typing import Any
 from streamops.analyze.fuzzy import bottleneck_score
 from streamops.analyze.stats import StageStats, busy_fraction, ds2_target, load_ratio, true_rate_per_core
 from streamops.plan.budget import BASE_PRICE, Budget
+from streamops.plan.kinds import MechanismName
 from streamops.plan.model import MIGRATE, PRESTAGE, RELEASE, SCALE_IN, SCALE_OUT, OperatorState, Request
 from streamops.plan.mpc import demand_path, plan_cores, spread_path
 from streamops.plan.options import OperatorOptions
@@ -223,8 +224,14 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
     demand = demand_path(s.arrival_rate, s.forecast_path if use else (), opt.forecast_bucket_s, steps, opt.mpc_step_s)
     sd = spread_path(demand, s.forecast_sd if use else None, opt.forecast_bucket_s, opt.mpc_step_s, opt.mpc_rate_sd)
 
-    def change_s(n: int) -> float:
-        return ctx.cost(s.stage_id, SCALE_OUT if n > s.cores else SCALE_IN, s.state_bytes, None) / 1000.0
+    def change_s(n: int, j: int) -> float:
+        action = SCALE_OUT if n > s.cores else SCALE_IN
+        cost = ctx.cost(s.stage_id, action, s.state_bytes, None)
+        # A scale-out a step away (or with a copy staged already) may restart from the copy: the
+        # Application Manager grants the pre-stage now, and the mechanism rule picks it if cheaper.
+        if action == SCALE_OUT and (j > 1 or state.prestaged):
+            cost = min(cost, ctx.cost(s.stage_id, action, s.state_bytes, MechanismName.PRESTAGED))
+        return cost / 1000.0
 
     app_price, priced_by = _slo_price(opt, ctx)
     # A second above R_max is the app's, and the chain's stages overload together when the load rises:
