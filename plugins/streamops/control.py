@@ -75,8 +75,8 @@ def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: st
     floor = conn.execute(db.query("window_floor"), {"now": now, "window_s": opts.window_s, "app": app}).scalar_one()
     conn.execute(db.query("windows_tuning"))
     rows = conn.execute(db.query("stage_windows"), {
-        "now": now, "floor": floor, "window_s": opts.window_s, "stab_s": opts.stabilization_s, "app": app,
-        "stage": stage,
+        "now": now, "floor": floor, "window_s": opts.window_s, "stab_s": opts.stabilization_s,
+        "recent_s": opts.recent_s, "app": app, "stage": stage,
     }).mappings().all()
     return with_forecasts(conn, now, [(  # stages with `forecast: true` get their forecast_rate
         StageStats(
@@ -87,6 +87,7 @@ def load_windows(conn: Connection, now: datetime, opts: OperatorOptions, app: st
             latency_p95_ms=r["latency_p95_ms"], state_bytes=r["state_bytes"],
             extra={"latency_avg_p95_ms": r["latency_avg_p95_ms"]},
             max_useful_cores=useful_cores(r["source_partitions"], r["min_partitions"]),
+            recent_arrival_rate=r["recent_arrival_rps"],
         ),
         stored(Policy, r["policy"]),
     ) for r in rows])

@@ -195,6 +195,40 @@ def test_the_operator_s_window_starts_after_a_live_change_and_is_empty_while_one
     assert window() == (0, 0), "no window while a change is in flight"
 
 
+def test_the_operator_s_window_measures_the_last_seconds_arrivals_beside_its_mean(clean_db):
+    """A surge shows in the window's mean only as the window fills: mpc also reads the rows arriving
+    over its last recent_s (processed + the backlog's slope), from the same metrics."""
+    from datetime import datetime, timedelta
+
+    from streamops.plan.options import OperatorOptions
+
+    reg = registry.parse({
+        "pools": {"p": {"cores": 8}},
+        "apps": {"rs": {"r_max_ms": 3000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                        "stages": {"s": {**demo_job("wordcount", {"kind": "files", "path": "rs/s"}),
+                                         "cores": {"initial": 2, "max": 4}, "pool": "p"}}}},
+    })
+    stages.sync_registry(reg)
+    now = datetime.now(UTC)
+    with clean_db.begin() as conn:
+        dep = conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+            "started_at, running_at) VALUES ('rs.s', 'p', 2, 4, '{}', 'local', '/c', 'running', :t, :t) RETURNING id"),
+            {"t": now - timedelta(minutes=30)}).scalar_one()
+        for b, age_s in enumerate(range(115, 0, -5)):  # a batch every 5 s; the last three in the surge
+            surge = age_s < 20
+            conn.execute(text(
+                "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, "
+                "batch_duration_ms, backlog_rows) VALUES (:ts, 'rs.s', :d, 'r', :b, :n, 10, :q)"),
+                {"ts": now - timedelta(seconds=age_s), "d": dep, "b": b, "n": 500 if surge else 100,
+                 "q": (20 - age_s) * 100 if surge else 0})
+    with clean_db.connect() as conn:
+        (stats, _), = control.load_windows(conn, now, OperatorOptions(stabilization_s=0, recent_s=20), app="rs")
+    # 1 500 rows in the last 20 s, and the backlog growing 100 rows/s
+    assert stats.recent_arrival_rate == pytest.approx(1500 / 20 + 100)
+    assert stats.input_rate + stats.backlog_growth_rps < 60 and stats.arrival_rate == pytest.approx(175)
+
+
 def test_a_scale_in_a_cluster_stage_takes_live_is_granted_outside_the_window_to_run_live(clean_db):
     """Issue 46 item 4: a scale-in realized by giving executors back (a standalone pool, whole
     executors, the state partitions kept) touches no checkpoint and stops nothing, so re-plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -179,3 +180,26 @@ def test_the_operator_stages_a_copy_first_when_its_restart_is_cheaper():
     assert [r.action for r in reqs] == [SCALE_OUT] and reqs[0].snapshot["mpc_target"] == 3
     assert reqs[0].cost_ms == pytest.approx(30_000 * 10 / 16)  # priced as the staged restart it will be
 
+
+def test_a_surge_counts_as_soon_as_the_recent_rows_show_it():
+    """The window's mean lags a surge by up to its length: 100 rows/s over 2 minutes, 400 over the
+    last 20 s is a stage that must serve 400 now. A fall counts only once the window shows it."""
+    opt = OperatorOptions(slo_price=320.0)
+    c = OperatorContext(200.0, CostModel(), {}, random.Random(0))
+    assert operator_cycle("mpc", _stats(100.0, 2), opt, OperatorState(), c)[0] == []
+    surge = replace(_stats(100.0, 2), recent_arrival_rate=400.0)
+    assert surge.arrival_rate == 400.0
+    reqs, _ = operator_cycle("mpc", surge, opt, OperatorState(), c)
+    assert [r.action for r in reqs] == [SCALE_OUT] and reqs[0].target_cores * 100 * 0.85 >= 400
+    assert replace(_stats(100.0, 2), recent_arrival_rate=20.0).arrival_rate == 100.0
+
+
+def test_a_stage_fed_by_another_is_sized_for_what_that_one_receives():
+    """A chain: the stage before receives 500 rows/s but passes on only what its cores serve (200).
+    Sized on its own arrivals, the stage after would scale out once now and again when its
+    upstream has; sized on what reaches its upstream, once (DS2's propagation)."""
+    fed = replace(_stats(200.0, 2), upstream_arrival_rate=500.0)
+    assert fed.arrival_rate == 500.0
+    c = OperatorContext(200.0, CostModel(), {}, random.Random(0))
+    reqs, _ = operator_cycle("mpc", fed, OperatorOptions(slo_price=320.0), OperatorState(), c)
+    assert [r.action for r in reqs] == [SCALE_OUT] and reqs[0].target_cores * 100 * 0.85 >= 500

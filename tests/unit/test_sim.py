@@ -180,3 +180,16 @@ def test_a_burst_s_cores_go_back_in_the_next_window_within_its_budget(scale_in_t
     else:  # one core per action: the budget runs out before the cores do
         assert len(after) == cfg.window_max_actions
         assert sum(peak[st] - s["final_cores"][st] for st in peak) == cfg.window_max_actions
+
+
+def test_a_surge_sizes_every_stage_of_the_chain_once():
+    """100 → 600 rows/s: every stage needs a multiple of its cores. Each sees the surge in its last
+    seconds' rows, and a stage downstream in what reaches its upstream (which passes on only what
+    its cores serve), so each scales out once, to cores that serve 600 rows/s below mpc's 85 %;
+    sized on the window's mean and on its own arrivals, count went 2 → 4 → 12 and top10 1 → 6 → 8."""
+    s = run_simulation("mpc", "step:rates=100/600,step_s=1800", seed=1, plot=False)
+    outs = [r for r in s["reconfiguration_log"] if r["action"] == "scale_out"]
+    assert sorted(r["stage"] for r in outs) == ["count", "parse", "top10"], outs
+    rate = {sp.name: sp.rate_per_core for sp in SimConfig().stages}
+    assert all(r["to_cores"] * rate[r["stage"]] * 0.85 >= 600 for r in outs), outs
+    assert max(r["t_s"] for r in outs) - 1800 <= 180  # within three Application Manager cycles

@@ -42,6 +42,13 @@ class StageStats:
     # Tasks the source can feed at once (a Kafka topic's partitions, or source.min_partitions
     # when it splits them); None: no such bound (files).
     max_useful_cores: int | None = None
+    # Rows/s arriving over the last `recent_s` only (processed + backlog growth): a surge shows in
+    # it within seconds, in the window's mean only as the window fills. None: not measured.
+    recent_arrival_rate: float | None = None
+    # A stage fed by another stage of its app: the rows/s that one receives × its measured
+    # selectivity, so that a surge sizes the whole chain at once (DS2's propagation). None: the
+    # stage reads its own source (every stage in production today; the simulator's app is a chain).
+    upstream_arrival_rate: float | None = None
 
     @property
     def input_rate(self) -> float:
@@ -50,8 +57,11 @@ class StageStats:
     @property
     def arrival_rate(self) -> float:
         """Rows/s arriving: those processed plus the backlog's growth. A stage that falls behind
-        processes at its capacity, so its input rate alone understates the load it must serve."""
-        return max(0.0, self.input_rate + self.backlog_growth_rps)
+        processes at its capacity, so its input rate alone understates the load it must serve. The
+        most of the window's figure, the recent one and its upstream's: a rise counts at once, a
+        fall only once the window shows it."""
+        window = self.input_rate + self.backlog_growth_rps
+        return max(0.0, window, self.recent_arrival_rate or 0.0, self.upstream_arrival_rate or 0.0)
 
     @property
     def core_cap(self) -> int:

@@ -57,6 +57,9 @@ class OperatorOptions:
     window_s: float = option(120.0, "the metrics window a decision reads, seconds")
     stabilization_s: float = option(60.0, "metrics this soon after a (re)start are ignored, seconds")
     min_window_fill: float = option(0.8, "decide only on a window at least this full (a share of `window_s`)")
+    recent_s: float = option(20.0, (
+        "mpc: the rows arriving over this last stretch of the window count as demand when they exceed the "
+        "window's mean, seconds"))
     u_max: float = option(0.7, "EDF: migrate when the host's CPU utilization U_r is above this [000]")
     s_out: float = option(0.7, "EDF: scale out by one when the stage's busy fraction S is above this [000]")
     c: float = option(0.75, "EDF: scale in by one when sum(S)/(n−1) < c · s_out [000]")
@@ -108,6 +111,8 @@ class OperatorOptions:
         bad_price = self.slo_price is not None and self.slo_price < 0
         if bad_price or not 0 < self.mpc_max_utilization <= 1 or self.mpc_rate_sd < 0:
             raise ValueError("expected slo_price >= 0, 0 < mpc_max_utilization <= 1 and mpc_rate_sd >= 0")
+        if not 0 < self.recent_s <= self.window_s:
+            raise ValueError(f"expected 0 < recent_s <= window_s, got {self.recent_s} / {self.window_s}")
         if self.mpc_step_s <= 0 or self.mpc_horizon_s < self.mpc_step_s:
             raise ValueError("expected mpc_step_s > 0 and mpc_horizon_s >= mpc_step_s")
         check_choices(self)

@@ -158,7 +158,22 @@ class Simulation:
             busy_ms=float(busy.sum() * 1000.0), backlog_rows=float(st.backlog[t - 1]),
             backlog_growth_rps=_slope(st.backlog[sl]), latency_p95_ms=float(np.percentile(st.latency[sl], 95)),
             state_bytes=sp.state_bytes, host_cpu=float(busy.mean()), host_mem=self.cfg.host_mem,
-            busy_source="batch_busy", **self._forecast(st, t))
+            busy_source="batch_busy", recent_arrival_rate=self._recent(st, start, t), **self._forecast(st, t))
+
+    def _recent(self, st: StageRun, start: int, t: int) -> float:
+        """Rows/s arriving over the window's last `recent_s`, as production's stage_windows.sql
+        measures them: the rows processed plus the backlog's slope."""
+        sl = slice(max(start, t - int(round(self.op_opts.recent_s))), t)
+        return max(0.0, float(st.processed[sl].mean()) + _slope(st.backlog[sl]))
+
+    def _fed(self, up: StageRun, stats: StageStats, down: StageRun, t: int) -> float | None:
+        """What stage `up` passes on to `down` once it serves all it receives: its arrival rate × its
+        selectivity, measured over its window as rows `down` received per row `up` processed."""
+        sl = slice(max(0, t - int(self.op_opts.window_s)), t)
+        processed = float(up.processed[sl].sum())
+        if stats.span_s <= 0 or processed <= 0:
+            return None
+        return stats.arrival_rate * float(down.arrivals[sl].sum()) / processed
 
     def _forecast(self, st: StageRun, t: int) -> dict[str, Any]:
         """With `forecast`: the input rate forecast from the stage's own arrivals (complete buckets),
@@ -191,8 +206,10 @@ class Simulation:
 
     def _operator_cycles(self, t: int) -> None:
         app_budget = self._budget(t) if self.operator == "mpc" else None  # the one policy with a price
-        for st in self.stages:
-            stats = self._stats(st, t)
+        fed: float | None = None  # the chain: what the stage before passes on (`_fed`)
+        for k, st in enumerate(self.stages):
+            stats = replace(self._stats(st, t), upstream_arrival_rate=fed)
+            fed = self._fed(st, stats, self.stages[k + 1], t) if k + 1 < len(self.stages) else None
             ctx = replace(self._ctx(st), budget=app_budget)
             reqs, st.op_state = operator_cycle(self.operator, stats, self.op_opts, st.op_state, ctx)
             name = st.spec.name
