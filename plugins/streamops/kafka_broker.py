@@ -28,18 +28,17 @@ import logging
 import os
 import secrets
 import shutil
-import socket
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from streamops import processes
 from streamops.paths import jars_dir, state_dir, write_private
+from streamops.ports import LOOPBACK, free_port, port_free
 from streamops.waiting import wait_until
 
 log = logging.getLogger(__name__)
 
-LOOPBACK = "127.0.0.1"
 MECHANISM = "SCRAM-SHA-256"
 USER = "streamops"
 BOOTSTRAP_ENV = "STREAMOPS_KAFKA_BOOTSTRAP"
@@ -305,23 +304,6 @@ def _new_cluster_id() -> str:
     return cid
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _port_free(port: int, host: str = LOOPBACK) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
-
-
 def is_alive(b: Broker) -> bool:
     return b.pid is not None and processes.is_same_process(b.pid, b.started)
 
@@ -353,7 +335,7 @@ def _start(b: Broker, timeout_s: float) -> Broker:
     """Start the broker on `b`'s ports (formatting a new log directory first), record it, and
     wait until it answers an authenticated request."""
     for port, host in ((b.port, b.host), (b.controller_port, LOOPBACK)):  # after a kill: the old sockets let go
-        if not wait_until(functools.partial(_port_free, port, host), 30.0, interval_s=0.5):
+        if not wait_until(functools.partial(port_free, port, host), 30.0, interval_s=0.5):
             raise KafkaBrokerError(f"port {port}, recorded for the embedded Kafka broker, is held by another process "
                                    f"(`ss -ltnp 'sport = :{port}'` names it); every client uses it, so the broker "
                                    f"does not move: free it and run `streamops kafka up` again")

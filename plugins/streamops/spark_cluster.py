@@ -29,7 +29,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ import httpx
 
 from streamops import processes
 from streamops.paths import state_dir, write_private
+from streamops.ports import LOOPBACK, free_port
 from streamops.waiting import wait_until
 
 log = logging.getLogger("streamops.spark_cluster")
@@ -52,7 +52,6 @@ RUN_MASTER_ENV = "STREAMOPS_RUN_MASTER"
 UI_PORT_ENV = "STREAMOPS_SPARK_UI_PORT"
 # The address the embedded master and workers bind and advertise (default: loopback).
 HOST_ENV = "STREAMOPS_SPARK_HOST"
-LOOPBACK = "127.0.0.1"
 
 
 class SparkClusterError(RuntimeError):
@@ -195,13 +194,6 @@ def load_record() -> Cluster | None:
         return None
     return Cluster(d["master_port"], d["webui_port"], d["master_pid"], [Worker(**w) for w in d["workers"]],
                    d.get("host", LOOPBACK))
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A port free on `host` now (the kernel's choice); whoever binds it next gets it."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def master_state(c: Cluster, timeout_s: float = 3.0) -> dict[str, Any] | None:

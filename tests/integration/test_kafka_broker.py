@@ -22,6 +22,7 @@ from sqlalchemy import text
 
 from streamops import kafka_broker
 from streamops.generator import SCHEMAS, sample_lines
+from streamops.ports import free_port
 from streamops.records import check_line
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -370,7 +371,7 @@ def test_a_cluster_id_that_starts_with_a_dash_formats_and_none_is_drawn(tmp_path
 
     monkeypatch.setenv("STREAMOPS_HOME", str(tmp_path))  # a log directory of its own: no broker runs on it
     dashed = "-" + base64.urlsafe_b64encode(bytes(16)).decode().rstrip("=")[1:]
-    b = kafka_broker.Broker(kafka_broker.free_port(), kafka_broker.free_port(), dashed)
+    b = kafka_broker.Broker(free_port(), free_port(), dashed)
     kafka_broker._format(b, kafka_broker._write_config(b))
     meta = (kafka_broker.log_dir() / "meta.properties").read_text()
     assert f"cluster.id={dashed}" in meta, meta

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from datetime import UTC
@@ -28,6 +27,7 @@ from demo.stages import demo_job
 from streamops import generator, registry
 from streamops.execute import stages
 from streamops.paths import REPO_ROOT
+from streamops.ports import free_port
 from tests.conftest import ARTIFACTS, _server_url, drop_database, recreate_database
 from tests.integration.test_e2e_stage import eventually
 
@@ -52,12 +52,6 @@ REGISTRY = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def airflow_site(test_env, tmp_path_factory):
     from streamops.orchestrate import airflow_home
@@ -67,7 +61,7 @@ def airflow_site(test_env, tmp_path_factory):
     apps.write_text(yaml.safe_dump(REGISTRY))
     saved = dict(os.environ)
     os.environ["STREAMOPS_APPS"] = str(apps)
-    site = airflow_home.site(home=home, database=f"airflow_test_{os.getpid()}", port=_free_port(),
+    site = airflow_home.site(home=home, database=f"airflow_test_{os.getpid()}", port=free_port(),
                              paused_at_creation=True)
     recreate_database(_server_url(), site.database)
     airflow_home.init(site)

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from streamops import processes
 from streamops.paths import REPO_ROOT, state_dir
-from streamops.spark_cluster import LOOPBACK, UI_PORT_ENV, free_port
+from streamops.ports import LOOPBACK, free_port
+from streamops.spark_cluster import UI_PORT_ENV
 
 RUN_STAGE = REPO_ROOT / "spark_apps" / "run_stage.py"
 # A warm spare is built this much nicer than the data plane, and given the data plane's priority

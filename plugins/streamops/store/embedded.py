@@ -23,13 +23,13 @@ import pwd
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from streamops.paths import state_dir, write_private
+from streamops.ports import free_port, port_free
 from streamops.store import roles
 
 DATABASES = ("streamops",)
@@ -158,32 +158,12 @@ def _pick_datadir(owner: str | None) -> Path:
     return Path("/var/tmp") / f"streamops-{digest}" / "data"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _port_free(port: int) -> bool:
-    """Whether the server could listen on `port` now. With SO_REUSEADDR, as PostgreSQL's own
-    listen socket has it: the connections a stop leaves in TIME_WAIT do not hold the port then,
-    only another listener does."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
 def _recorded_port(c: Cluster, wait_s: float = 30.0) -> int:
     """The port the cluster had: every client (drivers, the supervisor, Airflow) holds it, so a
     restart must come back on it. Waits for another listener to let go; refuses to move."""
     from streamops.waiting import wait_until
 
-    if not wait_until(lambda: _port_free(c.port), wait_s, interval_s=0.5):
+    if not wait_until(lambda: port_free(c.port), wait_s, interval_s=0.5):
         raise EmbeddedPgError(f"port {c.port}, recorded for the embedded PostgreSQL, is held by another process "
                               f"(`ss -ltnp 'sport = :{c.port}'` names it); every client uses that port, so the "
                               f"cluster does not move: free the port and run `streamops db up` again")
@@ -346,7 +326,7 @@ def up() -> tuple[Cluster, bool]:
     bindir = str(find_bindir())
     if c is None or not Path(c.datadir).exists():
         datadir = _pick_datadir(owner)
-        c = Cluster(bindir=bindir, datadir=str(datadir), port=_free_port(), run_as=owner, passfile=str(_new_passfile()))
+        c = Cluster(bindir=bindir, datadir=str(datadir), port=free_port(), run_as=owner, passfile=str(_new_passfile()))
         if not (Path(c.datadir) / "PG_VERSION").exists():
             _initdb(c)
         trust = False
