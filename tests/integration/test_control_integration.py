@@ -150,27 +150,36 @@ def test_a_request_in_flight_stale_or_changing_nothing_is_declined_without_a_tok
     assert (row["status"], row["downtime_ms"], row["mechanism"]) == ("cancelled", None, None)
 
 
+def _running_stage(engine, app: str):
+    """App `app`'s one stage `s` (2 cores of a pool of 8), running for 30 minutes: its deployment
+    id and now."""
+    from datetime import datetime, timedelta
+
+    stages.sync_registry(registry.parse({
+        "pools": {"p": {"cores": 8}},
+        "apps": {app: {"r_max_ms": 3000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
+                       "stages": {"s": {**demo_job("wordcount", {"kind": "files", "path": f"{app}/s"}),
+                                        "cores": {"initial": 2, "max": 4}, "pool": "p"}}}},
+    }))
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        dep = conn.execute(text(
+            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
+            "started_at, running_at) VALUES (:s, 'p', 2, 4, '{}', 'local', '/c', 'running', :t, :t) RETURNING id"),
+            {"s": f"{app}.s", "t": now - timedelta(minutes=30)}).scalar_one()
+    return dep, now
+
+
 def test_the_operator_s_window_starts_after_a_live_change_and_is_empty_while_one_is_in_flight(clean_db):
     """A live change keeps the run, so the stabilization after a restart never applied to it: the
     next decision read the metrics of the configuration it had just left."""
-    from datetime import datetime, timedelta
+    from datetime import timedelta
 
     from streamops.plan.options import OperatorOptions
 
-    reg = registry.parse({
-        "pools": {"p": {"cores": 8}},
-        "apps": {"lw": {"r_max_ms": 3000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                        "stages": {"s": {**demo_job("wordcount", {"kind": "files", "path": "lw/s"}),
-                                         "cores": {"initial": 2, "max": 4}, "pool": "p"}}}},
-    })
-    stages.sync_registry(reg)
-    now = datetime.now(UTC)
+    dep, now = _running_stage(clean_db, "lw")
     opts = OperatorOptions(window_s=120, stabilization_s=10)
     with clean_db.begin() as conn:
-        dep = conn.execute(text(
-            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
-            "started_at, running_at) VALUES ('lw.s', 'p', 2, 4, '{}', 'local', '/c', 'running', :t, :t) RETURNING id"),
-            {"t": now - timedelta(minutes=30)}).scalar_one()
         for b, age_s in enumerate(range(110, 0, -10)):  # a batch every 10 s over the last 2 minutes
             conn.execute(text(
                 "INSERT INTO stage_metrics (ts, stage_id, deployment_id, run_id, batch_id, input_rows, "
@@ -198,23 +207,12 @@ def test_the_operator_s_window_starts_after_a_live_change_and_is_empty_while_one
 def test_the_operator_s_window_measures_the_last_seconds_arrivals_beside_its_mean(clean_db):
     """A surge shows in the window's mean only as the window fills: mpc also reads the rows arriving
     over its last recent_s (processed + the backlog's slope), from the same metrics."""
-    from datetime import datetime, timedelta
+    from datetime import timedelta
 
     from streamops.plan.options import OperatorOptions
 
-    reg = registry.parse({
-        "pools": {"p": {"cores": 8}},
-        "apps": {"rs": {"r_max_ms": 3000, "maintenance_window": {"cron": "0 3 * * *", "duration_min": 30},
-                        "stages": {"s": {**demo_job("wordcount", {"kind": "files", "path": "rs/s"}),
-                                         "cores": {"initial": 2, "max": 4}, "pool": "p"}}}},
-    })
-    stages.sync_registry(reg)
-    now = datetime.now(UTC)
+    dep, now = _running_stage(clean_db, "rs")
     with clean_db.begin() as conn:
-        dep = conn.execute(text(
-            "INSERT INTO deployments (stage_id, pool, cores, state_partitions, config, launcher, checkpoint, status, "
-            "started_at, running_at) VALUES ('rs.s', 'p', 2, 4, '{}', 'local', '/c', 'running', :t, :t) RETURNING id"),
-            {"t": now - timedelta(minutes=30)}).scalar_one()
         for b, age_s in enumerate(range(115, 0, -5)):  # a batch every 5 s; the last three in the surge
             surge = age_s < 20
             conn.execute(text(
