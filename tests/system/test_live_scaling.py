@@ -89,7 +89,7 @@ def test_live_scaling_an_executor_kill_and_an_in_driver_repartition_keep_one_run
         # An executor JVM dies mid-stream: Spark re-runs its tasks, the master replaces it. An
         # executor that registered late may be the third for a moment, until the run's
         # ExecutorKeeper gives it back (spark_apps/executors.py; seen once in CI, 2026-12-07).
-        eventually(lambda: len(_executor_pids(run.driver_id)) == 2, 60, "the run to hold 2 executors")
+        eventually(lambda: len(_executor_pids(run.driver_id)) == 2, 120, "the run to hold 2 executors")
         pids = _executor_pids(run.driver_id)
         os.kill(pids[-1], signal.SIGKILL)
         before = _commits(clean_db, "rc.ls")
