@@ -224,14 +224,16 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
     demand = demand_path(s.arrival_rate, s.forecast_path if use else (), opt.forecast_bucket_s, steps, opt.mpc_step_s)
     sd = spread_path(demand, s.forecast_sd if use else None, opt.forecast_bucket_s, opt.mpc_step_s, opt.mpc_rate_sd)
 
+    # The learned costs depend on the action only, not on n: looked up once, not per (n, step).
+    out_s, in_s = (ctx.cost(s.stage_id, a, s.state_bytes, None) / 1000.0 for a in (SCALE_OUT, SCALE_IN))
+    # A scale-out a step away (or with a copy staged already) may restart from the copy: the
+    # Application Manager grants the pre-stage now, and the mechanism rule picks it if cheaper.
+    staged_s = min(out_s, ctx.cost(s.stage_id, SCALE_OUT, s.state_bytes, MechanismName.PRESTAGED) / 1000.0)
+
     def change_s(n: int, j: int) -> float:
-        action = SCALE_OUT if n > s.cores else SCALE_IN
-        cost = ctx.cost(s.stage_id, action, s.state_bytes, None)
-        # A scale-out a step away (or with a copy staged already) may restart from the copy: the
-        # Application Manager grants the pre-stage now, and the mechanism rule picks it if cheaper.
-        if action == SCALE_OUT and (j > 1 or state.prestaged):
-            cost = min(cost, ctx.cost(s.stage_id, action, s.state_bytes, MechanismName.PRESTAGED))
-        return cost / 1000.0
+        if n < s.cores:
+            return in_s
+        return staged_s if j > 1 or state.prestaged else out_s
 
     app_price, priced_by = _slo_price(opt, ctx)
     # A second above R_max is the app's, and the chain's stages overload together when the load rises:
