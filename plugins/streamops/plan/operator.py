@@ -208,6 +208,21 @@ def _slo_price(opt: OperatorOptions, ctx: OperatorContext) -> tuple[float, str]:
     return BASE_PRICE, "no error budget measured yet: the base price"
 
 
+def _change_cost(s: StageStats, state: OperatorState, ctx: OperatorContext) -> Callable[[int, int], float]:
+    """Seconds a switch to n cores at plan step j is expected to cost, from the learned costs.
+    They depend on the action only, so they are looked up once per cycle, not per (n, step)."""
+    out_s, in_s = (ctx.cost(s.stage_id, a, s.state_bytes, None) / 1000.0 for a in (SCALE_OUT, SCALE_IN))
+    # A scale-out a step away (or with a copy staged already) may restart from the copy: the
+    # Application Manager grants the pre-stage now, and the mechanism rule picks it if cheaper.
+    staged_s = min(out_s, ctx.cost(s.stage_id, SCALE_OUT, s.state_bytes, MechanismName.PRESTAGED) / 1000.0)
+
+    def change_s(n: int, j: int) -> float:
+        if n < s.cores:
+            return in_s
+        return staged_s if j > 1 or state.prestaged else out_s
+    return change_s
+
+
 def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
         ctx: OperatorContext) -> tuple[list[Request], OperatorState]:
     """Receding horizon priced in core-seconds (plan/mpc.py): the core count whose plan over the
@@ -224,17 +239,7 @@ def mpc(s: StageStats, opt: OperatorOptions, state: OperatorState,
     demand = demand_path(s.arrival_rate, s.forecast_path if use else (), opt.forecast_bucket_s, steps, opt.mpc_step_s)
     sd = spread_path(demand, s.forecast_sd if use else None, opt.forecast_bucket_s, opt.mpc_step_s, opt.mpc_rate_sd)
 
-    # The learned costs depend on the action only, not on n: looked up once, not per (n, step).
-    out_s, in_s = (ctx.cost(s.stage_id, a, s.state_bytes, None) / 1000.0 for a in (SCALE_OUT, SCALE_IN))
-    # A scale-out a step away (or with a copy staged already) may restart from the copy: the
-    # Application Manager grants the pre-stage now, and the mechanism rule picks it if cheaper.
-    staged_s = min(out_s, ctx.cost(s.stage_id, SCALE_OUT, s.state_bytes, MechanismName.PRESTAGED) / 1000.0)
-
-    def change_s(n: int, j: int) -> float:
-        if n < s.cores:
-            return in_s
-        return staged_s if j > 1 or state.prestaged else out_s
-
+    change_s = _change_cost(s, state, ctx)
     app_price, priced_by = _slo_price(opt, ctx)
     # A second above R_max is the app's, and the chain's stages overload together when the load rises:
     # priced in full by each of them, it would be paid once per stage.
