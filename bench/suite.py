@@ -36,7 +36,7 @@ from rich.table import Table
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 from bench.harness import table, write_result  # noqa: E402
 from streamops.plan.budget import BASE_PRICE  # noqa: E402
-from streamops.plan.options import AppOptions  # noqa: E402
+from streamops.plan.options import AppOptions, OperatorOptions  # noqa: E402
 from streamops.sim import POLICY_CONFIGS, PolicyConfig, SimConfig, run_simulation  # noqa: E402
 from streamops.sim.bound import (  # noqa: E402
     Frontier,
@@ -47,6 +47,7 @@ from streamops.sim.bound import (  # noqa: E402
     window_open_mask,
 )
 from streamops.sim.frontier_chart import Panel, plot_frontiers  # noqa: E402
+from streamops.sim.model import sized_start  # noqa: E402
 from streamops.sim.suite import (  # noqa: E402
     FAMILIES,
     HELD_OUT,
@@ -245,7 +246,8 @@ def _bound(job: tuple[str, int]) -> dict[str, Any]:
     t0 = time.perf_counter()
     tr = suite_trace(family, seed)
     T = int(tr.default_duration_s)
-    cfg = SimConfig()
+    opts = OperatorOptions()  # the bound starts where the default options' managers start (sim.model.sized_start)
+    cfg = sized_start(SimConfig(), tr.rows(0), opts.catch_up_s, opts.target_utilization)
     model = replace(model_from_sim(cfg, AppOptions()), tokens=len(cfg.stages))
     rates, open_mask = [tr.rows(t) for t in range(T)], window_open_mask(cfg, T, model.window_s)
     f, floor = frontier(rates, model, open_mask), reactive_floor(rates, model, open_mask)

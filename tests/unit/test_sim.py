@@ -193,3 +193,27 @@ def test_a_surge_sizes_every_stage_of_the_chain_once():
     rate = {sp.name: sp.rate_per_core for sp in SimConfig().stages}
     assert all(r["to_cores"] * rate[r["stage"]] * 0.85 >= 600 for r in outs), outs
     assert max(r["t_s"] for r in outs) - 1800 <= 180  # within three Application Manager cycles
+
+
+def test_a_managed_run_starts_each_stage_at_what_its_first_seconds_input_needs():
+    """As production sizes a start (plan.start_size): 350 rows/s at 100 rows/s per core and 70 %
+    utilization is 5 cores; the next stage gets half (selectivity 0.5), 175 rows/s, 3 cores;
+    StageSpec.cores is the floor. At that steady load the sized run needs no change and stays
+    within R_max, where a run started at the floor must scale out first."""
+    from streamops.sim.model import StageSpec, sized_start
+
+    stages = (StageSpec("a", rate_per_core=100.0, cores=1, max_cores=12, selectivity=0.5, state_bytes=0.0),
+              StageSpec("b", rate_per_core=100.0, cores=1, max_cores=12, state_bytes=0.0),
+              StageSpec("c", rate_per_core=1000.0, cores=2, max_cores=12, state_bytes=0.0))
+    cfg = sized_start(SimConfig(stages=stages), 350.0, catch_up_s=60.0, target_utilization=0.7)
+    assert [s.cores for s in cfg.stages] == [5, 3, 2], "c needs 1 core; its floor is 2"
+    assert sized_start(SimConfig(stages=stages, sized_start=False), 350.0, 60.0, 0.7).stages == stages
+    assert sized_start(SimConfig(stages=stages, scripted=()), 350.0, 60.0, 0.7).stages == stages, \
+        "a replay starts as its run did"
+
+    sized = run_simulation("recommended", "constant:rate=350", seed=1, plot=False, duration_s=900, stages=stages)
+    floor = run_simulation("recommended", "constant:rate=350", seed=1, plot=False, duration_s=900, stages=stages,
+                           sized_start=False)
+    assert sized["reconfigurations_total"] == 0 and sized["seconds_above_rmax"] < floor["seconds_above_rmax"], \
+        (sized["seconds_above_rmax"], floor["seconds_above_rmax"])
+    assert floor["reconfigurations"].get("scale_out"), floor["reconfigurations"]

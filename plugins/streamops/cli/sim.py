@@ -112,11 +112,14 @@ def _sim_bound(summary: dict, policy: str, trace: str, duration: float | None, o
     from streamops.sim import SimConfig, load_trace, resolve_policy
     from streamops.sim.bound import frontier, model_from_sim, regret, window_open_mask
     from streamops.sim.frontier_chart import Panel, plot_frontiers
+    from streamops.sim.model import sized_start
 
     tr = load_trace(trace)
     T = int(duration if duration is not None else tr.default_duration_s)
-    cfg = SimConfig(pool_kind=pool_kind)
-    model = model_from_sim(cfg, resolve_policy(policy).app_opts())  # the policy's own bucket
+    pc = resolve_policy(policy)
+    op = pc.op_opts()  # the bound starts where the policy's run started (sim.model.sized_start)
+    cfg = sized_start(SimConfig(pool_kind=pool_kind), tr.rows(0), op.catch_up_s, op.target_utilization)
+    model = model_from_sim(cfg, pc.app_opts())  # the policy's own bucket
     with console.status(f"the clairvoyant bound of {trace} ({T} s, {T // model.window_s} intervals) …"):
         front = frontier([tr.rows(t) for t in range(T)], model, window_open_mask(cfg, T, model.window_s))
     with (out / "frontier.csv").open("w", newline="") as f:

@@ -1,7 +1,7 @@
 """The cores a new deployment starts at: the size its input needs, not `cores.initial` (issue 48,
 item 10). Pure: plain numbers in, a size and its reason out. `execute/start_inputs` gathers the
 numbers (the stage's last run and its metrics, the backlog waiting now, the pool's room); the
-simulator and the tests call `start_size` directly.
+simulator (sim.model.sized_start) and the tests call `start_size` directly.
 
     cores = max(cores.initial, the size the stage last ran at if that was recent, n*)
             capped at cores.max, the pool's free cores and the source's partitions,

@@ -14,7 +14,7 @@ from streamops.plan.redundancy import RedundancyOptions
 from streamops.registry import Fault, Redundancy
 from streamops.sim.engine import Simulation
 from streamops.sim.faults import parse_faults
-from streamops.sim.model import SimConfig, StageSpec
+from streamops.sim.model import SimConfig, StageSpec, sized_start
 from streamops.sim.policies import APP_FIELDS, OPERATOR_FIELDS, PolicyConfig, resolve_policy
 from streamops.sim.report import plot, summarize
 from streamops.sim.trace_loader import load_trace
@@ -60,7 +60,9 @@ def run_simulation(policy: str | PolicyConfig, trace: str, seed: int = 1, out_di
     duration = int(math.ceil(duration_s if duration_s is not None else tr.default_duration_s))
     if duration <= 0:
         raise ValueError("duration_s must be > 0")
-    sim = Simulation(cfg, pc.operator, pc.op_opts(), pc.app_opts(), tr, duration, seed)
+    op_opts = pc.op_opts()
+    cfg = sized_start(cfg, tr.rows(0), op_opts.catch_up_s, op_opts.target_utilization)
+    sim = Simulation(cfg, pc.operator, op_opts, pc.app_opts(), tr, duration, seed)
     sim.run()
     summary = summarize(sim, pc.as_dict(), str(trace))
     if out_dir is not None:
