@@ -176,7 +176,6 @@ def test_deploy_then_reconfigure_then_watchdog(dagbag, reg, clean_db):
     the sink still equals the generator's ground truth at the end (no row lost or doubled)."""
     inputs = registry.resolve_path("af/in")
     generator.generate(inputs, "web", "constant:rate=150", seed=7, duration_s=30, realtime=False)
-    want = oracles.expected("wordcount", generator.read_valid_records(inputs))
     try:
         dr = _run(dagbag, "streamops_deploy", {"app": APP, "restart": False})
         assert str(dr.state) == "success", _task_states(dr)
@@ -200,6 +199,9 @@ def test_deploy_then_reconfigure_then_watchdog(dagbag, reg, clean_db):
 
         os.kill(scaled.pid, signal.SIGKILL)  # the driver dies; its JVM child goes with its session
         eventually(lambda: not stages.launcher_for("local").is_alive(scaled.pid), 30, "the driver to die")
+        # The stream goes on while the stage is down: the restart has input to commit (on a drained
+        # source the watchdog would judge it healthy only after half its 180 s wait).
+        generator.generate(inputs, "web", "constant:rate=150", seed=8, duration_s=5, realtime=False)
         dr = _run(dagbag, "streamops_watchdog", {"max_restarts": 3, "stale_s": 60})
         assert str(dr.state) == "success", _task_states(dr)
         with clean_db.connect() as conn:
@@ -209,6 +211,7 @@ def test_deploy_then_reconfigure_then_watchdog(dagbag, reg, clean_db):
         recovered = _live(clean_db)
         assert recovered.id == f.recovery_deployment_id and recovered.cores == 2, "restarted with its last config"
 
+        want = oracles.expected("wordcount", generator.read_valid_records(inputs))
         eventually(lambda: oracles.actual(clean_db, SID, "wordcount") == want, 180,
                    "the sink to equal the ground truth")
     finally:
