@@ -200,15 +200,17 @@ def test_a_managed_run_starts_each_stage_at_what_its_first_seconds_input_needs()
     utilization is 5 cores; the next stage gets half (selectivity 0.5), 175 rows/s, 3 cores;
     StageSpec.cores is the floor. At that steady load the sized run needs no change and stays
     within R_max, where a run started at the floor must scale out first."""
+    from streamops.plan.options import OperatorOptions
     from streamops.sim.model import StageSpec, sized_start
 
     stages = (StageSpec("a", rate_per_core=100.0, cores=1, max_cores=12, selectivity=0.5, state_bytes=0.0),
               StageSpec("b", rate_per_core=100.0, cores=1, max_cores=12, state_bytes=0.0),
               StageSpec("c", rate_per_core=1000.0, cores=2, max_cores=12, state_bytes=0.0))
-    cfg = sized_start(SimConfig(stages=stages), 350.0, catch_up_s=60.0, target_utilization=0.7)
+    opts = OperatorOptions(catch_up_s=60.0, target_utilization=0.7)
+    cfg = sized_start(SimConfig(stages=stages), 350.0, opts)
     assert [s.cores for s in cfg.stages] == [5, 3, 2], "c needs 1 core; its floor is 2"
-    assert sized_start(SimConfig(stages=stages, sized_start=False), 350.0, 60.0, 0.7).stages == stages
-    assert sized_start(SimConfig(stages=stages, scripted=()), 350.0, 60.0, 0.7).stages == stages, \
+    assert sized_start(SimConfig(stages=stages, sized_start=False), 350.0, opts).stages == stages
+    assert sized_start(SimConfig(stages=stages, scripted=()), 350.0, opts).stages == stages, \
         "a replay starts as its run did"
 
     sized = run_simulation("recommended", "constant:rate=350", seed=1, plot=False, duration_s=900, stages=stages)

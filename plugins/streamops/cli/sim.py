@@ -117,8 +117,8 @@ def _sim_bound(summary: dict, policy: str, trace: str, duration: float | None, o
     tr = load_trace(trace)
     T = int(duration if duration is not None else tr.default_duration_s)
     pc = resolve_policy(policy)
-    op = pc.op_opts()  # the bound starts where the policy's run started (sim.model.sized_start)
-    cfg = sized_start(SimConfig(pool_kind=pool_kind), tr.rows(0), op.catch_up_s, op.target_utilization)
+    # the bound starts where the policy's run started (sim.model.sized_start)
+    cfg = sized_start(SimConfig(pool_kind=pool_kind), tr.rows(0), pc.op_opts())
     model = model_from_sim(cfg, pc.app_opts())  # the policy's own bucket
     with console.status(f"the clairvoyant bound of {trace} ({T} s, {T // model.window_s} intervals) …"):
         front = frontier([tr.rows(t) for t in range(T)], model, window_open_mask(cfg, T, model.window_s))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from streamops.plan.options import OperatorOptions
 from streamops.plan.start_size import StartInputs, start_size
 from streamops.registry import Fault, Redundancy
 
@@ -206,18 +207,19 @@ def lognormal(rng: random.Random, median: float, sigma: float) -> float:
     return rng.lognormvariate(math.log(median), sigma)
 
 
-def sized_start(cfg: SimConfig, rows_s: float, catch_up_s: float, target_utilization: float) -> SimConfig:
+def sized_start(cfg: SimConfig, rows_s: float, opts: OperatorOptions) -> SimConfig:
     """`cfg` with each stage's starting cores chosen as production chooses a start (plan.start_size):
     for the rows/s that reach it (`rows_s` into the first stage, times each selectivity on the
-    way), at its declared rate per core, floored at StageSpec.cores and capped at max_cores. The
-    simulated app has run before its first second, so its input rate is a measured one."""
+    way), at its declared rate per core and the policy's `catch_up_s` and `target_utilization`,
+    floored at StageSpec.cores and capped at max_cores. The simulated app has run before its first
+    second, so its input rate is a measured one."""
     if not cfg.sized_start or cfg.scripted is not None:
         return cfg
     stages, load = [], max(0.0, rows_s)
     for s in cfg.stages:
         n = start_size(StartInputs(initial=s.cores, max_cores=s.max_cores, input_rate=load,
                                    rate_per_core=s.rate_per_core, rate_per_core_declared=True),
-                       catch_up_s, target_utilization).cores
+                       opts.catch_up_s, opts.target_utilization).cores
         stages.append(replace(s, cores=n))
         load *= s.selectivity
     return replace(cfg, stages=tuple(stages))

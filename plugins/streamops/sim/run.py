@@ -61,7 +61,7 @@ def run_simulation(policy: str | PolicyConfig, trace: str, seed: int = 1, out_di
     if duration <= 0:
         raise ValueError("duration_s must be > 0")
     op_opts = pc.op_opts()
-    cfg = sized_start(cfg, tr.rows(0), op_opts.catch_up_s, op_opts.target_utilization)
+    cfg = sized_start(cfg, tr.rows(0), op_opts)
     sim = Simulation(cfg, pc.operator, op_opts, pc.app_opts(), tr, duration, seed)
     sim.run()
     summary = summarize(sim, pc.as_dict(), str(trace))
