@@ -266,3 +266,32 @@ def test_a_scale_in_a_cluster_stage_takes_live_is_granted_outside_the_window_to_
     planned = _rows(clean_db, "SELECT stage_id, status, mechanism FROM reconfigurations WHERE app = 'lv'")
     assert [(r["stage_id"], r["status"], r["mechanism"]) for r in planned] == [("lv.cluster", "pending", "live")]
     assert _rows(clean_db, "SELECT tokens FROM app_control WHERE app = 'lv'")[0]["tokens"] == 1, "no token spent"
+
+
+def test_a_refreshed_scale_in_keeps_the_most_cores_it_asked_for_and_a_scale_out_the_newest(clean_db):
+    """sql/queries/requests_upsert.sql applies plan.stability.refreshed_target: an Operator Manager
+    asking 10→4, then 10→2 at a trough, leaves one open scale-in to 4 (Flink's scale-down interval
+    takes the largest parallelism recommended within it); a scale-out takes each newest ask."""
+    import json
+
+    from streamops.store import db
+
+    stages.sync_registry(_registry())
+
+    def ask(action: str, cores: int, target: int) -> int:
+        row = {"stage_id": "ctl.hot", "app": "ctl", "action": action, "target_cores": target, "target_pool": None,
+               "gain": 0.5, "cost_ms": 1000.0, "reason": "test", "snapshot": json.dumps({"cores": cores}),
+               "policy": "mpc"}
+        with clean_db.begin() as conn:
+            db.bulk("requests_upsert", [row], conn)
+        stored = _rows(clean_db, "SELECT target_cores FROM requests WHERE stage_id = 'ctl.hot' AND action = :a "
+                                 "AND status = 'open'", a=action)
+        assert len(stored) == 1, stored  # refreshed, never duplicated
+        return stored[0]["target_cores"]
+
+    assert ask("scale_in", 10, 4) == 4
+    assert ask("scale_in", 10, 2) == 4, "a dip does not deepen a waiting scale-in"
+    assert ask("scale_in", 10, 6) == 6
+    assert ask("scale_in", 6, 3) == 3, "the stage now runs the kept target: the newest ask"
+    assert ask("scale_out", 2, 8) == 8
+    assert ask("scale_out", 2, 4) == 4

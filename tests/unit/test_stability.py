@@ -150,3 +150,16 @@ def test_options_validate():
         AppOptions(reversal_interval_s=-1)
     with pytest.raises(ValueError):
         AppOptions(drain_backlog_s=-1)
+
+
+@pytest.mark.parametrize("action,cores,kept,asked,expected", [
+    (SCALE_IN, 10, 5, 2, 5),  # asked 10→5, then 10→2 at the trough: it keeps 5
+    (SCALE_IN, 10, 2, 5, 5),  # the newer, larger ask wins too
+    (SCALE_IN, 5, 5, 2, 2),  # the stage was resized to the kept target since: the newest ask
+    (SCALE_OUT, 2, 8, 4, 4),  # a scale-out always takes the newest ask
+    (SCALE_IN, None, 5, 2, 2),  # no cores in the snapshot: the newest ask
+])
+def test_a_waiting_scale_in_keeps_the_most_cores_it_asked_for(action, cores, kept, asked, expected):
+    from streamops.plan.stability import refreshed_target
+
+    assert refreshed_target(action, cores, kept, asked) == expected

@@ -10,7 +10,11 @@ bucket or the window's budget sees it, in the simulator and in production alike:
   outage (a 3.9x flash crowd 115 s after a scale-in was 785 s above R_max, waiting out the
   interval, on the suite's flash_crowd:101);
 - a scale-in is deferred until it has been asked for, without a break, for `scale_down_delay_s`
-  (Flink's `job.autoscaler.scale-down.interval`): a dip shorter than that gives nothing back.
+  (Flink's `job.autoscaler.scale-down.interval`): a dip shorter than that gives nothing back;
+- while it waits, a scale-in asks for the most cores it asked for since it was first made
+  (`refreshed_target`; Flink's scale-down interval also takes "the maximum parallelism
+  recommended within it"): a scale-in sized on the quietest minute of the delay was reversed by
+  the next rise (mpc's 10→2 at a diurnal trough, then 2→6 720 s later, on flash_crowd:4).
 
 A **flip-flop** is a change of a stage whose direction (more or fewer cores) is opposite to that
 stage's previous resizing change, granted less than a window (the suite: 900 s) after it.
@@ -94,6 +98,16 @@ def stability_verdict(r: Request, facts: StageFacts, now: datetime, opt: AppOpti
             return "deferred", (f"scale-down delay: asked for {wanted:.0f} s of the {opt.scale_down_delay_s:g} s a "
                                 f"scale-in must be wanted without a break")
     return None
+
+
+def refreshed_target(action: str, cores: int | None, kept: int | None, asked: int | None) -> int | None:
+    """The target an open request keeps when its Operator Manager asks again (`kept`: the open
+    request's, `asked`: the new one's): a scale-in still below the stage's `cores` keeps the most
+    it has asked for; anything else takes the newest ask. sql/queries/requests_upsert.sql is the
+    same rule in production."""
+    if action != SCALE_IN or kept is None or asked is None or cores is None or kept >= cores:
+        return asked
+    return max(kept, asked)
 
 
 def churn(changes: Iterable[tuple[float, str, int, int]], stages: int, duration_s: float, day_s: float,

@@ -44,7 +44,7 @@ from streamops.plan.cost import CostModel, Observation
 from streamops.plan.model import LOCAL, MIGRATE, PRESTAGE, RELEASE, REPLICA_ACTIONS, AppState, Request
 from streamops.plan.operator import OperatorContext, PoolRoom, operator_cycle
 from streamops.plan.options import AppOptions, OperatorOptions
-from streamops.plan.stability import LastChange, StageFacts, draining
+from streamops.plan.stability import LastChange, StageFacts, draining, refreshed_target
 from streamops.sim import ha as ha_mod
 from streamops.sim import mechanism as sim_mechanism
 from streamops.sim.model import SimConfig
@@ -226,7 +226,9 @@ class Simulation:
                 old = self.open.get(key)
                 rid = old.id if old is not None else self._new_id()
                 since = old.first_made_at if old is not None else self.cfg.start + timedelta(seconds=t)
-                self.open[key] = replace(r, id=rid, first_made_at=since)  # refresh, never duplicate
+                target = r.target_cores if old is None else refreshed_target(
+                    r.action, r.snapshot.get("cores"), old.target_cores, r.target_cores)
+                self.open[key] = replace(r, id=rid, first_made_at=since, target_cores=target)  # refreshed, never twice
                 proposed.add(r.action)
             if self.cfg.withdraw_stale:
                 for key in [k for k in self.open if k[0] == name and k[1] not in LOCAL and k[1] not in proposed
