@@ -31,6 +31,7 @@ from streamops.plan.application import (
 )
 from streamops.plan.cost import PRIOR_MS, PRIOR_MS_PER_MB, CostModel, Observation
 from streamops.plan.model import (
+    ADD_REPLICA,
     MIGRATE,
     PRESTAGE,
     RELEASE,
@@ -622,8 +623,26 @@ def test_urgent_flag(response, growing, needs_growth, urgent):
     decisions, _ = app_cycle([req("a", SCALE_OUT), req("b", SCALE_OUT)], state=AppState(tokens=1.0),
                              response=response, growing=growing, urgent_needs_growth=needs_growth)
     assert all(d.urgent is urgent for d in decisions)
-    [g] = [d for d in decisions if d.outcome == "granted"]
-    assert ("urgent" in g.reason) is urgent
+    granted = [d for d in decisions if d.outcome == "granted"]
+    assert all(("urgent" in g.reason) is urgent for g in granted)
+    # one token: urgent scale-outs restart together on it, otherwise the best one alone
+    assert len(granted) == (2 if urgent else 1)
+
+
+def test_urgent_scale_outs_granted_together_share_one_token_and_nothing_else_rides_on_it():
+    """A chain falling behind: its three stages' scale-outs restart in one outage, on one token;
+    a new replica still needs a token of its own (it adds cores without an outage to share)."""
+    outs = [req(f"s{i}", SCALE_OUT, gain=0.1 * (i + 1)) for i in range(3)]
+    decisions, state = app_cycle([*outs, req("s9", ADD_REPLICA)], state=AppState(tokens=1.0), response=201.0,
+                                 growing=True)
+    assert {r.stage_id for r in by_outcome(decisions, "granted")} == {"s0", "s1", "s2"}
+    assert state.tokens == 0.0
+    rides = [d for d in decisions if d.outcome == "granted" and d.tokens_before == d.tokens_after]
+    assert len(rides) == 2 and all("on its token" in d.reason for d in rides)
+    assert [d.request.action for d in decisions if d.outcome == "declined"] == [ADD_REPLICA]
+    # no token at all (a bucket below one): nothing to ride on
+    decisions, _ = app_cycle(outs, state=AppState(tokens=0.5), response=201.0, growing=True, capacity=0.5)
+    assert not by_outcome(decisions, "granted")
 
 
 @pytest.mark.parametrize("policy", ["token_bucket", "accept_all"])

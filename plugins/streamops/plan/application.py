@@ -6,7 +6,10 @@ Pure: (app, options, state, requests, response, now) → (decisions, new state).
 - accept_all: EDF's decentralized baseline, grants everything.
 - Controlled windows: scale-ins and migrations are deferred to the app's maintenance window,
   which has its own budget (max_actions per window), best gain/cost first.
-- Urgent scale-outs (response > R_max and backlog growing) go first, within the bucket.
+- Urgent scale-outs (response > R_max and backlog growing) go first, within the bucket, and the
+  ones granted in the same cycle share one token: they restart together, so the app's output
+  stops once, not once per stage; a chain's downstream stage left waiting for a token restarted
+  a minute after the others, the second outage of one flash crowd.
 - Before any of that, plan.stability's guard (given each stage's `facts`): no scale-in while the
   backlog drains or within its scale-down delay, no reversal of a recent change.
 """
@@ -149,18 +152,24 @@ def _stable(reconfigs: list[Request], facts: Mapping[str, StageFacts], now: date
 def _spend_tokens(ledger: _Ledger, reconfigs: list[Request], tokens: float, net: dict[int, float], hold_h: float,
                   urgent: bool, opt: AppOptions) -> float:
     """Scale-outs and new replicas (which cost cores like one), best net gain/cost first: a token
-    each while the bucket has one. Returns the tokens left."""
+    each while the bucket has one, except that urgent scale-outs after the first ride on its token
+    (they restart with it: one outage). Returns the tokens left."""
+    shared = False  # an urgent scale-out was granted this cycle: the others restart with it
     for r in (r for r in reconfigs if r.action in (SCALE_OUT, ADD_REPLICA)):
         if ledger.stage_taken(r, tokens):
             continue
         if opt.core_hour_cost and net[id(r)] <= 0 and not urgent:
             ledger.add(r, "declined", f"holding its cores {hold_h:.1f} h until the next window costs "
                                       f"more than the risk it removes (net gain {net[id(r)]:.3g})", tokens)
+        elif shared and r.action == SCALE_OUT:
+            ledger.grant(r, "urgent: response > R_max and backlog growing; restarts with this cycle's other "
+                            "urgent scale-out, on its token", tokens, tokens, urgent=urgent)
         elif tokens >= 1.0:
             ledger.grant(r, f"{'urgent: response > R_max and backlog growing; ' if urgent else ''}"
                             f"best gain/cost {net[id(r)] / max(r.cost_ms / 1000.0, 0.001):.3g}, token spent",
                          tokens, tokens - 1.0, urgent=urgent)
             tokens -= 1.0
+            shared = urgent and r.action == SCALE_OUT
         else:
             ledger.add(r, "declined", f"no token ({tokens:.2f} < 1); re-proposed while the condition lasts",
                        tokens, urgent=urgent)
