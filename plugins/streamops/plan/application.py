@@ -7,9 +7,10 @@ Pure: (app, options, state, requests, response, now) → (decisions, new state).
 - Controlled windows: scale-ins and migrations are deferred to the app's maintenance window,
   which has its own budget (max_actions per window), best gain/cost first.
 - Urgent scale-outs (response > R_max and backlog growing) go first, within the bucket, and the
-  ones granted in the same cycle share one token: they restart together, so the app's output
-  stops once, not once per stage; a chain's downstream stage left waiting for a token restarted
-  a minute after the others, the second outage of one flash crowd.
+  ones granted in the same cycle share one token: an app falling behind is resized in one episode.
+  A chain's downstream stage left waiting a control interval for the next token restarted a
+  minute after the others, a second outage in one flash crowd. (The simulator restarts them at
+  once; production's `streamops_reconfigure` pool, 1 slot on a 2-core machine, back to back.)
 - Before any of that, plan.stability's guard (given each stage's `facts`): no scale-in while the
   backlog drains or within its scale-down delay, no reversal of a recent change.
 """
@@ -153,7 +154,7 @@ def _spend_tokens(ledger: _Ledger, reconfigs: list[Request], tokens: float, net:
                   urgent: bool, opt: AppOptions) -> float:
     """Scale-outs and new replicas (which cost cores like one), best net gain/cost first: a token
     each while the bucket has one, except that urgent scale-outs after the first ride on its token
-    (they restart with it: one outage). Returns the tokens left."""
+    (one episode of change for an app falling behind). Returns the tokens left."""
     shared = False  # an urgent scale-out was granted this cycle: the others restart with it
     for r in (r for r in reconfigs if r.action in (SCALE_OUT, ADD_REPLICA)):
         if ledger.stage_taken(r, tokens):
@@ -162,7 +163,7 @@ def _spend_tokens(ledger: _Ledger, reconfigs: list[Request], tokens: float, net:
             ledger.add(r, "declined", f"holding its cores {hold_h:.1f} h until the next window costs "
                                       f"more than the risk it removes (net gain {net[id(r)]:.3g})", tokens)
         elif shared and r.action == SCALE_OUT:
-            ledger.grant(r, "urgent: response > R_max and backlog growing; restarts with this cycle's other "
+            ledger.grant(r, "urgent: response > R_max and backlog growing; granted with this cycle's first "
                             "urgent scale-out, on its token", tokens, tokens, urgent=urgent)
         elif tokens >= 1.0:
             ledger.grant(r, f"{'urgent: response > R_max and backlog growing; ' if urgent else ''}"
