@@ -625,13 +625,13 @@ def test_urgent_flag(response, growing, needs_growth, urgent):
     assert all(d.urgent is urgent for d in decisions)
     granted = [d for d in decisions if d.outcome == "granted"]
     assert all(("urgent" in g.reason) is urgent for g in granted)
-    # one token: urgent scale-outs restart together on it, otherwise the best one alone
+    # one token: urgent scale-outs are granted together on it, otherwise the best one alone
     assert len(granted) == (2 if urgent else 1)
 
 
 def test_urgent_scale_outs_granted_together_share_one_token_and_nothing_else_rides_on_it():
-    """A chain falling behind: its three stages' scale-outs restart in one outage, on one token;
-    a new replica still needs a token of its own (it adds cores without an outage to share)."""
+    """A chain falling behind: its three stages' scale-outs are granted in one episode, on one
+    token; a new replica still needs a token of its own (it has no restart to share)."""
     outs = [req(f"s{i}", SCALE_OUT, gain=0.1 * (i + 1)) for i in range(3)]
     decisions, state = app_cycle([*outs, req("s9", ADD_REPLICA)], state=AppState(tokens=1.0), response=201.0,
                                  growing=True)

@@ -10,7 +10,15 @@ import pytest
 from streamops.plan.application import AppView, application_cycle
 from streamops.plan.model import MIGRATE, SCALE_IN, SCALE_OUT, AppState, Request
 from streamops.plan.options import AppOptions
-from streamops.plan.stability import LastChange, StageFacts, churn, direction, draining, stability_verdict
+from streamops.plan.stability import (
+    LastChange,
+    StageFacts,
+    churn,
+    direction,
+    draining,
+    refreshed_target,
+    stability_verdict,
+)
 
 UTC = UTC
 NOW = datetime(2024, 1, 1, 2, 0, tzinfo=UTC)  # inside the window below (every hour, 30 min)
@@ -160,6 +168,4 @@ def test_options_validate():
     (SCALE_IN, None, 5, 2, 2),  # no cores in the snapshot: the newest ask
 ])
 def test_a_waiting_scale_in_keeps_the_most_cores_it_asked_for(action, cores, kept, asked, expected):
-    from streamops.plan.stability import refreshed_target
-
     assert refreshed_target(action, cores, kept, asked) == expected

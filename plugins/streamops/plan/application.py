@@ -155,7 +155,7 @@ def _spend_tokens(ledger: _Ledger, reconfigs: list[Request], tokens: float, net:
     """Scale-outs and new replicas (which cost cores like one), best net gain/cost first: a token
     each while the bucket has one, except that urgent scale-outs after the first ride on its token
     (one episode of change for an app falling behind). Returns the tokens left."""
-    shared = False  # an urgent scale-out was granted this cycle: the others restart with it
+    shared = False  # an urgent scale-out spent a token this cycle: the other urgent ones ride on it
     for r in (r for r in reconfigs if r.action in (SCALE_OUT, ADD_REPLICA)):
         if ledger.stage_taken(r, tokens):
             continue
